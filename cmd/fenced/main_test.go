@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"fenced.io/fenced/test/ipmisim"
+)
+
+// fenced runs the CLI in-process and returns its exit code and output.
+func fenced(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// writeFile writes content into dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// inventoryFor writes a configuration with one IPMI node per simulator;
+// node "bad-pw" points at the first simulator with a wrong password.
+func inventoryFor(t *testing.T, sims map[string]*ipmisim.Sim) string {
+	t.Helper()
+	dir := t.TempDir()
+	var nodes strings.Builder
+	var first *ipmisim.Sim
+	for name, s := range sims {
+		pw := writeFile(t, dir, name+".pw", s.Password+"\n")
+		fmt.Fprintf(&nodes, "    - {name: %s, address: %s, port: %d, username: %s, passwordFile: %s}\n",
+			name, s.Addr, s.Port, s.Username, pw)
+		first = s
+	}
+	badPW := writeFile(t, dir, "bad.pw", "wrong\n")
+	fmt.Fprintf(&nodes, "    - {name: bad-pw, address: %s, port: %d, username: %s, passwordFile: %s}\n",
+		first.Addr, first.Port, first.Username, badPW)
+	return writeFile(t, dir, "config.yaml", `apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  defaults: {protocol: ipmi, timeout: 1s, retries: 1}
+  nodes:
+`+nodes.String())
+}
+
+func TestBMCCommandsAgainstIPMISim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs ipmi_sim")
+	}
+	sim := ipmisim.Start(t, ipmisim.Options{Name: "node-a"})
+	cfg := inventoryFor(t, map[string]*ipmisim.Sim{"node-a": sim})
+	ctx := context.Background()
+	fast := []string{"--power-wait", "100ms"}
+
+	code, out, errOut := fenced(t, ctx, "bmc", "status", "node-a", "--config", cfg, "-o", "json")
+	var res bmcResult
+	if code != exitOK || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("status: code %d, out %q, err %q", code, out, errOut)
+	}
+	if !res.OK || res.Power != "on" || res.SystemGUID != sim.SystemUUID || res.Endpoint != fmt.Sprintf("ipmi://127.0.0.1:%d", sim.Port) {
+		t.Fatalf("status result = %+v", res)
+	}
+
+	steps := []struct {
+		action    string
+		wantPower string
+		wantText  string
+	}{
+		{"off", "off", "power off done, BMC reads off"},
+		{"off", "off", "power already off, nothing sent"},
+		{"on", "on", "power on done, BMC reads on"},
+		{"cycle", "on", "power cycle done, BMC reads on"},
+	}
+	for _, st := range steps {
+		pidBefore, _ := sim.MachinePID()
+		code, out, errOut := fenced(t, ctx, append([]string{"bmc", st.action, "node-a", "--config", cfg}, fast...)...)
+		if code != exitOK || !strings.Contains(out, st.wantText) {
+			t.Fatalf("bmc %s: code %d, out %q, stderr %q", st.action, code, out, errOut)
+		}
+		if got, err := sim.ToolPowerState(); err != nil || got != st.wantPower {
+			t.Fatalf("after bmc %s ipmitool reads %q (%v)", st.action, got, err)
+		}
+		pid, alive := sim.MachinePID()
+		if alive != (st.wantPower == "on") {
+			t.Fatalf("after bmc %s machine alive=%v", st.action, alive)
+		}
+		if st.action == "cycle" && pid == pidBefore {
+			t.Fatal("cycle did not restart the machine")
+		}
+	}
+}
+
+func TestBMCCommandFailuresAndExitCodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs ipmi_sim")
+	}
+	sim := ipmisim.Start(t, ipmisim.Options{Name: "node-a"})
+	cfg := inventoryFor(t, map[string]*ipmisim.Sim{"node-a": sim})
+	ctx := context.Background()
+
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  []string // substrings of stdout+stderr
+	}{
+		{"wrong password", []string{"bmc", "status", "bad-pw"}, exitFailure,
+			[]string{"power-status", "auth", "hint: the BMC refused user", "bad.pw"}},
+		{"wrong password json", []string{"bmc", "off", "bad-pw", "-o", "json"}, exitFailure,
+			[]string{`"ok": false`, `"errorKind": "auth"`, `"power": "unknown"`}},
+		{"unknown node", []string{"bmc", "status", "node-z"}, exitUsage, []string{`node "node-z" is not in the BMC inventory`}},
+		{"missing node arg", []string{"bmc", "off"}, exitUsage, []string{"expected exactly one NODE"}},
+		{"bad output flag", []string{"bmc", "status", "node-a", "-o", "yaml"}, exitUsage, []string{`--output "yaml"`}},
+		{"unknown flag", []string{"bmc", "status", "node-a", "--force"}, exitUsage, []string{"unknown flag: --force"}},
+		{"bad log format", []string{"bmc", "status", "node-a", "--log-format", "xml"}, exitUsage, []string{"--log-format"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := fenced(t, ctx, append(tc.args, "--config", cfg)...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, out, errOut)
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("output does not contain %q\nstdout: %s\nstderr: %s", w, out, errOut)
+				}
+			}
+			if strings.Contains(out+errOut, sim.Password) {
+				t.Error("output leaks the password")
+			}
+		})
+	}
+	if _, alive := sim.MachinePID(); !alive {
+		t.Fatal("a refused request switched the machine off")
+	}
+}
+
+func TestBMCUnreachableFailsWithinTimeout(t *testing.T) {
+	port, err := ipmisim.FreePort("udp", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pw := writeFile(t, dir, "pw", "x")
+	cfg := writeFile(t, dir, "c.yaml", fmt.Sprintf(`apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  nodes:
+    - {name: node-a, protocol: ipmi, address: 127.0.0.1, port: %d, username: u, passwordFile: %s, timeout: 500ms, retries: 1}
+`, port, pw))
+	start := time.Now()
+	code, _, errOut := fenced(t, context.Background(), "bmc", "status", "node-a", "--config", cfg)
+	if code != exitFailure || !strings.Contains(errOut, "unreachable") || !strings.Contains(errOut, "hint: nothing answers") {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Fatalf("took %s", elapsed)
+	}
+}
+
+func TestAgentValidatesBeforeRunning(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := writeFile(t, dir, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	valid := writeFile(t, dir, "valid.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n")
+	malformed := writeFile(t, dir, "malformed.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nbmc: {nodes: [{name: a, adress: x}]}\n")
+	missingPW := writeFile(t, dir, "missing-pw.yaml", `apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  nodes: [{name: node-a, protocol: ipmi, address: x, username: u, passwordFile: /nonexistent/pw}]
+`)
+	t.Setenv("KUBECONFIG", "")
+
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"malformed config", []string{"agent", "--config", malformed, "--kubeconfig", kubeconfig}, exitFailure, `unknown field "adress"`},
+		{"unreadable credentials", []string{"agent", "--config", missingPW, "--kubeconfig", kubeconfig}, exitFailure, "bmc.nodes[0] (node-a): passwordFile"},
+		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml"), "--kubeconfig", kubeconfig}, exitFailure, "nope.yaml"},
+		{"bad kubeconfig", []string{"agent", "--config", valid, "--kubeconfig", filepath.Join(dir, "nope")}, exitFailure, "kubeconfig"},
+		{"extra argument", []string{"agent", "extra"}, exitUsage, `unexpected argument "extra"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := fenced(t, context.Background(), tc.args...)
+			if code != tc.wantCode || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("code %d (want %d), stderr %q (want %q)", code, tc.wantCode, errOut, tc.want)
+			}
+		})
+	}
+
+	t.Run("valid config runs until stopped", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		code, _, errOut := fenced(t, ctx, "agent", "--config", valid, "--kubeconfig", kubeconfig, "--log-format", "json")
+		if code != exitOK || !strings.Contains(errOut, `"msg":"agent started"`) || !strings.Contains(errOut, `"role":"observer"`) ||
+			!strings.Contains(errOut, `"msg":"agent stopping"`) {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	code, out, _ := fenced(t, context.Background(), "version")
+	if code != exitOK || !strings.HasPrefix(out, "fenced ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+	for _, cmd := range [][]string{{}, {"agent"}, {"bmc"}, {"bmc", "status"}, {"bmc", "off"}, {"bmc", "on"}, {"bmc", "cycle"}, {"version"}} {
+		code, out, _ := fenced(t, context.Background(), append(cmd, "--help")...)
+		if code != exitOK || !strings.Contains(out, "Examples:") {
+			t.Errorf("fenced %v --help: code %d, no example:\n%s", cmd, code, out)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"fenced.io/fenced/pkg/config"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	kubeconfig string
+	configPath string
+	logFormat  string
+	verbosity  int
+
+	stdout, stderr io.Writer
+	log            *slog.Logger
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "fenced",
+		Short: "Evidence-based fencing for bare-metal Kubernetes nodes",
+		Long: `fenced makes node failures on bare-metal Kubernetes recover by themselves, safely.
+
+When a node stops answering, fenced asks the node's BMC (IPMI or Redfish) for its
+power state. Only when the BMC says the power is off (or the node announced a clean
+shutdown, or an operator confirmed it) does fenced apply the taint
+node.kubernetes.io/out-of-service, which lets Kubernetes force-detach the node's
+volumes and restart its pods elsewhere. It removes the taint when the node is back.
+
+A BMC that cannot be reached or says "on" never leads to a taint.`,
+		Example: `  # check that the BMC credentials of a node work
+  fenced bmc status worker-3 --config /etc/fenced/config.yaml
+
+  # run the node agent
+  fenced agent --config /etc/fenced/config.yaml`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.setupLogging(cmd)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{command: cmd.CommandPath(), err: err}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.kubeconfig, "kubeconfig", "",
+		"kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account)")
+	pf.StringVar(&g.configPath, "config", "",
+		"fenced configuration file (default: $FENCED_CONFIG, then "+config.DefaultPath+")")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	pf.CountVarP(&g.verbosity, "verbose", "v", "more detailed logs (-v: debug)")
+
+	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g))
+	return root
+}
+
+func (g *globals) setupLogging(cmd *cobra.Command) error {
+	level := slog.LevelInfo
+	if g.verbosity > 0 {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
+	case "json":
+		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
+	default:
+		return &usageError{command: cmd.CommandPath(),
+			err: fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
+	}
+	return nil
+}
+
+// configFile resolves which configuration file to read, and whether the
+// user asked for it explicitly (a missing default file is not an error for
+// commands that can run without one).
+func (g *globals) configFile() (path string, explicit bool) {
+	if g.configPath != "" {
+		return g.configPath, true
+	}
+	if env := os.Getenv("FENCED_CONFIG"); env != "" {
+		return env, true
+	}
+	return config.DefaultPath, false
+}
+
+// loadConfig loads the configuration. With required=false a missing
+// default file yields an empty configuration.
+func (g *globals) loadConfig(required bool) (*config.Config, error) {
+	path, explicit := g.configFile()
+	cfg, err := config.Load(path)
+	if err != nil && !explicit && !required && errors.Is(err, os.ErrNotExist) {
+		return &config.Config{Source: "(none)"}, nil
+	}
+	if err != nil && !explicit && errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no configuration: %s does not exist; pass --config or set FENCED_CONFIG", path)
+	}
+	return cfg, err
+}
+
+// restConfig resolves the Kubernetes client configuration the way kubectl
+// does: --kubeconfig, then $KUBECONFIG, then ~/.kube/config, then the
+// in-cluster service account.
+func (g *globals) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, errors.New("no Kubernetes configuration found: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account")
+		}
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "fenced/" + strings.TrimPrefix(version, "v")
+	return cfg, nil
+}

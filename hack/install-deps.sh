@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# install-deps.sh — install the Debian packages fenced's tests need, if missing.
+#
+#   openipmi     ipmi_sim, the simulated BMCs of the local cluster harness
+#   ipmitool     cross-checks the simulated BMCs
+#   etcd-server  etcd for the local control plane (test/cluster)
+#   iproute2     `ip netns` / veth / bridge for per-node network namespaces
+#
+# Idempotent: packages already installed are left alone, and apt is not
+# touched at all when nothing is missing. Needs root (or sudo) only when
+# something has to be installed.
+set -euo pipefail
+
+readonly PACKAGES=(openipmi ipmitool etcd-server iproute2)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	# dpkg -s also succeeds for packages removed but not purged ("deinstall"),
+	# so look at the status line, not just the exit code.
+	if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		echo "install-deps: $p already installed"
+	else
+		missing+=("$p")
+	fi
+done
+
+if ((${#missing[@]} == 0)); then
+	echo "install-deps: nothing to do"
+	exit 0
+fi
+
+sudo=()
+if ((EUID != 0)); then
+	if command -v sudo >/dev/null 2>&1; then
+		sudo=(sudo)
+	else
+		echo "install-deps: need root to install ${missing[*]} (run as root or install sudo)" >&2
+		exit 1
+	fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: apt-get update"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+echo "install-deps: apt-get install -y ${missing[*]}"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# etcd-server's package enables a system etcd on 127.0.0.1:2379; the tests run
+# their own etcd on free ports, so the system one is not needed, but it is left
+# as the package set it up (stopping services is the admin's call).
+for p in "${missing[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		echo "install-deps: $p still not installed after apt-get install" >&2
+		exit 1
+	fi
+done
+echo "install-deps: installed ${missing[*]}"

@@ -1,0 +1,207 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writePassword creates a password file and returns its path.
+func writePassword(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const header = "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n"
+
+func TestParseAppliesInheritanceAndDefaults(t *testing.T) {
+	pw := writePassword(t, "s3cret\n")
+	t.Setenv("NODE_B_PW", "other")
+	cfg, err := Parse([]byte(header+`
+bmc:
+  defaults:
+    protocol: ipmi
+    username: fenced
+    passwordFile: `+pw+`
+  nodes:
+    - name: node-a
+      address: 198.18.0.10
+    - name: node-b
+      address: 198.18.0.11
+      port: 6230
+      passwordEnv: NODE_B_PW
+      timeout: 2s
+      retries: 0
+      ipmi: {cipherSuite: 17, privilegeLevel: operator}
+    - name: node-c
+      protocol: redfish
+      address: bmc-c.example
+      redfish: {scheme: http, auth: basic}
+    - name: node-d
+      protocol: redfish
+      address: bmc-d.example
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.BMCs) != 4 {
+		t.Fatalf("got %d BMCs", len(cfg.BMCs))
+	}
+	a, _ := cfg.BMC("node-a")
+	want := ResolvedBMC{Node: "node-a", Protocol: "ipmi", Address: "198.18.0.10", Port: 623, Username: "fenced",
+		Password: PasswordSource{File: pw}, Timeout: DefaultBMCTimeout, Retries: DefaultBMCRetries,
+		IPMICipherSuite: 3, IPMIPrivilegeLevel: "administrator", RedfishScheme: "https", RedfishAuth: "session"}
+	if a != want {
+		t.Errorf("node-a =\n %+v\nwant\n %+v", a, want)
+	}
+	if pwd, err := a.Password.Read(); err != nil || pwd != "s3cret" {
+		t.Errorf("node-a password = %q, %v (trailing newline must be stripped)", pwd, err)
+	}
+	b, _ := cfg.BMC("node-b")
+	if b.Port != 6230 || b.Timeout != 2*time.Second || b.Retries != 0 || b.IPMICipherSuite != 17 ||
+		b.IPMIPrivilegeLevel != "operator" || b.Password != (PasswordSource{Env: "NODE_B_PW"}) {
+		t.Errorf("node-b overrides not applied: %+v", b)
+	}
+	c, _ := cfg.BMC("node-c")
+	if c.Port != 80 || c.RedfishScheme != "http" || c.RedfishAuth != "basic" || c.Endpoint() != "http://bmc-c.example:80" {
+		t.Errorf("node-c = %+v (endpoint %s)", c, c.Endpoint())
+	}
+	d, _ := cfg.BMC("node-d")
+	if d.Port != 443 || d.Endpoint() != "https://bmc-d.example:443" {
+		t.Errorf("node-d = %+v", d)
+	}
+	if _, ok := cfg.BMC("node-z"); ok {
+		t.Error("unknown node found")
+	}
+}
+
+func TestParseRejectsBadInput(t *testing.T) {
+	pw := writePassword(t, "pw")
+	emptyPW := writePassword(t, "\n")
+	missing := filepath.Join(t.TempDir(), "does-not-exist")
+	unreadable := t.TempDir() // a directory: unreadable as a file, even for root
+	defaults := "bmc:\n  defaults: {protocol: ipmi, username: u, passwordFile: " + pw + "}\n  nodes:\n"
+
+	cases := []struct {
+		name string
+		yaml string
+		want []string // every substring must be in the error
+	}{
+		{"malformed YAML", header + "bmc: [", []string{"test.yaml", "yaml"}},
+		{"missing apiVersion", "kind: FencedConfiguration\n", []string{"apiVersion/kind", `want "fenced.io/v1alpha1"/"FencedConfiguration"`}},
+		{"wrong kind", "apiVersion: fenced.io/v1alpha1\nkind: Other\n", []string{"apiVersion/kind"}},
+		{"unknown top-level field", header + "bmcs: {}\n", []string{`unknown field "bmcs"`}},
+		{"unknown node field", header + defaults + "    - {name: a, adress: 198.18.0.1}\n", []string{`unknown field "adress"`}},
+		{"unknown nested field", header + defaults + "    - {name: a, address: 198.18.0.1, ipmi: {cipher: 3}}\n", []string{`unknown field "cipher"`}},
+		{"missing address", header + defaults + "    - {name: node-a}\n", []string{"bmc.nodes[0] (node-a): address: required"}},
+		{"missing name", header + defaults + "    - {address: 198.18.0.1}\n", []string{"bmc.nodes[0]: name: required"}},
+		{"invalid name", header + defaults + "    - {name: Node_A, address: 198.18.0.1}\n", []string{"bmc.nodes[0] (Node_A): name: not a valid node name"}},
+		{"unknown protocol", header + defaults + "    - {name: node-a, address: x, protocol: ilo}\n", []string{`bmc.nodes[0] (node-a): protocol: unknown protocol "ilo"`}},
+		{"no protocol anywhere", header + "bmc:\n  defaults: {username: u, passwordFile: " + pw + "}\n  nodes:\n    - {name: node-a, address: x}\n",
+			[]string{"bmc.nodes[0] (node-a): protocol: required"}},
+		{"duplicate node", header + defaults + "    - {name: node-a, address: x}\n    - {name: node-a, address: x2}\n",
+			[]string{"bmc.nodes[1] (node-a): name: duplicate node: already defined at bmc.nodes[0]"}},
+		{"missing password file", header + defaults + "    - {name: node-a, address: x, passwordFile: " + missing + "}\n",
+			[]string{"bmc.nodes[0] (node-a): passwordFile:", "no such file"}},
+		{"unreadable password file", header + defaults + "    - {name: node-a, address: x, passwordFile: " + unreadable + "}\n",
+			[]string{"bmc.nodes[0] (node-a): passwordFile:", "is a directory"}},
+		{"empty password file", header + defaults + "    - {name: node-a, address: x, passwordFile: " + emptyPW + "}\n",
+			[]string{"passwordFile: password file", "is empty"}},
+		{"unset password env", header + defaults + "    - {name: node-a, address: x, passwordEnv: FENCED_TEST_UNSET_VAR}\n",
+			[]string{"bmc.nodes[0] (node-a): passwordEnv: environment variable FENCED_TEST_UNSET_VAR is not set"}},
+		{"no password source", header + "bmc:\n  defaults: {protocol: ipmi, username: u}\n  nodes:\n    - {name: node-a, address: x}\n",
+			[]string{"bmc.nodes[0] (node-a): passwordFile: required"}},
+		{"two password sources", header + defaults + "    - {name: node-a, address: x, passwordFile: " + pw + ", passwordEnv: X}\n",
+			[]string{"passwordFile/passwordEnv: set only one"}},
+		{"inline password", header + defaults + "    - {name: node-a, address: x, password: hunter2}\n",
+			[]string{"bmc.nodes[0] (node-a): password: inline passwords are not accepted"}},
+		{"cipher suite 0", header + defaults + "    - {name: node-a, address: x, ipmi: {cipherSuite: 0}}\n",
+			[]string{"ipmi.cipherSuite: 0 authenticates nothing"}},
+		{"bad privilege", header + defaults + "    - {name: node-a, address: x, ipmi: {privilegeLevel: root}}\n",
+			[]string{`ipmi.privilegeLevel: unknown level "root"`}},
+		{"bad port", header + defaults + "    - {name: node-a, address: x, port: 70000}\n", []string{"port: 70000 is not a port"}},
+		{"bad timeout", header + defaults + "    - {name: node-a, address: x, timeout: 0s}\n", []string{"timeout: 0s is out of range"}},
+		{"unparsable timeout", header + defaults + "    - {name: node-a, address: x, timeout: soon}\n", []string{"soon"}},
+		{"bad redfish auth", header + defaults + "    - {name: node-a, protocol: redfish, address: x, redfish: {auth: token}}\n",
+			[]string{`redfish.auth: unknown auth "token"`}},
+		{"missing CA file", header + defaults + "    - {name: node-a, protocol: redfish, address: x, redfish: {caFile: " + missing + "}}\n",
+			[]string{"redfish.caFile:", "no such file"}},
+		{"several errors at once", header + defaults + "    - {name: node-a}\n    - {name: node-b, protocol: foo}\n",
+			[]string{"bmc.nodes[0] (node-a): address: required", "bmc.nodes[1] (node-b): protocol: unknown", "bmc.nodes[1] (node-b): address: required"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "test.yaml")
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error leaks the inline password: %v", err)
+			}
+		})
+	}
+}
+
+func TestPasswordNeverInErrors(t *testing.T) {
+	t.Setenv("FENCED_TEST_PW", "top-secret-value")
+	// A validation error elsewhere in the node must not print the password.
+	_, err := Parse([]byte(header+"bmc:\n  nodes:\n    - {name: node-a, protocol: ipmi, username: u, passwordEnv: FENCED_TEST_PW, port: -1}\n"), "t")
+	if err == nil || strings.Contains(err.Error(), "top-secret-value") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyInventoryIsValid(t *testing.T) {
+	cfg, err := Parse([]byte(header), "t")
+	if err != nil || len(cfg.BMCs) != 0 {
+		t.Fatalf("cfg = %+v, err = %v", cfg, err)
+	}
+}
+
+// TestExampleConfigLoads keeps the documented example in deploy/ valid: its
+// password files are pointed at a temp dir, nothing else is changed.
+func TestExampleConfigLoads(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	re := regexp.MustCompile(`/etc/fenced/bmc/[\w-]+`)
+	data = re.ReplaceAllFunc(data, func(p []byte) []byte {
+		local := filepath.Join(dir, filepath.Base(string(p)))
+		if err := os.WriteFile(local, []byte("pw\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []byte(local)
+	})
+	cfg, err := Parse(data, "config.example.yaml")
+	if err != nil {
+		t.Fatalf("the documented example does not load: %v", err)
+	}
+	if len(cfg.BMCs) != 3 {
+		t.Fatalf("example has %d nodes, want 3", len(cfg.BMCs))
+	}
+	w3, _ := cfg.BMC("worker-3")
+	if w3.Protocol != ProtocolRedfish || w3.Username != "fenced" || w3.Port != 443 {
+		t.Errorf("worker-3 = %+v", w3)
+	}
+}

@@ -1,0 +1,140 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is a loaded, validated configuration with every default applied.
+type Config struct {
+	// Source is the file the configuration came from (for messages).
+	Source string
+	// BMCs holds one resolved entry per node of the inventory, in file order.
+	BMCs []ResolvedBMC
+}
+
+// ResolvedBMC is one node's BMC after inheriting bmc.defaults and the
+// built-in defaults. All fields are set and valid.
+type ResolvedBMC struct {
+	Node     string
+	Protocol string
+	Address  string
+	Port     int
+	Username string
+	Password PasswordSource
+	Timeout  time.Duration
+	Retries  int
+
+	IPMICipherSuite    int
+	IPMIPrivilegeLevel string
+
+	RedfishScheme             string
+	RedfishSystemPath         string
+	RedfishAuth               string
+	RedfishCAFile             string
+	RedfishInsecureSkipVerify bool
+}
+
+// BMC returns the inventory entry of node, if there is one.
+func (c *Config) BMC(node string) (ResolvedBMC, bool) {
+	for _, b := range c.BMCs {
+		if b.Node == node {
+			return b, true
+		}
+	}
+	return ResolvedBMC{}, false
+}
+
+// PasswordSource says where a BMC password comes from. It never holds the
+// password itself, so it is safe to print.
+type PasswordSource struct {
+	File string
+	Env  string
+}
+
+// Read returns the password. A file's trailing newline is removed because
+// `kubectl create secret --from-file` and editors add one.
+func (p PasswordSource) Read() (string, error) {
+	switch {
+	case p.File != "":
+		b, err := os.ReadFile(p.File)
+		if err != nil {
+			return "", fmt.Errorf("reading password file: %w", err)
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return "", fmt.Errorf("password file %s is empty", p.File)
+		}
+		return pw, nil
+	case p.Env != "":
+		pw, ok := os.LookupEnv(p.Env)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set", p.Env)
+		}
+		if pw == "" {
+			return "", fmt.Errorf("environment variable %s is empty", p.Env)
+		}
+		return pw, nil
+	}
+	return "", errors.New("no password source configured")
+}
+
+func (p PasswordSource) String() string {
+	if p.File != "" {
+		return "file " + p.File
+	}
+	return "env " + p.Env
+}
+
+// Load reads, decodes and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates a configuration; source names it in errors.
+func Parse(data []byte, source string) (*Config, error) {
+	var raw Configuration
+	if err := yaml.UnmarshalStrict(data, &raw); err != nil {
+		return nil, fmt.Errorf("config %s: %s", source, cleanDecodeError(err))
+	}
+	if raw.APIVersion != APIVersion || raw.Kind != Kind {
+		return nil, fmt.Errorf("config %s: apiVersion/kind is %q/%q; want %q/%q",
+			source, raw.APIVersion, raw.Kind, APIVersion, Kind)
+	}
+	bmcs, err := resolveInventory(raw.BMC)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", source, err)
+	}
+	return &Config{Source: source, BMCs: bmcs}, nil
+}
+
+// cleanDecodeError strips the JSON-conversion wording sigs.k8s.io/yaml adds,
+// so users read `unknown field "adress"` rather than decoder internals.
+func cleanDecodeError(err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		msg = strings.ReplaceAll(msg, prefix, "")
+	}
+	return msg
+}
+
+// Endpoint is the BMC's address as a URL-like string for messages,
+// e.g. "ipmi://10.0.0.11:623". It never contains credentials.
+func (r ResolvedBMC) Endpoint() string {
+	scheme := r.Protocol
+	if r.Protocol == ProtocolRedfish {
+		scheme = r.RedfishScheme
+	}
+	return scheme + "://" + net.JoinHostPort(r.Address, strconv.Itoa(r.Port))
+}

@@ -1,0 +1,114 @@
+// Package config loads and validates fenced's configuration file.
+//
+// The file is one versioned YAML document:
+//
+//	apiVersion: fenced.io/v1alpha1
+//	kind: FencedConfiguration
+//	bmc:
+//	  defaults: {...}   # a BMCSpec that every node inherits field by field
+//	  nodes: [...]      # one NodeBMC per Kubernetes node
+//
+// Decoding is strict: an unknown field is an error, so a typo never silently
+// falls back to a default. Every default is defined in defaults.go and
+// nowhere else.
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// APIVersion and Kind identify the configuration file format.
+const (
+	APIVersion = "fenced.io/v1alpha1"
+	Kind       = "FencedConfiguration"
+)
+
+// Protocols a BMC can be reached with.
+const (
+	ProtocolIPMI    = "ipmi"
+	ProtocolRedfish = "redfish"
+)
+
+// Configuration is the file format as written by users.
+type Configuration struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// BMC is the inventory of baseboard management controllers. Only
+	// fencers need it: nodes without an inventory run as observers.
+	BMC BMCInventory `json:"bmc,omitempty"`
+}
+
+// BMCInventory lists the BMC of every node that fenced may confirm or fence.
+type BMCInventory struct {
+	// Defaults are inherited by every node for each field the node leaves
+	// empty (typically protocol, username and the password source).
+	Defaults BMCSpec `json:"defaults,omitempty"`
+	// Nodes has one entry per Kubernetes node, by node name.
+	Nodes []NodeBMC `json:"nodes,omitempty"`
+}
+
+// NodeBMC is the BMC of one node.
+type NodeBMC struct {
+	// Name is the Kubernetes node name (metadata.name of the Node).
+	Name    string `json:"name"`
+	BMCSpec `json:",inline"`
+}
+
+// BMCSpec describes how to reach and authenticate to one BMC. In
+// bmc.defaults every field is optional; after inheritance each node must
+// have a protocol, an address, a username and exactly one password source.
+type BMCSpec struct {
+	// Protocol is "ipmi" (IPMI v2.0 lanplus) or "redfish".
+	Protocol string `json:"protocol,omitempty"`
+	// Address is the BMC's host name or IP address.
+	Address string `json:"address,omitempty"`
+	// Port defaults to 623 for IPMI and 443 for Redfish (80 with scheme http).
+	Port int `json:"port,omitempty"`
+	// Username is the BMC account.
+	Username string `json:"username,omitempty"`
+	// PasswordFile is a file whose content (trailing newline removed) is
+	// the password, e.g. a mounted Secret. It is read for every session, so
+	// a rotated Secret takes effect without a restart.
+	PasswordFile string `json:"passwordFile,omitempty"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `json:"passwordEnv,omitempty"`
+	// Password is not accepted: it exists only to reject inline passwords
+	// with a helpful message instead of "unknown field".
+	Password string `json:"password,omitempty"`
+	// Timeout bounds one attempt of one BMC request.
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Retries is the number of further attempts after a timeout.
+	Retries *int `json:"retries,omitempty"`
+	// IPMI holds IPMI-only settings.
+	IPMI *IPMISpec `json:"ipmi,omitempty"`
+	// Redfish holds Redfish-only settings.
+	Redfish *RedfishSpec `json:"redfish,omitempty"`
+}
+
+// IPMISpec holds the IPMI v2.0 (RMCP+) session settings.
+type IPMISpec struct {
+	// CipherSuite is the RMCP+ cipher suite ID (1-17; 0 is refused because
+	// it authenticates nothing). 3 = HMAC-SHA1 + AES-CBC-128, supported by
+	// nearly every BMC; 17 = HMAC-SHA256 where the BMC offers it.
+	CipherSuite *int `json:"cipherSuite,omitempty"`
+	// PrivilegeLevel requested for the session: "user" can read power,
+	// "operator" or "administrator" can also switch it.
+	PrivilegeLevel string `json:"privilegeLevel,omitempty"`
+}
+
+// RedfishSpec holds the Redfish settings.
+type RedfishSpec struct {
+	// Scheme is "https" or "http" (http sends credentials in clear text
+	// and logs a warning).
+	Scheme string `json:"scheme,omitempty"`
+	// SystemPath is the ComputerSystem resource, e.g.
+	// "/redfish/v1/Systems/1". Empty: the only member of /redfish/v1/Systems.
+	SystemPath string `json:"systemPath,omitempty"`
+	// Auth is "session" (X-Auth-Token, logged out after each operation)
+	// or "basic".
+	Auth string `json:"auth,omitempty"`
+	// CAFile is a PEM bundle to verify the BMC's certificate with.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify disables certificate verification (logs a warning).
+	InsecureSkipVerify *bool `json:"insecureSkipVerify,omitempty"`
+}

@@ -1,0 +1,110 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PowerState is a chassis power state as read from a BMC.
+type PowerState string
+
+const (
+	// PowerOn means the BMC reports chassis power on.
+	PowerOn PowerState = "on"
+	// PowerOff means the BMC reports chassis power off. Only this value,
+	// returned together with a nil error, is evidence that a node is off.
+	PowerOff PowerState = "off"
+	// PowerUnknown is returned together with a non-nil error. It is never
+	// evidence of anything.
+	PowerUnknown PowerState = "unknown"
+)
+
+// BMC is the out-of-band controller of one machine. Every method is bounded
+// by the context and by the driver's own per-attempt timeout and retries.
+//
+// Implementations must never report PowerOff unless the BMC answered an
+// authenticated request saying so: a timeout, a refused session or a
+// malformed answer is an error, not "off".
+type BMC interface {
+	// PowerState reads the chassis power state.
+	PowerState(ctx context.Context) (PowerState, error)
+	// PowerOff switches the chassis off hard (no graceful shutdown). It only
+	// sends the request; use PowerOffVerified to wait until it reads off.
+	PowerOff(ctx context.Context) error
+	// PowerOn switches the chassis on.
+	PowerOn(ctx context.Context) error
+	// PowerCycle switches the chassis off and on again.
+	PowerCycle(ctx context.Context) error
+	// SystemGUID returns the system's GUID/UUID in canonical lower-case form
+	// (8-4-4-4-12), for comparison with the Node's status.nodeInfo.systemUUID.
+	// It returns an error of kind KindNotSupported when the BMC has none.
+	SystemGUID(ctx context.Context) (string, error)
+	// Close releases sessions and connections. It is safe to call twice.
+	Close() error
+}
+
+// ErrorKind classifies why a BMC request failed, so that callers and
+// operators can tell a network problem from a credential problem.
+type ErrorKind string
+
+const (
+	// KindUnreachable: the BMC could not be contacted at all (connection
+	// refused, no route, name resolution failed).
+	KindUnreachable ErrorKind = "unreachable"
+	// KindTimeout: the BMC did not answer within the timeout and retries.
+	KindTimeout ErrorKind = "timeout"
+	// KindAuth: the BMC refused the credentials or the privilege level.
+	KindAuth ErrorKind = "auth"
+	// KindBMC: the BMC answered with an error (completion code, HTTP 4xx/5xx,
+	// malformed or unexpected answer).
+	KindBMC ErrorKind = "bmc-error"
+	// KindNotSupported: the BMC does not implement the request.
+	KindNotSupported ErrorKind = "not-supported"
+)
+
+// Error is the error every driver returns. It names the node, the operation
+// and the BMC endpoint, never the credentials.
+type Error struct {
+	Node     string    // node name from the inventory
+	Op       string    // one of the Op* constants
+	Endpoint string    // e.g. "ipmi://10.0.0.11:623"
+	Kind     ErrorKind // classification
+	Err      error     // underlying cause
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("bmc of node %s (%s): %s: %s: %v", e.Node, e.Endpoint, e.Op, e.Kind, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the ErrorKind of err, or "" if err is not (or does not wrap)
+// an *Error.
+func KindOf(err error) ErrorKind {
+	var be *Error
+	if errors.As(err, &be) {
+		return be.Kind
+	}
+	return ""
+}
+
+// Operation names used in errors, logs and metrics.
+const (
+	OpPowerStatus = "power-status"
+	OpPowerOff    = "power-off"
+	OpPowerOn     = "power-on"
+	OpPowerCycle  = "power-cycle"
+	OpSystemGUID  = "system-guid"
+)
+
+// DriverOptions are the settings every driver shares.
+type DriverOptions struct {
+	// Node is the Kubernetes node name this BMC belongs to (for errors/logs).
+	Node string
+	// Timeout bounds one attempt of one request.
+	Timeout time.Duration
+	// Retries is the number of additional attempts after a timeout.
+	Retries int
+}

@@ -1,0 +1,34 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"syscall"
+)
+
+// classifyTransport recognises network-level failures shared by all
+// drivers. It reports false when err is not a transport error.
+func classifyTransport(ctx context.Context, err error) (ErrorKind, bool) {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.EADDRNOTAVAIL):
+		return KindUnreachable, true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && !dnsErr.IsTimeout {
+		return KindUnreachable, true
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		ctx.Err() != nil {
+		return KindTimeout, true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return KindTimeout, true
+	}
+	return "", false
+}

@@ -1,0 +1,90 @@
+package fencing
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+
+	"fenced.io/fenced/pkg/config"
+)
+
+// Inventory maps node names to their BMCs, built from the configuration.
+type Inventory struct {
+	bmcs map[string]BMC
+}
+
+// NewInventory builds one driver per configured node. Drivers do not
+// contact their BMC until used. Insecure settings are logged once here.
+func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
+	inv := &Inventory{bmcs: make(map[string]BMC, len(cfg.BMCs))}
+	for _, r := range cfg.BMCs {
+		b, err := NewDriver(r, log)
+		if err != nil {
+			return nil, fmt.Errorf("bmc of node %s: %w", r.Node, err)
+		}
+		inv.bmcs[r.Node] = b
+	}
+	return inv, nil
+}
+
+// NewDriver returns the driver for one resolved inventory entry.
+func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
+	common := DriverOptions{Node: r.Node, Timeout: r.Timeout, Retries: r.Retries}
+	creds := Credentials{Username: r.Username, Password: r.Password.Read}
+	switch r.Protocol {
+	case config.ProtocolIPMI:
+		return NewIPMI(IPMIOptions{
+			DriverOptions:  common,
+			Host:           r.Address,
+			Port:           r.Port,
+			Credentials:    creds,
+			CipherSuite:    r.IPMICipherSuite,
+			PrivilegeLevel: r.IPMIPrivilegeLevel,
+		})
+	case config.ProtocolRedfish:
+		if r.RedfishInsecureSkipVerify {
+			log.Warn("BMC certificate verification is disabled (redfish.insecureSkipVerify): anyone on the management network can impersonate this BMC",
+				"node", r.Node, "address", r.Address)
+		}
+		if r.RedfishScheme == "http" {
+			log.Warn("BMC is reached over plain http: credentials cross the network unencrypted",
+				"node", r.Node, "address", r.Address)
+		}
+		return NewRedfish(RedfishOptions{
+			DriverOptions:      common,
+			Endpoint:           r.RedfishScheme + "://" + net.JoinHostPort(r.Address, strconv.Itoa(r.Port)),
+			Credentials:        creds,
+			SystemPath:         r.RedfishSystemPath,
+			Auth:               r.RedfishAuth,
+			CAFile:             r.RedfishCAFile,
+			InsecureSkipVerify: r.RedfishInsecureSkipVerify,
+		})
+	}
+	return nil, fmt.Errorf("unknown protocol %q", r.Protocol)
+}
+
+// BMC returns the BMC of node, if the inventory has one.
+func (i *Inventory) BMC(node string) (BMC, bool) {
+	b, ok := i.bmcs[node]
+	return b, ok
+}
+
+// Nodes returns the node names in the inventory, sorted.
+func (i *Inventory) Nodes() []string {
+	names := make([]string, 0, len(i.bmcs))
+	for n := range i.bmcs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Close closes every driver.
+func (i *Inventory) Close() error {
+	for _, b := range i.bmcs {
+		_ = b.Close()
+	}
+	return nil
+}

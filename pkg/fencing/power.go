@@ -1,0 +1,132 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// VerifyOptions control how a power action is confirmed, the way
+// fence_ipmilan does it: send the request, wait PowerWait, then read the
+// status every Interval until it matches or Timeout has passed.
+type VerifyOptions struct {
+	// PowerWait is the pause after sending the request, before the first
+	// status read (default 1s: BMCs often still report the old state).
+	PowerWait time.Duration
+	// Interval between status reads (default 1s).
+	Interval time.Duration
+	// Timeout for the state to be reached, counted from sending (default 20s,
+	// fence_ipmilan's power_timeout).
+	Timeout time.Duration
+}
+
+// Defaults of VerifyOptions.
+const (
+	DefaultPowerWait    = time.Second
+	DefaultPollInterval = time.Second
+	DefaultPowerTimeout = 20 * time.Second
+)
+
+func (o VerifyOptions) withDefaults() VerifyOptions {
+	if o.PowerWait <= 0 {
+		o.PowerWait = DefaultPowerWait
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultPollInterval
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultPowerTimeout
+	}
+	return o
+}
+
+// ActionResult says what a verified power action did.
+type ActionResult struct {
+	// State is the last state read; on success the requested one.
+	State PowerState
+	// AlreadyInState is true when no request was sent because the chassis
+	// was already in the requested state.
+	AlreadyInState bool
+	// Elapsed is the time from the first request to the confirming read.
+	Elapsed time.Duration
+}
+
+// PowerOffVerified switches the chassis off and returns once an
+// authenticated status read says off. Any other outcome is an error and
+// must not be taken as evidence.
+func PowerOffVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
+	return switchVerified(ctx, b, o, PowerOff, b.PowerOff)
+}
+
+// PowerOnVerified switches the chassis on and returns once it reads on.
+func PowerOnVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
+	return switchVerified(ctx, b, o, PowerOn, b.PowerOn)
+}
+
+// PowerCycleVerified switches the chassis off, waits until it reads off,
+// then switches it on and waits until it reads on — what fence agents do
+// for "reboot". A single BMC "power cycle" request cannot be verified by
+// reading the state: the off phase may be over before the first read.
+func PowerCycleVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
+	start := time.Now()
+	if res, err := PowerOffVerified(ctx, b, o); err != nil {
+		return res, err
+	}
+	res, err := PowerOnVerified(ctx, b, o)
+	res.Elapsed = time.Since(start)
+	res.AlreadyInState = false
+	return res, err
+}
+
+func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want PowerState,
+	send func(context.Context) error) (ActionResult, error) {
+	o = o.withDefaults()
+	state, err := b.PowerState(ctx)
+	if err != nil {
+		return ActionResult{State: PowerUnknown}, err
+	}
+	if state == want {
+		return ActionResult{State: state, AlreadyInState: true}, nil
+	}
+	start := time.Now()
+	if err := send(ctx); err != nil {
+		return ActionResult{State: state}, err
+	}
+	res, err := waitFor(ctx, b, o, want)
+	res.Elapsed = time.Since(start)
+	return res, err
+}
+
+// ErrNotReached is wrapped by the error returned when the BMC accepted a
+// request but never reported the requested state within the timeout.
+var ErrNotReached = errors.New("power state not reached")
+
+func waitFor(ctx context.Context, b BMC, o VerifyOptions, want PowerState) (ActionResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	timer := time.NewTimer(o.PowerWait)
+	defer timer.Stop()
+	last := PowerUnknown
+	var lastErr error
+	for {
+		select {
+		case <-ctx.Done():
+			if lastErr != nil {
+				return ActionResult{State: PowerUnknown}, fmt.Errorf("%w: wanted %s within %s, last read failed: %w",
+					ErrNotReached, want, o.Timeout, lastErr)
+			}
+			return ActionResult{State: last}, fmt.Errorf("%w: wanted %s within %s, BMC still reads %s",
+				ErrNotReached, want, o.Timeout, last)
+		case <-timer.C:
+		}
+		state, err := b.PowerState(ctx)
+		if err == nil && state == want {
+			return ActionResult{State: state}, nil
+		}
+		// A failed read during the wait is not final: the BMC may be busy
+		// switching. Keep the last error for the report.
+		last, lastErr = state, err
+		timer.Reset(o.Interval)
+	}
+}

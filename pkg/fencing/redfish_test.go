@@ -1,0 +1,657 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fenced.io/fenced/test/redfishsim"
+)
+
+// rfTestPassword is distinctive so that a leak into any error text is caught.
+const rfTestPassword = "Pw-7d1f0c2b-never-print-me"
+
+func rfStaticPassword(p string) func() (string, error) {
+	return func() (string, error) { return p, nil }
+}
+
+func rfNewSim(t *testing.T, opts redfishsim.Options) *redfishsim.Server {
+	t.Helper()
+	if opts.Username == "" {
+		opts.Username = "fenced"
+	}
+	if opts.Password == "" {
+		opts.Password = rfTestPassword
+	}
+	sim := redfishsim.New(opts)
+	t.Cleanup(sim.Close)
+	return sim
+}
+
+// rfNewDriver builds a driver for sim with short timeouts; edit adjusts the
+// options before construction.
+func rfNewDriver(t *testing.T, endpoint string, edit func(*RedfishOptions)) *Redfish {
+	t.Helper()
+	opts := RedfishOptions{
+		DriverOptions: DriverOptions{Node: "node-a", Timeout: 2 * time.Second, Retries: 0},
+		Endpoint:      endpoint,
+		Credentials:   Credentials{Username: "fenced", Password: rfStaticPassword(rfTestPassword)},
+		SystemPath:    redfishsim.SystemPath,
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	d, err := NewRedfish(opts)
+	if err != nil {
+		t.Fatalf("NewRedfish: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func rfAuthModes() []string { return []string{RedfishAuthSession, RedfishAuthBasic} }
+
+func rfWithAuth(mode string) func(*RedfishOptions) {
+	return func(o *RedfishOptions) { o.Auth = mode }
+}
+
+func rfCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// rfCheckErr asserts err is a driver *Error of the wanted kind that names the
+// node and endpoint and does not leak the password.
+func rfCheckErr(t *testing.T, err error, want ErrorKind, endpoint string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want kind %s", want)
+	}
+	var be *Error
+	if !errors.As(err, &be) {
+		t.Fatalf("error %v (%T) is not a *fencing.Error", err, err)
+	}
+	if be.Kind != want {
+		t.Errorf("kind = %s, want %s (error: %v)", be.Kind, want, err)
+	}
+	if be.Node != "node-a" || be.Endpoint != endpoint || be.Op == "" {
+		t.Errorf("error fields Node=%q Endpoint=%q Op=%q, want node-a, %s and an op", be.Node, be.Endpoint, be.Op, endpoint)
+	}
+	rfCheckNoPassword(t, err)
+}
+
+func rfCheckNoPassword(t *testing.T, err error) {
+	t.Helper()
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		for _, s := range []string{e.Error(), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e)} {
+			if strings.Contains(s, rfTestPassword) {
+				t.Fatalf("password leaked into error: %s", s)
+			}
+		}
+	}
+}
+
+func rfCheckNoSessions(t *testing.T, sim *redfishsim.Server) {
+	t.Helper()
+	if n := sim.ActiveSessions(); n != 0 {
+		t.Errorf("%d sessions left open on the BMC, want 0", n)
+	}
+}
+
+func TestRedfishPowerState(t *testing.T) {
+	tests := []struct {
+		redfish  string
+		want     PowerState
+		wantKind ErrorKind
+	}{
+		{redfish: "On", want: PowerOn},
+		{redfish: "Off", want: PowerOff},
+		{redfish: "PoweringOff", want: PowerOn},
+		{redfish: "PoweringOn", want: PowerOn},
+		{redfish: "Paused", want: PowerUnknown, wantKind: KindBMC},
+		{redfish: "off", want: PowerUnknown, wantKind: KindBMC},
+		{redfish: "", want: PowerUnknown, wantKind: KindBMC},
+	}
+	for _, mode := range rfAuthModes() {
+		for _, tc := range tests {
+			t.Run(mode+"/"+tc.redfish+"_", func(t *testing.T) {
+				sim := rfNewSim(t, redfishsim.Options{})
+				sim.SetPowerState(tc.redfish)
+				d := rfNewDriver(t, sim.URL, rfWithAuth(mode))
+				got, err := d.PowerState(rfCtx(t, 10*time.Second))
+				if tc.wantKind != "" {
+					rfCheckErr(t, err, tc.wantKind, sim.URL)
+				} else if err != nil {
+					t.Fatalf("PowerState: %v", err)
+				}
+				if got != tc.want {
+					t.Errorf("PowerState = %s, want %s", got, tc.want)
+				}
+				rfCheckNoSessions(t, sim)
+			})
+		}
+	}
+}
+
+func TestRedfishPowerActions(t *testing.T) {
+	tests := []struct {
+		name       string
+		resetTypes []string // nil = simulator default (ForceOff, On, ForceRestart)
+		initial    string
+		action     func(*Redfish, context.Context) error
+		wantState  PowerState
+		wantResets []string
+		wantKind   ErrorKind
+	}{
+		{name: "off reads off", initial: "On", action: (*Redfish).PowerOff, wantState: PowerOff, wantResets: []string{"ForceOff"}},
+		{name: "on reads on", initial: "Off", action: (*Redfish).PowerOn, wantState: PowerOn, wantResets: []string{"On"}},
+		{name: "cycle uses ForceRestart", initial: "On", action: (*Redfish).PowerCycle, wantState: PowerOn, wantResets: []string{"ForceRestart"}},
+		{
+			name: "cycle without ForceRestart is off then on", resetTypes: []string{"ForceOff", "On"},
+			initial: "On", action: (*Redfish).PowerCycle, wantState: PowerOn, wantResets: []string{"ForceOff", "On"},
+		},
+		{
+			name: "off not advertised", resetTypes: []string{"On", "GracefulShutdown"},
+			initial: "On", action: (*Redfish).PowerOff, wantState: PowerOn, wantKind: KindNotSupported,
+		},
+	}
+	for _, mode := range rfAuthModes() {
+		for _, tc := range tests {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				sim := rfNewSim(t, redfishsim.Options{PowerState: tc.initial, ResetTypes: tc.resetTypes})
+				d := rfNewDriver(t, sim.URL, rfWithAuth(mode))
+				ctx := rfCtx(t, 10*time.Second)
+				err := tc.action(d, ctx)
+				if tc.wantKind != "" {
+					rfCheckErr(t, err, tc.wantKind, sim.URL)
+				} else if err != nil {
+					t.Fatalf("action: %v", err)
+				}
+				if got := sim.Resets(); !slices.Equal(got, tc.wantResets) {
+					t.Errorf("resets received = %v, want %v", got, tc.wantResets)
+				}
+				got, err := d.PowerState(ctx)
+				if err != nil || got != tc.wantState {
+					t.Errorf("PowerState after action = %s, %v; want %s", got, err, tc.wantState)
+				}
+				rfCheckNoSessions(t, sim)
+			})
+		}
+	}
+}
+
+func TestRedfishSystemGUID(t *testing.T) {
+	const canonical = "4c4c4544-0042-3510-8053-b4c04f4a3232"
+	tests := []struct {
+		uuid     string
+		want     string
+		wantKind ErrorKind
+	}{
+		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A3232", want: canonical},
+		{uuid: canonical, want: canonical},
+		{uuid: "4C4C454400423510 8053B4C04F4A3232", wantKind: KindBMC},
+		{uuid: "4C4C45440042351080 53B4C04F4A3232", wantKind: KindBMC},
+		{uuid: "4C4C4544004235108053B4C04F4A3232", want: canonical},
+		{uuid: "{4C4C4544-0042-3510-8053-B4C04F4A3232}", want: canonical},
+		{uuid: "urn:uuid:4c4c4544-0042-3510-8053-b4c04f4a3232", want: canonical},
+		{uuid: "", wantKind: KindNotSupported},
+		{uuid: "not-a-uuid", wantKind: KindBMC},
+		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A32ZZ", wantKind: KindBMC},
+		{uuid: "4C4C45440-042-3510-8053-B4C04F4A3232", wantKind: KindBMC},
+	}
+	for _, tc := range tests {
+		t.Run(tc.uuid, func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{UUID: tc.uuid})
+			d := rfNewDriver(t, sim.URL, nil)
+			got, err := d.SystemGUID(rfCtx(t, 10*time.Second))
+			if tc.wantKind != "" {
+				rfCheckErr(t, err, tc.wantKind, sim.URL)
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("SystemGUID = %q, %v; want %q", got, err, tc.want)
+			}
+			rfCheckNoSessions(t, sim)
+		})
+	}
+}
+
+func TestRedfishAuth(t *testing.T) {
+	for _, mode := range rfAuthModes() {
+		t.Run(mode+"/wrong password", func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
+			d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.Retries = 3
+				o.Credentials.Password = rfStaticPassword(rfTestPassword + "-wrong")
+			})
+			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindAuth, sim.URL)
+			if got != PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			}
+			if strings.Contains(err.Error(), rfTestPassword+"-wrong") {
+				t.Errorf("wrong password leaked: %v", err)
+			}
+			// A refused credential must not be retried: it can lock the
+			// account on BMCs with lockout policies.
+			if n := rfCountRequests(sim, "GET "+redfishsim.ServiceRootPath); n != 1 {
+				t.Errorf("service root fetched %d times, want 1 (no retries on auth errors)", n)
+			}
+			rfCheckNoSessions(t, sim)
+		})
+
+		t.Run(mode+"/password source fails", func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{})
+			d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.Credentials.Password = func() (string, error) { return "", errors.New("secret file missing") }
+			})
+			_, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindAuth, sim.URL)
+			if len(sim.Requests()) != 0 {
+				t.Errorf("BMC contacted without a password: %v", sim.Requests())
+			}
+		})
+
+		t.Run(mode+"/empty password", func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
+			d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.Credentials.Password = rfStaticPassword("")
+			})
+			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindAuth, sim.URL)
+			if got != PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			}
+		})
+
+		t.Run(mode+"/rotated password is picked up", func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{})
+			var mu sync.Mutex
+			current := rfTestPassword
+			d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.Credentials.Password = func() (string, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					return current, nil
+				}
+			})
+			ctx := rfCtx(t, 10*time.Second)
+			if _, err := d.PowerState(ctx); err != nil {
+				t.Fatalf("before rotation: %v", err)
+			}
+			sim.SetPassword(rfTestPassword + "-2")
+			if _, err := d.PowerState(ctx); KindOf(err) != KindAuth {
+				t.Fatalf("after BMC rotation with old secret: err = %v, want kind auth", err)
+			}
+			mu.Lock()
+			current = rfTestPassword + "-2"
+			mu.Unlock()
+			if _, err := d.PowerState(ctx); err != nil {
+				t.Fatalf("after secret rotation: %v", err)
+			}
+			rfCheckNoSessions(t, sim)
+		})
+	}
+}
+
+func rfCountRequests(sim *redfishsim.Server, req string) int {
+	n := 0
+	for _, r := range sim.Requests() {
+		if r == req {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRedfishBMCFaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		fault    redfishsim.Fault
+		wantKind ErrorKind
+	}{
+		{name: "404 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusNotFound}, wantKind: KindBMC},
+		{name: "500 everywhere", fault: redfishsim.Fault{Status: http.StatusInternalServerError}, wantKind: KindBMC},
+		{name: "500 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantKind: KindBMC},
+		{name: "503 on service root", fault: redfishsim.Fault{Path: redfishsim.ServiceRootPath, Status: http.StatusServiceUnavailable}, wantKind: KindBMC},
+		{name: "401 everywhere", fault: redfishsim.Fault{Status: http.StatusUnauthorized}, wantKind: KindAuth},
+		{name: "403 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden}, wantKind: KindAuth},
+		{name: "malformed JSON on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, MalformedJSON: true}, wantKind: KindBMC},
+		{name: "malformed JSON everywhere", fault: redfishsim.Fault{MalformedJSON: true}, wantKind: KindBMC},
+	}
+	for _, mode := range rfAuthModes() {
+		for _, tc := range tests {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				// The system really is off: a fault must still never read
+				// as off.
+				sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
+				d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+					o.Auth = mode
+					o.Retries = 2
+				})
+				sim.SetFault(tc.fault)
+				got, err := d.PowerState(rfCtx(t, 10*time.Second))
+				rfCheckErr(t, err, tc.wantKind, sim.URL)
+				if got != PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+				}
+				if n := rfCountRequests(sim, "GET "+redfishsim.ServiceRootPath); n != 1 {
+					t.Errorf("service root fetched %d times, want 1 (BMC errors are not retried)", n)
+				}
+				if tc.fault.Path != "" {
+					// Logout is not on the faulty path, so it must work.
+					rfCheckNoSessions(t, sim)
+				}
+			})
+		}
+	}
+}
+
+func TestRedfishTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	tests := []struct {
+		name    string
+		path    string
+		retries int
+		ctx     time.Duration // 0 = no caller deadline
+		budget  time.Duration
+	}{
+		{name: "slow everywhere, no retries", retries: 0, budget: timeout},
+		{name: "slow everywhere, retries", retries: 2, budget: 3*timeout + 2*redfishRetryPause},
+		{name: "slow system, retries", path: redfishsim.SystemPath, retries: 1, budget: 2*timeout + redfishRetryPause},
+		{name: "caller deadline beats retries", retries: 5, ctx: 400 * time.Millisecond, budget: 400 * time.Millisecond},
+		{name: "caller deadline beats timeout", path: redfishsim.SystemPath, retries: 0, ctx: 150 * time.Millisecond, budget: 150 * time.Millisecond},
+	}
+	for _, mode := range rfAuthModes() {
+		for _, tc := range tests {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
+				d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+					o.Auth = mode
+					o.Timeout = timeout
+					o.Retries = tc.retries
+				})
+				sim.SetFault(redfishsim.Fault{Path: tc.path, Delay: 5 * time.Second})
+				ctx := context.Background()
+				if tc.ctx > 0 {
+					ctx = rfCtx(t, tc.ctx)
+				}
+				start := time.Now()
+				got, err := d.PowerState(ctx)
+				elapsed := time.Since(start)
+				rfCheckErr(t, err, KindTimeout, sim.URL)
+				if got != PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+				}
+				if elapsed > 2*tc.budget {
+					t.Errorf("returned after %s, want at most %s (2x budget)", elapsed, 2*tc.budget)
+				}
+				if tc.path != "" {
+					// Sessions opened before the slow request must still be
+					// logged out, in the background if the caller's deadline
+					// has passed; Close waits for that.
+					_ = d.Close()
+					rfCheckNoSessions(t, sim)
+				}
+			})
+		}
+	}
+}
+
+func TestRedfishUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	_ = l.Close()
+
+	for _, mode := range rfAuthModes() {
+		t.Run(mode, func(t *testing.T) {
+			d := rfNewDriver(t, endpoint, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.Retries = 2
+			})
+			start := time.Now()
+			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindUnreachable, endpoint)
+			if got != PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			}
+			if elapsed := time.Since(start); elapsed > 2*time.Second {
+				t.Errorf("refused connection took %s", elapsed)
+			}
+		})
+	}
+}
+
+func TestRedfishTLS(t *testing.T) {
+	sim := rfNewSim(t, redfishsim.Options{TLS: true, PowerState: "Off", UUID: "4C4C4544-0042-3510-8053-B4C04F4A3232"})
+	caFile := filepath.Join(t.TempDir(), "bmc-ca.pem")
+	if err := os.WriteFile(caFile, sim.CACertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name     string
+		edit     func(*RedfishOptions)
+		want     PowerState
+		wantKind ErrorKind
+	}{
+		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: PowerOff},
+		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: PowerOff},
+		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: PowerUnknown, wantKind: KindBMC},
+		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: PowerOff},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := rfNewDriver(t, sim.URL, tc.edit)
+			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			if tc.wantKind != "" {
+				rfCheckErr(t, err, tc.wantKind, sim.URL)
+			} else if err != nil {
+				t.Fatalf("PowerState: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("PowerState = %s, want %s", got, tc.want)
+			}
+			rfCheckNoSessions(t, sim)
+		})
+	}
+}
+
+// TestRedfishPasswordNeverInErrors uses a BMC that echoes the login request
+// in its error body, the worst case for leaking the password.
+func TestRedfishPasswordNeverInErrors(t *testing.T) {
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/redfish/v1/" {
+			_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/","Links":{"Sessions":{"@odata.id":"/redfish/v1/SessionService/Sessions"}}}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		user, pass, _ := r.BasicAuth()
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":{"message":"bad login %s %s:%s"}}`, body, user, pass)
+	}))
+	t.Cleanup(echo.Close)
+
+	for _, mode := range rfAuthModes() {
+		t.Run(mode, func(t *testing.T) {
+			d := rfNewDriver(t, echo.URL, rfWithAuth(mode))
+			_, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindAuth, echo.URL)
+			if !strings.Contains(err.Error(), "<redacted>") {
+				t.Errorf("expected the echoed password to be redacted, got: %v", err)
+			}
+		})
+	}
+
+	t.Run("endpoint with credentials", func(t *testing.T) {
+		_, err := NewRedfish(RedfishOptions{
+			Endpoint:    "https://root:" + rfTestPassword + "@127.0.0.1:443",
+			Credentials: Credentials{Username: "fenced", Password: rfStaticPassword(rfTestPassword)},
+		})
+		if err == nil {
+			t.Fatal("NewRedfish accepted credentials in the endpoint URL")
+		}
+		rfCheckNoPassword(t, err)
+	})
+}
+
+func TestRedfishDiscoverSystem(t *testing.T) {
+	t.Run("single member", func(t *testing.T) {
+		sim := rfNewSim(t, redfishsim.Options{PowerState: "Off", UUID: "4C4C4544-0042-3510-8053-B4C04F4A3232"})
+		d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) { o.SystemPath = "" })
+		ctx := rfCtx(t, 10*time.Second)
+		got, err := d.PowerState(ctx)
+		if err != nil || got != PowerOff {
+			t.Fatalf("PowerState = %s, %v; want off", got, err)
+		}
+		if err := d.PowerOn(ctx); err != nil {
+			t.Fatalf("PowerOn: %v", err)
+		}
+		if got := sim.Resets(); !slices.Equal(got, []string{"On"}) {
+			t.Errorf("resets = %v, want [On]", got)
+		}
+		if n := rfCountRequests(sim, "GET "+redfishsim.SystemsPath); n != 1 {
+			t.Errorf("Systems collection read %d times, want 1 (discovery is cached)", n)
+		}
+		rfCheckNoSessions(t, sim)
+	})
+
+	for _, members := range []int{0, 2} {
+		t.Run(fmt.Sprintf("%d members", members), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/redfish/v1/":
+					_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/","Systems":{"@odata.id":"/redfish/v1/Systems"}}`)
+				case "/redfish/v1/Systems":
+					var m []string
+					for i := range members {
+						m = append(m, fmt.Sprintf(`{"@odata.id":"/redfish/v1/Systems/%d"}`, i+1))
+					}
+					fmt.Fprintf(w, `{"Members":[%s]}`, strings.Join(m, ","))
+				default:
+					_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/Systems/1","PowerState":"Off"}`)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			d := rfNewDriver(t, srv.URL, func(o *RedfishOptions) {
+				o.SystemPath = ""
+				o.Auth = RedfishAuthBasic
+			})
+			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			rfCheckErr(t, err, KindBMC, srv.URL)
+			if got != PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			}
+		})
+	}
+}
+
+func TestNewRedfishValidation(t *testing.T) {
+	creds := Credentials{Username: "fenced", Password: rfStaticPassword(rfTestPassword)}
+	tests := []struct {
+		name string
+		opts RedfishOptions
+	}{
+		{name: "no scheme", opts: RedfishOptions{Endpoint: "127.0.0.1:443", Credentials: creds}},
+		{name: "ftp scheme", opts: RedfishOptions{Endpoint: "ftp://127.0.0.1", Credentials: creds}},
+		{name: "path", opts: RedfishOptions{Endpoint: "https://127.0.0.1/redfish/v1", Credentials: creds}},
+		{name: "no user", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: Credentials{Password: rfStaticPassword("x")}}},
+		{name: "no password source", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: Credentials{Username: "u"}}},
+		{name: "bad auth", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: creds, Auth: "digest"}},
+		{name: "relative system path", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: creds, SystemPath: "Systems/1"}},
+		{name: "missing CA file", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: creds, CAFile: "/nonexistent/ca.pem"}},
+		{name: "CA and insecure", opts: RedfishOptions{Endpoint: "https://127.0.0.1", Credentials: creds, CAFile: "/x", InsecureSkipVerify: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewRedfish(tc.opts); err == nil {
+				t.Fatal("NewRedfish accepted invalid options")
+			} else {
+				rfCheckNoPassword(t, err)
+			}
+		})
+	}
+
+	t.Run("trailing slash is normalised", func(t *testing.T) {
+		d, err := NewRedfish(RedfishOptions{Endpoint: "https://127.0.0.1:8443/", Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.endpoint != "https://127.0.0.1:8443" {
+			t.Errorf("endpoint = %q", d.endpoint)
+		}
+	})
+}
+
+func TestRedfishCallerContextAlreadyDone(t *testing.T) {
+	sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
+	d := rfNewDriver(t, sim.URL, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got, err := d.PowerState(ctx)
+	rfCheckErr(t, err, KindTimeout, sim.URL)
+	if got != PowerUnknown {
+		t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+	}
+	if len(sim.Requests()) != 0 {
+		t.Errorf("BMC contacted after the caller gave up: %v", sim.Requests())
+	}
+}
+
+// TestRedfishConcurrentOperations runs operations in parallel on one driver;
+// with -race it guards against sharing mutable per-connection state.
+func TestRedfishConcurrentOperations(t *testing.T) {
+	for _, mode := range rfAuthModes() {
+		t.Run(mode, func(t *testing.T) {
+			sim := rfNewSim(t, redfishsim.Options{PowerState: "Off", UUID: "4C4C4544-0042-3510-8053-B4C04F4A3232"})
+			d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
+				o.Auth = mode
+				o.SystemPath = ""
+			})
+			ctx := rfCtx(t, 20*time.Second)
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for range 8 {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					if st, err := d.PowerState(ctx); err != nil || st != PowerOff {
+						errs <- fmt.Errorf("PowerState = %s, %v", st, err)
+					}
+				}()
+				go func() {
+					defer wg.Done()
+					if _, err := d.SystemGUID(ctx); err != nil {
+						errs <- fmt.Errorf("SystemGUID: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			rfCheckNoSessions(t, sim)
+		})
+	}
+}
