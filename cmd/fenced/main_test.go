@@ -5,9 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,15 +215,86 @@ bmc:
 		})
 	}
 
-	t.Run("valid config runs until stopped", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	t.Run("valid config serves health and metrics, notifies systemd, stops on signal", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "notify.sock")
+		notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { notify.Close() })
+		t.Setenv("NOTIFY_SOCKET", sock)
+
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		code, _, errOut := fenced(t, ctx, "agent", "--config", valid, "--kubeconfig", kubeconfig, "--log-format", "json")
-		if code != exitOK || !strings.Contains(errOut, `"msg":"agent started"`) || !strings.Contains(errOut, `"role":"observer"`) ||
-			!strings.Contains(errOut, `"msg":"agent stopping"`) {
-			t.Fatalf("code %d, stderr %q", code, errOut)
+		stderr := &syncBuffer{}
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"agent", "--config", valid, "--kubeconfig", kubeconfig,
+				"--log-format", "json", "--metrics-address", "127.0.0.1:0"}, io.Discard, stderr)
+		}()
+
+		buf := make([]byte, 256)
+		_ = notify.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := notify.Read(buf)
+		if err != nil || string(buf[:n]) != "READY=1" {
+			t.Fatalf("sd_notify: %q, %v; agent log: %s", buf[:n], err, stderr)
+		}
+		addr := regexp.MustCompile(`"msg":"serving metrics and health","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
+		if addr == nil {
+			t.Fatalf("no metrics address logged: %s", stderr)
+		}
+		for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "fenced_build_info"} {
+			resp, err := http.Get("http://" + addr[1] + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+				t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
+			}
+		}
+
+		cancel() // what SIGTERM does through signal.NotifyContext
+		select {
+		case code := <-done:
+			if code != exitOK {
+				t.Fatalf("exit code %d: %s", code, stderr)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("agent did not stop")
+		}
+		log := stderr.String()
+		for _, want := range []string{`"msg":"agent started"`, `"role":"observer"`, `"msg":"agent stopping"`} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %s: %s", want, log)
+			}
+		}
+		if n, _ := notify.Read(buf); string(buf[:n]) != "STATUS=running as observer" {
+			t.Errorf("second notification %q", buf[:n])
+		}
+		if n, _ := notify.Read(buf); string(buf[:n]) != "STOPPING=1" {
+			t.Errorf("third notification %q", buf[:n])
 		}
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestVersionAndHelp(t *testing.T) {

@@ -1,0 +1,60 @@
+package heartbeat
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+func TestDefaultsAreMemberlistLANProfile(t *testing.T) {
+	mc, err := Config{NodeName: "node-a", ClusterName: "prod", SecretKey: make([]byte, 32)}.MemberlistConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lan := memberlist.DefaultLANConfig()
+	if mc.ProbeInterval != lan.ProbeInterval || mc.ProbeTimeout != lan.ProbeTimeout ||
+		mc.SuspicionMult != lan.SuspicionMult || mc.GossipInterval != lan.GossipInterval || mc.BindPort != lan.BindPort {
+		t.Errorf("defaults drifted from memberlist's LAN profile: %+v", mc)
+	}
+	if mc.Name != "node-a" || mc.Label != "prod" || len(mc.SecretKey) != 32 {
+		t.Errorf("identity not applied: name %q label %q key %d bytes", mc.Name, mc.Label, len(mc.SecretKey))
+	}
+}
+
+func TestOverridesAndValidation(t *testing.T) {
+	key := make([]byte, 16)
+	cases := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"tuned for fast detection", Config{NodeName: "a", SecretKey: key, ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 2, BindPort: 17946}, ""},
+		{"insecure without key", Config{NodeName: "a", Insecure: true}, ""},
+		{"no key", Config{NodeName: "a"}, "no gossip encryption key"},
+		{"short key", Config{NodeName: "a", SecretKey: make([]byte, 10)}, "gossip key is 10 bytes"},
+		{"no name", Config{SecretKey: key}, "node name is required"},
+		{"timeout not below interval", Config{NodeName: "a", SecretKey: key, ProbeInterval: time.Second, ProbeTimeout: time.Second}, "must be shorter"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mc, err := tc.cfg.MemberlistConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cfg.ProbeInterval != 0 && (mc.ProbeInterval != tc.cfg.ProbeInterval || mc.SuspicionMult != tc.cfg.SuspicionMult || mc.BindPort != tc.cfg.BindPort) {
+				t.Errorf("overrides not applied: %+v", mc)
+			}
+			if tc.cfg.Insecure && mc.SecretKey != nil {
+				t.Error("insecure config carries a key")
+			}
+		})
+	}
+}
