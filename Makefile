@@ -12,7 +12,9 @@ BENCHSTAT    := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4
 BENCH_COUNT  ?= 6
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build deps test test-short lint bench demo clean help
+CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
+
+.PHONY: all build deps kube-binaries test test-short e2e lint bench demo cluster-up cluster-down clean help
 
 all: build
 
@@ -25,9 +27,15 @@ build: ## build bin/fenced
 deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2)
 	./hack/install-deps.sh
 
-test: deps ## the full suite: unit + integration against real BMC simulators
+kube-binaries: ## build the pinned Kubernetes binaries once (cached outside the repo, ~6-9 min cold)
+	./hack/kube-binaries.sh >/dev/null
+
+test: deps kube-binaries ## the full suite: unit, integration (BMC simulators) and end-to-end scenarios
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+e2e: deps kube-binaries ## only the end-to-end scenarios on the local cluster harness, verbose
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
 
 test-short: ## fast unit tests only (no simulators, no cluster)
 	$(GO) test -short -count=1 ./...
@@ -48,6 +56,25 @@ demo: ## (coming) bring up the local cluster, pull a node's plug, show the recov
 	@echo "It will start a control plane, 3 machines behind simulated BMCs, run fenced,"
 	@echo "cut one machine's power and print the recovery timeline."
 	@echo "Today you can try the BMC side: make build && bin/fenced bmc --help"
+
+cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (see README)
+	@mkdir -p bin $(CLUSTER_STATE)
+	$(GO) build -o bin/fenced-cluster ./test/harness/fenced-cluster
+	@if [ -f $(CLUSTER_STATE)/pid ] && kill -0 $$(cat $(CLUSTER_STATE)/pid) 2>/dev/null; then \
+	  echo "already running (pid $$(cat $(CLUSTER_STATE)/pid)); make cluster-down first"; exit 1; fi
+	@nohup bin/fenced-cluster -state $(CLUSTER_STATE) > $(CLUSTER_STATE)/cluster.log 2>&1 & echo $$! > $(CLUSTER_STATE)/pid
+	@for i in $$(seq 600); do \
+	  [ -f $(CLUSTER_STATE)/ready ] && break; \
+	  kill -0 $$(cat $(CLUSTER_STATE)/pid) 2>/dev/null || { tail -30 $(CLUSTER_STATE)/cluster.log; exit 1; }; \
+	  sleep 0.5; done
+	@sed -n '/^cluster ready/,$$p' $(CLUSTER_STATE)/cluster.log
+
+cluster-down: ## stop the cluster started by cluster-up
+	@if [ -f $(CLUSTER_STATE)/pid ]; then \
+	  pid=$$(cat $(CLUSTER_STATE)/pid); kill $$pid 2>/dev/null; \
+	  for i in $$(seq 120); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
+	  rm -f $(CLUSTER_STATE)/pid; echo "cluster stopped"; \
+	else echo "no cluster running"; fi
 
 clean: ## remove build output
 	rm -rf bin

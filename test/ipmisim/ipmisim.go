@@ -87,6 +87,8 @@ func start(t testing.TB, o Options) (*Sim, error) {
 	}
 	if s.Dir == "" {
 		s.Dir = t.TempDir()
+	} else if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return nil, err
 	}
 	if s.Password == "" {
 		s.Password = "pw-" + randomHex(6)

@@ -1,0 +1,113 @@
+//go:build hollowkubelet
+
+// Command hollow-kubelet is kubemark's hollow kubelet (real kubelet code,
+// fake container runtime, fake cAdvisor) with three changes the fenced test
+// harness needs. hack/kube-binaries.sh builds it inside the throwaway module
+// that requires k8s.io/kubernetes; it is not part of fenced's own module.
+//
+//  1. Controller-managed attach/detach is on (kubemark hard-codes it off, and
+//     a kubelet that attaches CSI volumes itself is refused since v1.34):
+//     the attach/detach controller, VolumeAttachments and the
+//     out-of-service taint's force detach all work as on a real node.
+//  2. The node reports a boot ID and a system UUID (the fake cAdvisor
+//     reports empty ones), so fencing can tell a rebooted node from one that
+//     was never off and check the BMC's identity.
+//  3. The root directory and the fake runtime's socket live under --root-dir
+//     instead of fresh /tmp directories, one per machine boot.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	cadvisorapi "github.com/google/cadvisor/info/v1"
+	"go.opentelemetry.io/otel/trace/noop"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	remote "k8s.io/cri-client/pkg"
+	fakeremote "k8s.io/cri-client/pkg/fake"
+	"k8s.io/klog/v2"
+	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
+	"k8s.io/kubernetes/pkg/kubelet/cm"
+	"k8s.io/kubernetes/pkg/kubemark"
+)
+
+// machineInfo adds the machine's identity to the fake cAdvisor.
+type machineInfo struct {
+	cadvisortest.Fake
+	bootID, systemUUID string
+}
+
+func (m *machineInfo) MachineInfo() (*cadvisorapi.MachineInfo, error) {
+	info, err := m.Fake.MachineInfo()
+	if err != nil {
+		return nil, err
+	}
+	info.BootID, info.SystemUUID = m.bootID, m.systemUUID
+	return info, nil
+}
+
+func main() {
+	klog.InitFlags(nil)
+	name := flag.String("name", "", "node name")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig with the node's credentials")
+	rootDir := flag.String("root-dir", "", "kubelet root directory (plugins_registry lives here)")
+	port := flag.Int("kubelet-port", 10250, "kubelet server port")
+	bootID := flag.String("boot-id", "", "boot ID to report in status.nodeInfo.bootID")
+	systemUUID := flag.String("system-uuid", "", "system UUID to report in status.nodeInfo.systemUUID")
+	flag.Parse()
+	if *name == "" || *kubeconfig == "" || *rootDir == "" {
+		klog.Fatal("--name, --kubeconfig and --root-dir are required")
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		klog.Fatal(err)
+	}
+	cfg.UserAgent = "hollow-kubelet"
+	client := clientset.NewForConfigOrDie(cfg)
+
+	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{NodeName: *name, KubeletPort: *port, MaxPods: 110})
+	_ = os.RemoveAll(f.RootDirectory) // the /tmp dir kubemark made; ours is --root-dir
+	f.RootDirectory = *rootDir
+	c.StaticPodPath = filepath.Join(*rootDir, "static-pods")
+	c.PodLogsDir = filepath.Join(*rootDir, "pod-logs")
+	for _, d := range []string{c.StaticPodPath, c.PodLogsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			klog.Fatal(err)
+		}
+	}
+	c.EnableControllerAttachDetach = true
+	klog.Infof("Using %s as root dir for hollow-kubelet", *rootDir)
+
+	// As kubemark does: heartbeats time out no later than the lease.
+	hb := *cfg
+	hb.Timeout = c.NodeStatusUpdateFrequency.Duration
+	if lease := time.Duration(c.NodeLeaseDurationSeconds) * time.Second; hb.Timeout > lease {
+		hb.Timeout = lease
+	}
+	hb.QPS = -1
+	heartbeat := clientset.NewForConfigOrDie(&hb)
+
+	endpoint := "unix://" + filepath.Join(*rootDir, "runtime.sock")
+	rt := fakeremote.NewFakeRemoteRuntime()
+	if err := rt.Start(endpoint); err != nil {
+		klog.Fatal(err)
+	}
+	defer rt.Stop()
+	logger := klog.Background()
+	rs, err := remote.NewRemoteRuntimeService(endpoint, 15*time.Second, noop.NewTracerProvider(), &logger)
+	if err != nil {
+		klog.Fatal(err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cadvisor := &machineInfo{Fake: cadvisortest.Fake{NodeName: *name}, bootID: *bootID, systemUUID: *systemUUID}
+	kubemark.NewHollowKubelet(f, c, client, heartbeat, cadvisor, rt.ImageService, rs, cm.NewStubContainerManager()).Run(ctx)
+}

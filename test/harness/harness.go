@@ -1,0 +1,313 @@
+// Package harness assembles the local test cluster: a real control plane
+// (package cluster) on a bridge of its own, and machines — each a network
+// namespace with a hollow kubelet, the test CSI node plugin and its volume
+// writers — behind OpenIPMI ipmi_sim BMCs whose power is the machine's
+// process group. Scenarios use it to pull plugs, hang nodes and cut
+// networks, and then look at what Kubernetes (and later fenced) did.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"fenced.io/fenced/test/cluster"
+	"fenced.io/fenced/test/csi"
+	"fenced.io/fenced/test/ipmisim"
+	"fenced.io/fenced/test/machine"
+	"fenced.io/fenced/test/netns"
+)
+
+// Options configure Start.
+type Options struct {
+	// Machines are the node names to create (default: node-a, node-b).
+	Machines []string
+	// Subnet is the bridge's /24 in 198.18.0.0/15 (default: a random one,
+	// so parallel test binaries do not collide).
+	Subnet string
+	// Cluster configures the control plane; BindAddress is set by Start.
+	Cluster cluster.Options
+	// Extra returns further processes each machine starts at boot.
+	Extra func(m *Machine) [][]string
+}
+
+// Harness is a running test cluster.
+type Harness struct {
+	Cluster    *cluster.Cluster
+	Net        *netns.Network
+	Machines   []*Machine
+	VolumesDir string
+	Attacher   *csi.Attacher
+	Dir        string
+
+	t testing.TB
+}
+
+// Machine is one simulated computer and its BMC.
+type Machine struct {
+	Name string
+	Host *netns.Host
+	BMC  *ipmisim.Sim
+	Dir  string
+
+	mu             sync.Mutex
+	bmcPasswordSet string // non-empty while BMCWrongPassword is in effect
+}
+
+// Start brings up the control plane, the network, the CSI attacher and the
+// machines, and waits until every machine's Node is Ready. Everything is
+// torn down at test cleanup, also when the test fails.
+func Start(ctx context.Context, t testing.TB, o Options) *Harness {
+	t.Helper()
+	if len(o.Machines) == 0 {
+		o.Machines = []string{"node-a", "node-b"}
+	}
+	if o.Subnet == "" {
+		o.Subnet = fmt.Sprintf("198.18.%d.0/24", 10+rand.IntN(240))
+	}
+	start := time.Now()
+	h := &Harness{t: t, Dir: t.TempDir()}
+	h.VolumesDir = filepath.Join(h.Dir, "volumes")
+	if err := os.MkdirAll(h.VolumesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if h.Net, err = netns.New(o.Subnet); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Net.Close() })
+
+	copts := o.Cluster
+	copts.BindAddress = h.Net.Gateway.String()
+	h.Cluster = cluster.MustStart(ctx, t, copts)
+	t.Logf("harness: control plane %s ready after %s", h.Cluster.Version, time.Since(start).Round(time.Millisecond))
+
+	client := h.Cluster.Client()
+	if err := csi.EnsureCSIDriver(ctx, client); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	attacherLog, err := os.Create(filepath.Join(h.Dir, "attacher.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { attacherLog.Close() })
+	h.Attacher = csi.NewAttacher(client, slog.New(slog.NewTextHandler(attacherLog, nil)))
+	attachCtx, stopAttacher := context.WithCancel(context.Background())
+	t.Cleanup(stopAttacher)
+	go h.Attacher.Run(attachCtx)
+
+	launcher, err := buildLauncher()
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	for _, name := range o.Machines {
+		m, err := h.addMachine(name, launcher, o.Extra)
+		if err != nil {
+			t.Fatalf("harness: machine %s: %v", name, err)
+		}
+		h.Machines = append(h.Machines, m)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			h.dumpMachineLogs()
+		}
+		// Machines go first: their processes keep the namespaces busy.
+		for _, m := range h.Machines {
+			m.BMC.Stop()
+		}
+	})
+	for _, m := range h.Machines {
+		if err := h.WaitNodeReady(ctx, m.Name, 3*time.Minute); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	t.Logf("harness: %d machines Ready after %s", len(h.Machines), time.Since(start).Round(time.Millisecond))
+	return h
+}
+
+func (h *Harness) addMachine(name, launcher string, extra func(*Machine) [][]string) (*Machine, error) {
+	host, err := h.Net.AddHost(name)
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{Name: name, Host: host, Dir: filepath.Join(h.Dir, "machines", name)}
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The machine's identity: its BMC reports this UUID as System GUID and
+	// its kubelet as status.nodeInfo.systemUUID, as on real hardware.
+	systemUUID := uuid.NewString()
+	kubeconfig, err := h.Cluster.UserKubeconfig("system:node:"+name, "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+	argv := host.Wrap(launcher,
+		"--name="+name,
+		"--dir="+m.Dir,
+		"--kubeconfig="+kubeconfig,
+		"--hollow-kubelet="+h.Cluster.HollowKubelet,
+		"--system-uuid="+systemUUID,
+		"--volumes-dir="+h.VolumesDir)
+	if extra != nil {
+		if procs := extra(m); len(procs) > 0 {
+			argv = append(argv, "--extra="+jsonArgv(procs))
+		}
+	}
+	startCmd := "exec " + shellJoin(argv) + " >>" + shellQuote(filepath.Join(m.Dir, "machine.log")) + " 2>&1"
+	m.BMC = ipmisim.Start(h.t, ipmisim.Options{Name: name, Dir: filepath.Join(m.Dir, "bmc"), StartCmd: startCmd, SystemUUID: systemUUID})
+	return m, nil
+}
+
+// BootID returns the machine's current boot ID ("" before its first boot).
+func (m *Machine) BootID() string {
+	b, _ := os.ReadFile(filepath.Join(m.Dir, machine.BootIDFile))
+	return strings.TrimSpace(string(b))
+}
+
+// pgid returns the process group of the running machine.
+func (m *Machine) pgid() (int, error) {
+	pid, alive := m.BMC.MachinePID()
+	if !alive {
+		return 0, fmt.Errorf("machine %s is not running", m.Name)
+	}
+	return pid, nil // the launcher leads its own group
+}
+
+// PowerLoss cuts the machine's power: SIGKILL to its whole process group.
+// The BMC stays up and will read "off".
+func (m *Machine) PowerLoss() error { return m.signalGroup(syscall.SIGKILL) }
+
+// Hang freezes every process of the machine (SIGSTOP): the BMC reads "on",
+// nothing on the machine answers, its writers stop mid-stream.
+func (m *Machine) Hang() error { return m.signalGroup(syscall.SIGSTOP) }
+
+// Resume thaws a hung machine (SIGCONT): its writers carry on where they
+// stopped — the hazard fencing exists to prevent.
+func (m *Machine) Resume() error { return m.signalGroup(syscall.SIGCONT) }
+
+func (m *Machine) signalGroup(sig syscall.Signal) error {
+	pgid, err := m.pgid()
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(-pgid, sig)
+}
+
+// PowerOffViaBMC switches the machine off through its BMC with ipmitool.
+func (m *Machine) PowerOffViaBMC() error {
+	_, err := m.BMC.IPMITool("chassis", "power", "off")
+	return err
+}
+
+// PowerOnViaBMC switches the machine on through its BMC with ipmitool.
+func (m *Machine) PowerOnViaBMC() error {
+	_, err := m.BMC.IPMITool("chassis", "power", "on")
+	return err
+}
+
+// PartitionFromAPI, PartitionFromPeers, Isolate and Heal cut or restore
+// the machine's network (the BMC, on the management side, is untouched).
+func (m *Machine) PartitionFromAPI() error   { return m.Host.PartitionFromAPI() }
+func (m *Machine) PartitionFromPeers() error { return m.Host.PartitionFromPeers() }
+func (m *Machine) Isolate() error            { return m.Host.Isolate() }
+func (m *Machine) Heal() error               { return m.Host.Heal() }
+
+// BMCDown makes the BMC stop answering (SIGSTOP of ipmi_sim); BMCUp undoes it.
+func (m *Machine) BMCDown() { m.BMC.Freeze() }
+
+// BMCUp makes a downed BMC answer again.
+func (m *Machine) BMCUp() { m.BMC.Thaw() }
+
+// BMCWrongPassword changes the BMC user's password, so that credentials
+// configured elsewhere are now wrong. RestoreBMCPassword undoes it.
+func (m *Machine) BMCWrongPassword() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	newPW := "rotated-" + strconv.Itoa(rand.IntN(1e9))
+	if _, err := m.BMC.IPMITool("user", "set", "password", "2", newPW); err != nil {
+		return err
+	}
+	m.bmcPasswordSet = m.BMC.Password
+	m.BMC.Password = newPW // the harness's own ipmitool keeps working
+	return nil
+}
+
+// RestoreBMCPassword sets the BMC password back to the original.
+func (m *Machine) RestoreBMCPassword() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.bmcPasswordSet == "" {
+		return nil
+	}
+	if _, err := m.BMC.IPMITool("user", "set", "password", "2", m.bmcPasswordSet); err != nil {
+		return err
+	}
+	m.BMC.Password, m.bmcPasswordSet = m.bmcPasswordSet, ""
+	return nil
+}
+
+// Machine returns the machine called name.
+func (h *Harness) Machine(name string) *Machine {
+	for _, m := range h.Machines {
+		if m.Name == name {
+			return m
+		}
+	}
+	h.t.Fatalf("harness: no machine %q", name)
+	return nil
+}
+
+func (h *Harness) dumpMachineLogs() {
+	for _, m := range h.Machines {
+		for _, f := range []string{"machine.log", "kubelet.log"} {
+			h.t.Logf("---- %s %s (last 40 lines)\n%s", m.Name, f, tail(filepath.Join(m.Dir, f), 40))
+		}
+	}
+	h.t.Logf("---- attacher.log (last 40 lines)\n%s", tail(filepath.Join(h.Dir, "attacher.log"), 40))
+}
+
+var (
+	launcherOnce sync.Once
+	launcherPath string
+	launcherErr  error
+)
+
+// buildLauncher compiles fenced-machine once per test binary, into a temp
+// dir that Cleanup removes.
+func buildLauncher() (string, error) {
+	launcherOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fenced-machine-")
+		if err != nil {
+			launcherErr = err
+			return
+		}
+		out := filepath.Join(dir, "fenced-machine")
+		cmd := exec.Command("go", "build", "-o", out, "fenced.io/fenced/test/machine/fenced-machine")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			launcherErr = fmt.Errorf("building fenced-machine: %v\n%s", err, b)
+			return
+		}
+		launcherPath = out
+	})
+	return launcherPath, launcherErr
+}
+
+// Cleanup removes what Start built once per test binary; call it from
+// TestMain after m.Run.
+func Cleanup() {
+	if launcherPath != "" {
+		_ = os.RemoveAll(filepath.Dir(launcherPath))
+	}
+}
