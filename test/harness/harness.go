@@ -34,8 +34,8 @@ import (
 type Options struct {
 	// Machines are the node names to create (default: node-a, node-b).
 	Machines []string
-	// Subnet is the bridge's /24 in 198.18.0.0/15 (default: a random one,
-	// so parallel test binaries do not collide).
+	// Subnet is the bridge's /24 in 198.18.0.0/15 (default: a free one
+	// chosen at random, so concurrent test binaries do not collide).
 	Subnet string
 	// Cluster configures the control plane; BindAddress is set by Start.
 	Cluster cluster.Options
@@ -75,7 +75,10 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		o.Machines = []string{"node-a", "node-b"}
 	}
 	if o.Subnet == "" {
-		o.Subnet = fmt.Sprintf("198.18.%d.0/24", 10+rand.IntN(240))
+		var err error
+		if o.Subnet, err = netns.FreeSubnet(); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
 	}
 	start := time.Now()
 	h := &Harness{t: t, Dir: t.TempDir()}

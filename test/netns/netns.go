@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -58,6 +59,9 @@ func New(subnet string) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
+	if out, _ := exec.Command("ip", "-4", "route", "show", prefix.Masked().String()).Output(); len(strings.TrimSpace(string(out))) > 0 {
+		return nil, fmt.Errorf("netns: %s is already routed on this host", prefix.Masked())
+	}
 	if prefix.Bits() != 24 || !netip.MustParsePrefix("198.18.0.0/15").Contains(prefix.Addr()) {
 		return nil, fmt.Errorf("netns: %s is not a /24 inside 198.18.0.0/15", subnet)
 	}
@@ -80,6 +84,32 @@ func New(subnet string) (*Network, error) {
 		}
 	}
 	return n, nil
+}
+
+// FreeSubnet returns a /24 of 198.18.0.0/15 that no route of the root
+// namespace covers yet, chosen at random so that concurrent test binaries
+// rarely race for the same one (New fails if they do).
+func FreeSubnet() (string, error) {
+	out, err := exec.Command("ip", "-4", "route", "show").Output()
+	if err != nil {
+		return "", fmt.Errorf("ip route show: %w", err)
+	}
+	used := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			used[f[0]] = true
+		}
+	}
+	for range 100 {
+		// 198.18.10.0 to 198.19.245.0: skip the low and high ends, where
+		// hand-written tests put fixed subnets.
+		n := 10 + mathrand.IntN(492)
+		subnet := fmt.Sprintf("198.%d.%d.0/24", 18+n/256, n%256)
+		if !used[subnet] {
+			return subnet, nil
+		}
+	}
+	return "", errors.New("netns: no free /24 found in 198.18.0.0/15")
 }
 
 // AddHost creates a namespace for machine name with the next free address.

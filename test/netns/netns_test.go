@@ -175,6 +175,24 @@ func TestCloseRemovesEverything(t *testing.T) {
 	}
 }
 
+func TestFreeSubnetAvoidsRoutedOnes(t *testing.T) {
+	requireRoot(t)
+	n, err := New("198.18.252.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	if _, err := New("198.18.252.0/24"); err == nil || !strings.Contains(err.Error(), "already routed") {
+		t.Fatalf("second New on the same subnet: %v", err)
+	}
+	for range 50 {
+		s, err := FreeSubnet()
+		if err != nil || s == "198.18.252.0/24" || !strings.HasPrefix(s, "198.1") {
+			t.Fatalf("FreeSubnet = %q, %v", s, err)
+		}
+	}
+}
+
 func TestRejectsAddressesOutsideTestRange(t *testing.T) {
 	for _, s := range []string{"10.0.0.0/24", "192.168.1.0/24", "198.18.0.0/16", "198.20.0.0/24"} {
 		if _, err := New(s); err == nil {
