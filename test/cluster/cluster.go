@@ -253,7 +253,7 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 	}
 	// On Ctrl-C the signal handler kills the processes; this removes the
 	// data they leave (etcd's WAL is 64 MiB) and says where the logs are.
-	c.unInterrupt = onInterrupt(func() {
+	c.unInterrupt = OnInterrupt(func() {
 		if c.removeData() {
 			fmt.Fprintf(os.Stderr, "test/cluster: interrupted; control plane killed, logs kept in %s\n", c.LogsDir)
 		}

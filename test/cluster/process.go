@@ -179,9 +179,18 @@ var live struct {
 	handler sync.Once
 }
 
-// onInterrupt registers f to run when a signal kills the test binary, after
-// every process group is dead; the returned func unregisters it.
-func onInterrupt(f func()) (unregister func()) {
+// HandleSignals controls whether the package installs its SIGINT/SIGTERM/
+// SIGHUP handler (kill every process group, run the OnInterrupt hooks, die
+// of the signal). It is on for test binaries; a program that handles
+// signals itself and stops clusters in order (fenced-cluster) turns it off
+// before the first Start.
+var HandleSignals = true
+
+// OnInterrupt registers f to run when a signal kills the test binary, after
+// every process group is dead; the returned func unregisters it. Other
+// harness layers use it to remove what processes cannot clean up
+// themselves, such as network namespaces.
+func OnInterrupt(f func()) (unregister func()) {
 	live.Lock()
 	defer live.Unlock()
 	if live.hooks == nil {
@@ -190,7 +199,7 @@ func onInterrupt(f func()) (unregister func()) {
 	id := live.nextID
 	live.nextID++
 	live.hooks[id] = f
-	live.handler.Do(installSignalHandler)
+	installOnce()
 	return func() {
 		live.Lock()
 		defer live.Unlock()
@@ -205,7 +214,7 @@ func track(pgid int) {
 		live.groups = map[int]bool{}
 	}
 	live.groups[pgid] = true
-	live.handler.Do(installSignalHandler)
+	installOnce()
 }
 
 func untrack(pgid int) {
@@ -214,8 +223,14 @@ func untrack(pgid int) {
 	delete(live.groups, pgid)
 }
 
+func installOnce() {
+	if HandleSignals {
+		live.handler.Do(installSignalHandler)
+	}
+}
+
 // installSignalHandler makes SIGINT, SIGTERM and SIGHUP kill every live
-// process group and run the onInterrupt hooks, then re-raises the signal with
+// process group and run the OnInterrupt hooks, then re-raises the signal with
 // its default action, so the test binary still dies of it as it would have
 // without the harness.
 func installSignalHandler() {

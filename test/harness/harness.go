@@ -91,6 +91,14 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		t.Fatalf("harness: %v", err)
 	}
 	t.Cleanup(func() { _ = h.Net.Close() })
+	// On Ctrl-C the control plane's handler kills the processes; the
+	// namespaces and the bridge would outlive the test binary.
+	t.Cleanup(cluster.OnInterrupt(func() {
+		for _, m := range h.Machines {
+			m.BMC.Stop()
+		}
+		_ = h.Net.Close()
+	}))
 
 	copts := o.Cluster
 	copts.BindAddress = h.Net.Gateway.String()

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 
+	"fenced.io/fenced/test/cluster"
 	"fenced.io/fenced/test/harness"
 )
 
@@ -32,6 +33,9 @@ func main() {
 	}
 	_ = os.Remove(filepath.Join(*state, "ready"))
 
+	// This program stops the cluster itself on SIGINT/SIGTERM, in order:
+	// machines, network, control plane.
+	cluster.HandleSignals = false
 	tb := &runTB{}
 	code := 0
 	func() {
