@@ -87,7 +87,7 @@ if command -v flock >/dev/null 2>&1; then
 		step "another build of $KUBE_VERSION is running, waiting for its lock"
 		flock 9 || die "cannot lock $version_dir/.lock"
 	fi
-	if have_all; then
+	if [[ -z "$(missing)" ]]; then
 		step "binaries for $KUBE_VERSION were built by a concurrent run, nothing to do"
 		echo "$bin_dir"
 		exit 0

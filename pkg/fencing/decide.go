@@ -1,0 +1,746 @@
+package fencing
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// This file is the decision core: a state machine per target node, with no
+// I/O. The fencer loop (fencer.go) feeds it an Observation — everything
+// known about the node, its gossip member, its BMC and the cluster, plus
+// the time — and carries out the Actions it returns. Results of those
+// actions come back as later Observations. Tests drive it from tables with
+// a fake clock (decide_test.go).
+//
+// The one rule it must never break (DESIGN.md §2): ApplyTaint is returned
+// only with evidence that the node cannot write to its volumes — a BMC
+// reading of "off" taken after the node stopped answering, whose GUID (when
+// known on both sides) matches the node; the node's own clean-shutdown
+// announcement for its current boot after which it left the ring; or (in
+// `fenced confirm`, not here) an operator's confirmation. Everything else is
+// suspicion.
+
+// Phase is where a target node stands.
+type Phase string
+
+// Phases, in the order a failure walks through them.
+const (
+	PhaseHealthy     Phase = "Healthy"     // responsive, or not our business
+	PhaseSuspect     Phase = "Suspect"     // stopped answering on a channel; no evidence yet
+	PhaseConfirming  Phase = "Confirming"  // asking (or waiting to ask again) the BMC
+	PhasePoweringOff Phase = "PoweringOff" // power-off mode: switching it off under the lease
+	PhaseFenced      Phase = "Fenced"      // tainted with evidence
+	PhaseRecovering  Phase = "Recovering"  // back with a new boot; waiting for old attachments to go
+)
+
+// Mode says whether fenced may switch nodes off.
+type Mode string
+
+// Modes.
+const (
+	// ModeConfirmOnly taints only nodes whose BMC already reads off.
+	ModeConfirmOnly Mode = "confirm-only"
+	// ModePowerOff also switches off nodes that are unresponsive on both
+	// channels for FenceAfter, under quorum, storm budget and a Lease.
+	ModePowerOff Mode = "power-off"
+)
+
+// Policy holds the decision settings (see pkg/config for defaults).
+type Policy struct {
+	Mode Mode
+	// FenceAfter is how long a node must be unresponsive on both channels
+	// (gossip and Kubernetes) before it may be switched off.
+	FenceAfter time.Duration
+	// MaxUnhealthy is the largest share of Nodes (0..1) that may be down
+	// for power actions to be allowed at all.
+	MaxUnhealthy float64
+	// MaxConcurrentPowerActions across all fencers (counted by Leases).
+	MaxConcurrentPowerActions int
+	// FenceDelay is the pause between taking the Lease and switching off,
+	// a last chance for the node to come back.
+	FenceDelay time.Duration
+	// PowerOnAfterFence switches a node fenced by power-off on again once
+	// its volumes are released, so capacity returns by itself.
+	PowerOnAfterFence bool
+	// ForceDeletePods deletes the node's pods (grace 0) once tainted.
+	ForceDeletePods bool
+	// ReadBackoffMin/Max bound the retry delay after a failed BMC read.
+	ReadBackoffMin, ReadBackoffMax time.Duration
+	// RecheckPoweredOn is how often a node that is unresponsive but powered
+	// on is read again (it may be switched off by a person meanwhile).
+	RecheckPoweredOn time.Duration
+}
+
+// Ready is the status of a Node's Ready condition.
+type Ready string
+
+// Ready values, as Kubernetes spells them.
+const (
+	ReadyTrue    Ready = "True"
+	ReadyFalse   Ready = "False"
+	ReadyUnknown Ready = "Unknown"
+)
+
+// NodeObs is what the API says about the node.
+type NodeObs struct {
+	Exists bool
+	Ready  Ready
+	// ReadySince is the Ready condition's last transition time.
+	ReadySince   time.Time
+	BootID       string
+	SystemUUID   string
+	ControlPlane bool
+	// TaintedByFenced: the out-of-service taint is there with fenced's
+	// annotation; Evidence is what the annotation records.
+	TaintedByFenced bool
+	Evidence        *FenceRecord
+	// VolumeAttachments of this node that still exist.
+	VolumeAttachments int
+}
+
+// MemberObs is what gossip says about the node's agent.
+type MemberObs struct {
+	Known bool
+	// State is "alive", "suspect", "dead" or "left".
+	State string
+	Since time.Time
+	// BootID and Announced come from the member's metadata.
+	BootID    string
+	Announced string
+}
+
+// BMCObs is what fenced knows from the node's BMC.
+type BMCObs struct {
+	Configured bool
+	// Reading is the latest successful power reading, if any.
+	Reading *Reading
+	// Failure is the latest failed request, if any.
+	Failure *Failure
+	// InFlight: a read or a power action is running now.
+	InFlight bool
+}
+
+// Reading is one authenticated power reading.
+type Reading struct {
+	Power    PowerState
+	At       time.Time
+	GUID     string
+	Endpoint string
+	// AfterPowerOff: fenced switched the node off and this reading
+	// confirmed it.
+	AfterPowerOff bool
+}
+
+// Failure is one failed BMC request.
+type Failure struct {
+	Op      string
+	Kind    ErrorKind
+	Message string
+	At      time.Time
+}
+
+// ClusterObs is the context a power action needs.
+type ClusterObs struct {
+	// Nodes in the cluster, and how many are unhealthy (not Ready, dead in
+	// gossip, or fenced), this one included.
+	Nodes, Unhealthy int
+	// GossipAlive is the number of ring members alive as this fencer sees
+	// them, itself included.
+	GossipAlive int
+	// PowerActions is the number of power-off Leases held now, by any
+	// fencer, for other nodes.
+	PowerActions int
+	// ControlPlaneDown counts other control-plane nodes that are fenced or
+	// being switched off.
+	ControlPlaneDown int
+	// LeaseHeld: this fencer holds the target's Lease.
+	LeaseHeld bool
+}
+
+// Observation is the input of one Step.
+type Observation struct {
+	Now     time.Time
+	Node    NodeObs
+	Member  MemberObs
+	BMC     BMCObs
+	Cluster ClusterObs
+}
+
+// FenceRecord is the evidence of a fence, as stored on the Node.
+type FenceRecord struct {
+	Method string // "bmc-power-off", "clean-shutdown" or "manual"
+	At     time.Time
+	BootID string
+	Reason string
+	BMC    *Reading
+}
+
+// Evidence methods.
+const (
+	EvidenceBMCPowerOff   = "bmc-power-off"
+	EvidenceCleanShutdown = "clean-shutdown"
+	EvidenceManual        = "manual"
+)
+
+// ActionKind names what the fencer loop must do.
+type ActionKind string
+
+// Actions.
+const (
+	ActReadPower       ActionKind = "ReadPower"       // read power state and GUID
+	ActAcquireLease    ActionKind = "AcquireLease"    // take the target's power Lease
+	ActReleaseLease    ActionKind = "ReleaseLease"    // give it back
+	ActPowerOff        ActionKind = "PowerOff"        // switch off and confirm off (under the Lease)
+	ActPowerOn         ActionKind = "PowerOn"         // switch on again after a fence
+	ActApplyTaint      ActionKind = "ApplyTaint"      // taint with Evidence
+	ActMarkNotReady    ActionKind = "MarkNotReady"    // fast path: Ready=False reason PoweredOff
+	ActForceDeletePods ActionKind = "ForceDeletePods" // fast path: pods deleted with grace 0
+	ActRemoveTaint     ActionKind = "RemoveTaint"     // the node is back
+	ActEvent           ActionKind = "Event"           // a Kubernetes Event on the Node
+	ActSafetyAlarm     ActionKind = "SafetyAlarm"     // evidence proved wrong: Event, metric, error log
+	ActRequeue         ActionKind = "Requeue"         // call Step again after After
+)
+
+// Action is one thing to do.
+type Action struct {
+	Kind ActionKind
+	// Evidence for ActApplyTaint.
+	Evidence *FenceRecord
+	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
+	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
+	EventType, Reason, Message string
+	// After for ActRequeue.
+	After time.Duration
+}
+
+// Event reasons (stable: tests, alerts and runbooks match on them).
+const (
+	ReasonSuspected                  = "NodeSuspected"
+	ReasonSuspicionCleared           = "NodeResponsive"
+	ReasonCannotConfirmPowerState    = "CannotConfirmPowerState"
+	ReasonUnresponsiveButPoweredOn   = "NodeUnresponsiveButPoweredOn"
+	ReasonPoweringOff                = "PoweringOffUnresponsiveNode"
+	ReasonPowerOffAborted            = "PowerOffAborted"
+	ReasonPowerOffFailed             = "PowerOffFailed"
+	ReasonFenced                     = "NodeFenced"
+	ReasonPoweringOnAfterFence       = "PoweringOnAfterFence"
+	ReasonWaitingForVolumeDetach     = "WaitingForVolumeAttachments"
+	ReasonCannotVerifyReboot         = "CannotVerifyReboot"
+	ReasonRecovered                  = "NodeRecovered"
+	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
+)
+
+// Target is the decision state of one node. The zero value (with Name
+// set) is a healthy node. Its state can always be rebuilt from the API
+// (the taint annotations), so a restarted fencer carries on.
+type Target struct {
+	Name  string
+	Phase Phase
+	Since time.Time // when Phase was entered
+
+	suspectSince  time.Time
+	nextRead      time.Time
+	readBackoff   time.Duration
+	lastNotice    string // dedupes Events: one per distinct situation
+	poweringFrom  time.Time
+	powerOffSent  bool
+	poweredOnSent bool
+	alarmed       bool
+	taintSeen     bool // our taint has been observed on the Node
+	fence         *FenceRecord
+}
+
+// Decision is the result of one Step: the actions, and one line saying
+// why, for the decision log.
+type Decision struct {
+	Phase   Phase
+	Reason  string
+	Actions []Action
+}
+
+// Step advances the target with observation o under policy p.
+func (t *Target) Step(o Observation, p Policy) Decision {
+	d := &decider{t: t, o: o, p: p}
+	d.step()
+	if t.Phase == "" {
+		t.Phase = PhaseHealthy
+	}
+	return Decision{Phase: t.Phase, Reason: d.reason, Actions: d.actions}
+}
+
+type decider struct {
+	t       *Target
+	o       Observation
+	p       Policy
+	reason  string
+	actions []Action
+}
+
+func (d *decider) do(a Action) { d.actions = append(d.actions, a) }
+
+func (d *decider) enter(p Phase, reason string) {
+	if d.t.Phase != p {
+		d.t.Phase, d.t.Since = p, d.o.Now
+	}
+	d.reason = reason
+}
+
+// notice emits an Event once per distinct key, so a node that stays in
+// one situation does not flood the API.
+func (d *decider) notice(key, eventType, reason, msg string) {
+	if d.t.lastNotice == key {
+		return
+	}
+	d.t.lastNotice = key
+	d.do(Action{Kind: ActEvent, EventType: eventType, Reason: reason, Message: msg})
+}
+
+func (d *decider) requeue(after time.Duration) {
+	if after < 0 {
+		after = 0
+	}
+	d.do(Action{Kind: ActRequeue, After: after})
+}
+
+func (d *decider) step() {
+	o, t := d.o, d.t
+	if !o.Node.Exists {
+		if o.Cluster.LeaseHeld {
+			d.do(Action{Kind: ActReleaseLease})
+		}
+		*t = Target{Name: t.Name, Phase: PhaseHealthy, Since: o.Now}
+		d.reason = "node object gone"
+		return
+	}
+	// The taint annotations are the durable state: adopt a fence made by
+	// another fencer, or by this one before a restart.
+	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
+		t.fence = o.Node.Evidence
+		if t.fence == nil {
+			t.fence = &FenceRecord{Method: "unknown"}
+		}
+		d.enter(PhaseFenced, "adopted existing fenced taint")
+	}
+	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) {
+		t.taintSeen = true
+	}
+	if !o.Node.TaintedByFenced && t.taintSeen {
+		// Removed by `fenced unfence` or by hand: start over from what
+		// the node looks like now. (Until the taint has been seen once, an
+		// absent taint is only the informer lagging behind our own write.)
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "fenced taint removed from outside")
+	}
+
+	switch t.Phase {
+	case PhaseFenced, PhaseRecovering:
+		d.fenced()
+	case PhasePoweringOff:
+		d.poweringOff()
+	default:
+		d.detect()
+	}
+}
+
+// unresponsive reports whether either channel says the node is gone.
+func (d *decider) unresponsive() bool {
+	o := d.o
+	return o.Node.Ready != ReadyTrue || o.Member.State == "dead" || o.Member.State == "left"
+}
+
+// responsiveSince reports whether the node answers on both channels and
+// came back after t: its Ready condition turned True after t, and its
+// gossip member (if it has one) is alive.
+func (d *decider) responsiveSince(t time.Time) bool {
+	o := d.o
+	if o.Node.Ready != ReadyTrue || !o.Node.ReadySince.After(t) {
+		return false
+	}
+	return !o.Member.Known || o.Member.State == "alive" || o.Member.State == "suspect"
+}
+
+// detect handles Healthy, Suspect and Confirming.
+func (d *decider) detect() {
+	o, t := d.o, d.t
+	if !d.unresponsive() {
+		if t.Phase != PhaseHealthy && t.Phase != "" {
+			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonSuspicionCleared,
+				Message: "node answers again on every channel; no action taken"})
+			*t = Target{Name: t.Name}
+			d.enter(PhaseHealthy, "responsive again")
+			return
+		}
+		d.enter(PhaseHealthy, "responsive")
+		return
+	}
+	if t.Phase == PhaseHealthy || t.Phase == "" {
+		t.suspectSince = o.Now
+		t.readBackoff = 0
+		t.nextRead = o.Now
+		d.enter(PhaseSuspect, "stopped answering: "+d.channels())
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonSuspected,
+			Message: "node stopped answering (" + d.channels() + "); confirming its power state before any action"})
+	}
+
+	// Evidence 2: the node announced a clean shutdown of its current boot
+	// and then left the ring. No BMC needed.
+	if ev, ok := d.cleanShutdown(); ok {
+		d.fenceWith(ev)
+		return
+	}
+	if !o.BMC.Configured {
+		d.enter(PhaseSuspect, "no BMC in the inventory: waiting")
+		d.notice("no-bmc", "Warning", ReasonCannotConfirmPowerState,
+			"node stopped answering but has no BMC in the fencer's inventory: cannot confirm it is off, so it is not tainted")
+		return
+	}
+
+	r := o.BMC.Reading
+	fresh := r != nil && r.At.After(t.suspectSince)
+	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspectSince) &&
+		(r == nil || o.BMC.Failure.At.After(r.At))
+
+	switch {
+	case fresh && r.Power == PowerOff && !d.guidMatches(r):
+		d.enter(PhaseConfirming, "BMC identity mismatch")
+		d.notice("guid:"+r.GUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+			"BMC %s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
+			r.Endpoint, r.GUID, o.Node.SystemUUID))
+		d.scheduleRead(true)
+	case fresh && r.Power == PowerOff:
+		d.fenceWith(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+			Reason: fmt.Sprintf("BMC %s read power off at %s, after the node stopped answering (%s)",
+				r.Endpoint, r.At.UTC().Format(time.RFC3339), d.channels())})
+	case o.BMC.InFlight:
+		d.enter(PhaseConfirming, "BMC request in flight")
+	case failedSince:
+		f := o.BMC.Failure
+		d.enter(PhaseConfirming, "BMC request failed: "+string(f.Kind))
+		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+			"cannot read the power state (%s: %s); the node is not tainted until its BMC says off. Retrying.", f.Kind, f.Message))
+		d.scheduleRead(true)
+	case fresh && r.Power == PowerOn:
+		d.poweredOn(r)
+	default:
+		d.enter(PhaseConfirming, "reading the BMC")
+		d.scheduleRead(false)
+	}
+}
+
+// scheduleRead returns ActReadPower when one is due, else a requeue for
+// when it is. After a failure the delay doubles up to ReadBackoffMax.
+func (d *decider) scheduleRead(afterFailure bool) {
+	o, t, p := d.o, d.t, d.p
+	if o.BMC.InFlight {
+		return
+	}
+	if o.Now.Before(t.nextRead) {
+		d.requeue(t.nextRead.Sub(o.Now))
+		return
+	}
+	d.do(Action{Kind: ActReadPower})
+	if afterFailure {
+		t.readBackoff = min(max(2*t.readBackoff, p.ReadBackoffMin), p.ReadBackoffMax)
+	} else {
+		t.readBackoff = 0
+	}
+	t.nextRead = o.Now.Add(max(t.readBackoff, p.ReadBackoffMin))
+}
+
+// poweredOn handles a fresh "on" reading of an unresponsive node.
+func (d *decider) poweredOn(r *Reading) {
+	o, t, p := d.o, d.t, d.p
+	recheck := p.RecheckPoweredOn
+	if p.Mode != ModePowerOff {
+		d.enter(PhaseConfirming, "powered on (confirm-only mode)")
+		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+			"node is unresponsive but its BMC %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
+			r.Endpoint))
+	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
+		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
+		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+			"node is unresponsive but its BMC %s reads on; not switching it off: %s", r.Endpoint, blocked))
+		if retryIn > 0 && retryIn < recheck {
+			recheck = retryIn
+		}
+	} else if !o.Cluster.LeaseHeld {
+		d.enter(PhaseConfirming, "powered on and unresponsive: taking the power Lease")
+		d.do(Action{Kind: ActAcquireLease})
+		d.requeue(p.ReadBackoffMin)
+		return
+	} else {
+		t.poweringFrom, t.powerOffSent = o.Now, false
+		d.enter(PhasePoweringOff, "powered on and unresponsive on both channels: switching off")
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPoweringOff, Message: fmt.Sprintf(
+			"node unresponsive on both channels for %s and its BMC reads on: switching it off in %s (power-off mode)",
+			p.FenceAfter, p.FenceDelay)})
+		d.requeue(p.FenceDelay)
+		return
+	}
+	if o.Cluster.LeaseHeld {
+		d.do(Action{Kind: ActReleaseLease})
+	}
+	// Evaluate again when something may have changed: someone may switch
+	// the node off, it may recover, or a power-off condition may clear.
+	if next := r.At.Add(p.RecheckPoweredOn); t.nextRead.Before(next) {
+		t.nextRead = next
+	}
+	if o.Now.Before(t.nextRead) {
+		d.requeue(min(t.nextRead.Sub(o.Now), recheck))
+		return
+	}
+	d.do(Action{Kind: ActReadPower})
+	t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+	d.requeue(recheck)
+}
+
+// powerOffBlocked returns why a power action is not allowed now ("" if it
+// is), and, when the only obstacle is time, how long until it clears.
+func (d *decider) powerOffBlocked() (string, time.Duration) {
+	o, p := d.o, d.p
+	c := o.Cluster
+	waited := min(o.Now.Sub(o.Member.Since), o.Now.Sub(o.Node.ReadySince))
+	switch {
+	case !o.Member.Known:
+		return "the node has no gossip member, so it is not unresponsive on both channels", 0
+	case o.Member.State != "dead" && o.Member.State != "left":
+		return "gossip still sees the node (" + o.Member.State + ")", 0
+	case o.Node.Ready == ReadyTrue:
+		return "Kubernetes still sees the node Ready", 0
+	case waited < p.FenceAfter:
+		return fmt.Sprintf("not yet unresponsive on both channels for fenceAfter (%s)", p.FenceAfter), p.FenceAfter - waited
+	case c.Nodes == 0 || 2*c.GossipAlive <= c.Nodes:
+		return fmt.Sprintf("no quorum: this fencer sees %d of %d nodes alive in gossip", c.GossipAlive, c.Nodes), 0
+	case float64(c.Unhealthy) > p.MaxUnhealthy*float64(c.Nodes):
+		return fmt.Sprintf("storm: %d of %d nodes are down, more than maxUnhealthy %.0f%%", c.Unhealthy, c.Nodes, 100*p.MaxUnhealthy), 0
+	case c.PowerActions >= p.MaxConcurrentPowerActions:
+		return fmt.Sprintf("%d power action(s) already running (maxConcurrentPowerActions %d)", c.PowerActions, p.MaxConcurrentPowerActions), 0
+	case o.Node.ControlPlane && c.ControlPlaneDown > 0:
+		return "another control-plane node is already fenced", 0
+	}
+	return "", 0
+}
+
+// poweringOff handles the PoweringOff phase.
+func (d *decider) poweringOff() {
+	o, t, p := d.o, d.t, d.p
+	r := o.BMC.Reading
+	if r != nil && r.AfterPowerOff && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
+		d.fenceWith(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+			Reason: fmt.Sprintf("fenced switched the node off through BMC %s and read power off at %s",
+				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
+		return
+	}
+	if d.responsiveSince(t.suspectSince) || o.Member.State == "alive" {
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
+			Message: "node answers again before it was switched off: power-off cancelled"})
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "responsive again during fence delay")
+		return
+	}
+	if !o.Cluster.LeaseHeld {
+		d.enter(PhaseConfirming, "lost the power Lease: another fencer may act")
+		t.powerOffSent = false
+		d.requeue(p.ReadBackoffMin)
+		return
+	}
+	if f := o.BMC.Failure; t.powerOffSent && !o.BMC.InFlight && f != nil && f.At.After(t.poweringFrom) {
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffFailed, Message: fmt.Sprintf(
+			"switching the node off failed (%s: %s); not tainted, will read the BMC again", f.Kind, f.Message)})
+		t.powerOffSent = false
+		t.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.readBackoff))
+		d.enter(PhaseConfirming, "power-off failed")
+		d.requeue(t.nextRead.Sub(o.Now))
+		return
+	}
+	if wait := t.poweringFrom.Add(p.FenceDelay).Sub(o.Now); wait > 0 {
+		d.reason = "fence delay"
+		d.requeue(wait)
+		return
+	}
+	if !t.powerOffSent && !o.BMC.InFlight {
+		// The guards held when the fence delay started; check them again
+		// now, right before the switch: quorum may be lost, a storm may
+		// have begun, another fencer may have started a power action.
+		if blocked, _ := d.powerOffBlocked(); blocked != "" {
+			d.do(Action{Kind: ActReleaseLease})
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
+				Message: "power-off cancelled at the last moment: " + blocked})
+			t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+			d.enter(PhaseConfirming, "power-off cancelled: "+blocked)
+			d.requeue(p.RecheckPoweredOn)
+			return
+		}
+		t.powerOffSent = true
+		d.reason = "fence delay over: switching off"
+		d.do(Action{Kind: ActPowerOff})
+		return
+	}
+	d.reason = "waiting for the power-off to be confirmed"
+}
+
+// fenceWith applies the taint with evidence and the fast path.
+func (d *decider) fenceWith(ev FenceRecord) {
+	o, t, p := d.o, d.t, d.p
+	t.fence = &ev
+	d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
+	if o.Node.Ready != ReadyFalse {
+		d.do(Action{Kind: ActMarkNotReady})
+	}
+	if p.ForceDeletePods {
+		d.do(Action{Kind: ActForceDeletePods})
+	}
+	if o.Cluster.LeaseHeld {
+		d.do(Action{Kind: ActReleaseLease})
+	}
+	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced,
+		Message: "tainted out-of-service with " + ev.Method + " evidence: " + ev.Reason})
+	d.enter(PhaseFenced, "fenced: "+ev.Method)
+}
+
+// fenced handles Fenced and Recovering: wait for the node to come back
+// with a new boot, then remove the taint once no attachment is left.
+func (d *decider) fenced() {
+	o, t, p := d.o, d.t, d.p
+	fence := t.fence
+	if fence == nil {
+		fence = &FenceRecord{Method: "unknown"}
+	}
+	bootNow := d.bootID()
+	memberBackSameBoot := o.Member.State == "alive" && o.Member.BootID != "" && o.Member.BootID == fence.BootID &&
+		o.Member.Since.After(fence.At)
+	if d.responsiveSince(fence.At) || memberBackSameBoot {
+		if fence.BootID != "" && bootNow == fence.BootID {
+			if !t.alarmed {
+				t.alarmed = true
+				d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
+					"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
+					fence.Method, bootNow)})
+			}
+			d.enter(PhaseFenced, "back with the same boot ID: safety alarm, taint kept")
+			return
+		}
+		if memberBackSameBoot {
+			d.enter(PhaseFenced, "gossip member back with the fenced boot ID")
+			return
+		}
+		if bootNow == "" {
+			d.enter(PhaseFenced, "back, but its boot ID is unknown")
+			d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
+				"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
+			return
+		}
+		if o.Node.VolumeAttachments > 0 {
+			d.enter(PhaseRecovering, "back with a new boot, VolumeAttachments left")
+			d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
+				"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
+				o.Node.VolumeAttachments))
+			return
+		}
+		d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)})
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "recovered")
+		return
+	}
+	if d.t.Phase == PhaseRecovering {
+		d.enter(PhaseFenced, "no longer responsive")
+	}
+	d.reason = "fenced: waiting for the node to come back"
+	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.AfterPowerOff && !t.poweredOnSent &&
+		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight {
+		t.poweredOnSent = true
+		d.do(Action{Kind: ActPowerOn})
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
+			Message: "volumes released: switching the node on again (afterFence: on)"})
+	}
+}
+
+// cleanShutdown returns clean-shutdown evidence when the member announced
+// shutdown-complete for the node's current boot and has left the ring.
+func (d *decider) cleanShutdown() (FenceRecord, bool) {
+	m, n := d.o.Member, d.o.Node
+	if !m.Known || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID == "" {
+		return FenceRecord{}, false
+	}
+	// The announcement must be about the boot the API knows; an old
+	// announcement of an earlier boot proves nothing about this one.
+	if n.BootID != "" && n.BootID != m.BootID {
+		return FenceRecord{}, false
+	}
+	return FenceRecord{Method: EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
+		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s and left the ring at %s",
+			m.BootID, m.Since.UTC().Format(time.RFC3339))}, true
+}
+
+// guidMatches applies the identity check "when known": a reading without
+// a GUID, or a node without a systemUUID, passes.
+func (d *decider) guidMatches(r *Reading) bool {
+	if r.GUID == "" || d.o.Node.SystemUUID == "" {
+		return true
+	}
+	return SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
+}
+
+// bootID is the node's current boot ID: the API's, else the member's.
+func (d *decider) bootID() string {
+	if d.o.Node.BootID != "" {
+		return d.o.Node.BootID
+	}
+	return d.o.Member.BootID
+}
+
+// channels describes which channels say the node is gone.
+func (d *decider) channels() string {
+	var c []string
+	if d.o.Node.Ready != ReadyTrue {
+		c = append(c, "Kubernetes Ready="+string(d.o.Node.Ready))
+	}
+	if s := d.o.Member.State; s == "dead" || s == "left" {
+		c = append(c, "gossip "+s)
+	}
+	return strings.Join(c, ", ")
+}
+
+// SameSystemUUID reports whether a BMC's system GUID and a node's
+// systemUUID name the same machine. Vendors disagree on the byte order of
+// the first three fields (SMBIOS vs RFC 4122), and some BMCs reverse all
+// 16 bytes (IPMI's own encoding), so all three readings are accepted; a
+// false match between two random UUIDs under these permutations is
+// practically impossible.
+func SameSystemUUID(a, b string) bool {
+	ab, ok1 := uuidBytes(a)
+	bb, ok2 := uuidBytes(b)
+	if !ok1 || !ok2 {
+		return false
+	}
+	if ab == bb {
+		return true
+	}
+	swapped := ab
+	swapped[0], swapped[1], swapped[2], swapped[3] = ab[3], ab[2], ab[1], ab[0]
+	swapped[4], swapped[5] = ab[5], ab[4]
+	swapped[6], swapped[7] = ab[7], ab[6]
+	if swapped == bb {
+		return true
+	}
+	var reversed [16]byte
+	for i := range ab {
+		reversed[i] = ab[15-i]
+	}
+	return reversed == bb
+}
+
+func uuidBytes(s string) ([16]byte, bool) {
+	var out [16]byte
+	b, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(s), "-", ""))
+	if err != nil || len(b) != len(out) {
+		return out, false
+	}
+	copy(out[:], b)
+	return out, true
+}

@@ -1,0 +1,694 @@
+package fencing
+
+import (
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
+
+const nodeUUID = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
+
+func testPolicy(mode Mode) Policy {
+	return Policy{
+		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
+		FenceDelay: 5 * time.Second, ForceDeletePods: true,
+		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+	}
+}
+
+// healthy is a node answering on both channels in a 5-node cluster.
+func healthy() Observation {
+	return Observation{
+		Now: t0,
+		Node: NodeObs{Exists: true, Ready: ReadyTrue, ReadySince: t0.Add(-time.Hour),
+			BootID: "boot-1", SystemUUID: nodeUUID},
+		Member:  MemberObs{Known: true, State: "alive", Since: t0.Add(-time.Hour), BootID: "boot-1", Announced: "running"},
+		BMC:     BMCObs{Configured: true},
+		Cluster: ClusterObs{Nodes: 5, Unhealthy: 0, GossipAlive: 5},
+	}
+}
+
+// powerLoss turns o into the view right after the node lost power at
+// t0+1s: gossip declares it dead 5 s later, the API still says Ready.
+func powerLoss(o Observation, at time.Time) Observation {
+	o.Now = at
+	o.Member.State, o.Member.Since = "dead", t0.Add(6*time.Second)
+	o.Cluster.Unhealthy, o.Cluster.GossipAlive = 1, 4
+	return o
+}
+
+func reading(power PowerState, at time.Time, guid string) *Reading {
+	return &Reading{Power: power, At: at, GUID: guid, Endpoint: "ipmi://198.18.0.1:623"}
+}
+
+func kinds(as []Action) []ActionKind {
+	var k []ActionKind
+	for _, a := range as {
+		k = append(k, a.Kind)
+	}
+	return k
+}
+
+func has(as []Action, k ActionKind) bool { return slices.Contains(kinds(as), k) }
+
+func find(as []Action, k ActionKind) *Action {
+	for i := range as {
+		if as[i].Kind == k {
+			return &as[i]
+		}
+	}
+	return nil
+}
+
+func events(as []Action) []string {
+	var r []string
+	for _, a := range as {
+		if a.Kind == ActEvent || a.Kind == ActSafetyAlarm {
+			r = append(r, a.Reason)
+		}
+	}
+	return r
+}
+
+// step is one row of a scenario: how the world changed, and what the core
+// must (and must not) do about it.
+type step struct {
+	name    string
+	at      time.Duration // since t0
+	change  func(*Observation)
+	phase   Phase
+	want    []ActionKind
+	notWant []ActionKind
+	event   string // an Event reason that must be among the actions
+}
+
+func runSteps(t *testing.T, p Policy, start Observation, steps []step) (*Target, Observation) {
+	t.Helper()
+	tgt := &Target{Name: "node-a"}
+	o := start
+	for _, s := range steps {
+		o.Now = t0.Add(s.at)
+		if s.change != nil {
+			s.change(&o)
+		}
+		d := tgt.Step(o, p)
+		if s.phase != "" && d.Phase != s.phase {
+			t.Fatalf("%s: phase %s, want %s (reason %q, actions %v)", s.name, d.Phase, s.phase, d.Reason, kinds(d.Actions))
+		}
+		for _, k := range s.want {
+			if !has(d.Actions, k) {
+				t.Fatalf("%s: actions %v lack %s (reason %q)", s.name, kinds(d.Actions), k, d.Reason)
+			}
+		}
+		for _, k := range s.notWant {
+			if has(d.Actions, k) {
+				t.Fatalf("%s: actions %v include forbidden %s (reason %q)", s.name, kinds(d.Actions), k, d.Reason)
+			}
+		}
+		if s.event != "" && !slices.Contains(events(d.Actions), s.event) {
+			t.Fatalf("%s: events %v lack %s", s.name, events(d.Actions), s.event)
+		}
+		if d.Reason == "" {
+			t.Fatalf("%s: decision without a reason", s.name)
+		}
+	}
+	return tgt, o
+}
+
+func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
+	steps := []step{
+		{name: "healthy", phase: PhaseHealthy, notWant: []ActionKind{ActReadPower, ActApplyTaint}},
+		{name: "gossip dead", at: 6 * time.Second, change: func(o *Observation) { *o = powerLoss(*o, o.Now) },
+			phase: PhaseConfirming, want: []ActionKind{ActReadPower}, notWant: []ActionKind{ActApplyTaint}, event: ReasonSuspected},
+		{name: "read in flight", at: 6100 * time.Millisecond, change: func(o *Observation) { o.BMC.InFlight = true },
+			phase: PhaseConfirming, notWant: []ActionKind{ActApplyTaint, ActReadPower}},
+		{name: "BMC reads off", at: 6200 * time.Millisecond, change: func(o *Observation) {
+			o.BMC.InFlight = false
+			o.BMC.Reading = reading(PowerOff, t0.Add(6150*time.Millisecond), nodeUUID)
+		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
+	}
+	tgt, o := runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
+	// The informer has not seen our taint yet: nothing is done twice.
+	o.Now = o.Now.Add(100 * time.Millisecond)
+	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
+		t.Fatalf("before the informer caught up: %s %v", d.Phase, kinds(d.Actions))
+	}
+
+	// The recorded evidence says what was seen.
+	ev := tgt.fence
+	if ev == nil || ev.Method != EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != PowerOff ||
+		!strings.Contains(ev.Reason, "read power off") {
+		t.Fatalf("evidence = %+v", ev)
+	}
+
+	// Back with a new boot: wait for the old attachment, then untaint.
+	o.Node.TaintedByFenced, o.Node.Evidence = true, ev
+	o.Now = t0.Add(2 * time.Minute)
+	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0.Add(110*time.Second), "boot-2"
+	o.Member.State, o.Member.Since, o.Member.BootID = "alive", t0.Add(100*time.Second), "boot-2"
+	o.Node.VolumeAttachments = 1
+	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if d.Phase != PhaseRecovering || has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), ReasonWaitingForVolumeDetach) {
+		t.Fatalf("with a VolumeAttachment left: %s %v", d.Phase, kinds(d.Actions))
+	}
+	o.Node.VolumeAttachments = 0
+	o.Now = o.Now.Add(time.Second)
+	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
+		t.Fatalf("after the attachment is gone: %s %v", d.Phase, kinds(d.Actions))
+	}
+}
+
+// TestNeverTaintsWithoutEvidence runs each fault for ten minutes of
+// decisions and checks that no step ever returns ApplyTaint or PowerOff.
+func TestNeverTaintsWithoutEvidence(t *testing.T) {
+	failure := func(kind ErrorKind) func(*Observation) {
+		return func(o *Observation) {
+			o.BMC.Failure = &Failure{Op: OpPowerStatus, Kind: kind, Message: "simulated", At: o.Now}
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func(*Observation) // applied after power loss
+		each  func(*Observation) // applied at every step
+		event string
+	}{
+		{"BMC unreachable", nil, failure(KindUnreachable), ReasonCannotConfirmPowerState},
+		{"BMC times out", nil, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		{"BMC refuses the password", nil, failure(KindAuth), ReasonCannotConfirmPowerState},
+		{"BMC answers with an error", nil, failure(KindBMC), ReasonCannotConfirmPowerState},
+		{"BMC reads on (gossip dead)", nil, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonUnresponsiveButPoweredOn},
+		{"BMC reads off but its GUID is another machine's", nil, func(o *Observation) {
+			o.BMC.Reading = reading(PowerOff, o.Now, "11111111-2222-3333-4444-555555555555")
+		}, ReasonCannotConfirmPowerState},
+		{"BMC reading of off taken before the node stopped answering", func(o *Observation) {
+			o.BMC.Reading = reading(PowerOff, t0.Add(-time.Minute), nodeUUID)
+		}, func(o *Observation) { o.BMC.InFlight = true }, ""},
+		{"no BMC in the inventory", func(o *Observation) { o.BMC.Configured = false }, nil, ReasonCannotConfirmPowerState},
+		{"API partition only: NotReady, gossip alive, BMC on", func(o *Observation) {
+			o.Member.State, o.Member.Since = "alive", t0.Add(-time.Hour)
+			o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(50*time.Second)
+		}, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonUnresponsiveButPoweredOn},
+		{"clean-shutdown announced for an older boot", func(o *Observation) {
+			o.Member.State, o.Member.Announced, o.Member.BootID = "left", "shutdown-complete", "boot-0"
+		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		{"shutdown-complete announced but the member never left", func(o *Observation) {
+			o.Member.State, o.Member.Announced = "alive", "shutdown-complete"
+			o.Node.Ready = ReadyUnknown
+		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+	}
+	for _, mode := range []Mode{ModeConfirmOnly, ModePowerOff} {
+		for _, tc := range cases {
+			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
+				p := testPolicy(mode)
+				tgt := &Target{Name: "node-a"}
+				o := powerLoss(healthy(), t0.Add(6*time.Second))
+				// Without a lease no power action may happen in power-off
+				// mode either; the lease is never granted here.
+				if tc.setup != nil {
+					tc.setup(&o)
+				}
+				var seen []string
+				reads := 0
+				for i := 0; i < 600; i++ {
+					o.Now = t0.Add(6*time.Second + time.Duration(i)*time.Second)
+					if tc.each != nil {
+						tc.each(&o)
+					}
+					d := tgt.Step(o, p)
+					if has(d.Actions, ActApplyTaint) || has(d.Actions, ActPowerOff) {
+						t.Fatalf("step %d (%s): %v — reason %q", i, d.Phase, kinds(d.Actions), d.Reason)
+					}
+					if d.Phase == PhaseFenced {
+						t.Fatalf("step %d: Fenced without evidence", i)
+					}
+					if has(d.Actions, ActReadPower) {
+						reads++
+					}
+					seen = append(seen, events(d.Actions)...)
+				}
+				if tc.event != "" && !slices.Contains(seen, tc.event) {
+					t.Fatalf("events %v lack %s", seen, tc.event)
+				}
+				// Each event is said once per situation, not every step.
+				if n := len(seen); n > 4 {
+					t.Fatalf("%d events in 10 minutes: %v", n, seen)
+				}
+				if tc.name != "no BMC in the inventory" && tc.each != nil && reads > 130 {
+					t.Fatalf("%d BMC reads in 10 minutes: backoff or recheck not applied", reads)
+				}
+			})
+		}
+	}
+}
+
+func TestReadBackoffGrowsToMaximum(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	tgt := &Target{Name: "node-a"}
+	o := powerLoss(healthy(), t0.Add(6*time.Second))
+	var readTimes []time.Time
+	for i := 0; i < 300; i++ {
+		o.Now = t0.Add(6*time.Second + time.Duration(i)*time.Second)
+		o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
+		if d := tgt.Step(o, p); has(d.Actions, ActReadPower) {
+			readTimes = append(readTimes, o.Now)
+		}
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(readTimes); i++ {
+		gaps = append(gaps, readTimes[i].Sub(readTimes[i-1]))
+	}
+	if len(gaps) < 5 || gaps[0] > 2*time.Second || gaps[len(gaps)-1] != p.ReadBackoffMax {
+		t.Fatalf("gaps between reads %v: want growing from %s to %s", gaps, p.ReadBackoffMin, p.ReadBackoffMax)
+	}
+}
+
+func TestCleanShutdownIsEvidence(t *testing.T) {
+	o := healthy()
+	o.Now = t0.Add(10 * time.Second)
+	o.Member.State, o.Member.Since, o.Member.Announced = "left", t0.Add(9*time.Second), "shutdown-complete"
+	o.BMC.Configured = false // no BMC read is needed
+	tgt := &Target{Name: "node-a"}
+	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	a := find(d.Actions, ActApplyTaint)
+	if d.Phase != PhaseFenced || a == nil || a.Evidence.Method != EvidenceCleanShutdown || a.Evidence.BootID != "boot-1" {
+		t.Fatalf("phase %s, actions %v", d.Phase, kinds(d.Actions))
+	}
+	if has(d.Actions, ActReadPower) {
+		t.Fatal("read the BMC although the node proved its clean shutdown")
+	}
+}
+
+func TestSameBootIDAfterFenceRaisesSafetyAlarmAndKeepsTaint(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	o := healthy()
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Ready, o.Node.ReadySince = ReadyTrue, t0.Add(time.Minute) // came back after the fence
+	o.Now = t0.Add(2 * time.Minute)
+	tgt := &Target{Name: "node-a"}
+	alarms := 0
+	for i := 0; i < 10; i++ {
+		o.Now = o.Now.Add(time.Second)
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActRemoveTaint) {
+			t.Fatal("removed the taint of a node that was never off")
+		}
+		if d.Phase != PhaseFenced {
+			t.Fatalf("phase %s", d.Phase)
+		}
+		if a := find(d.Actions, ActSafetyAlarm); a != nil {
+			alarms++
+			if a.Reason != ReasonFencedNodeBackWithSameBoot || !strings.Contains(a.Message, "boot-1") {
+				t.Fatalf("alarm %+v", a)
+			}
+		}
+	}
+	if alarms != 1 {
+		t.Fatalf("%d alarms, want exactly 1", alarms)
+	}
+}
+
+func TestGossipBackWithFencedBootRaisesAlarm(t *testing.T) {
+	// The kubelet cannot reach the API, but the node's agent gossips again
+	// with the boot ID it had when fenced: it never went off.
+	o := healthy()
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
+	o.Member.State, o.Member.Since = "alive", t0.Add(30*time.Second)
+	o.Now = t0.Add(time.Minute)
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	if !has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) {
+		t.Fatalf("actions %v", kinds(d.Actions))
+	}
+}
+
+func TestStaleReadyDoesNotCountAsBack(t *testing.T) {
+	// A fencer restarted right after tainting: the API still shows the
+	// kubelet's last Ready=True from before the power loss. That is not the
+	// node coming back, so no alarm and no untaint.
+	o := healthy()
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Member.State, o.Member.Since = "dead", t0.Add(-5*time.Second)
+	o.Now = t0.Add(10 * time.Second)
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	if d.Phase != PhaseFenced || has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) || has(d.Actions, ActApplyTaint) {
+		t.Fatalf("phase %s actions %v", d.Phase, kinds(d.Actions))
+	}
+}
+
+func TestUnknownBootIDKeepsTaint(t *testing.T) {
+	o := healthy()
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.BootID, o.Member.BootID = "", ""
+	o.Node.ReadySince = t0.Add(time.Minute)
+	o.Now = t0.Add(2 * time.Minute)
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	if has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), ReasonCannotVerifyReboot) {
+		t.Fatalf("actions %v", kinds(d.Actions))
+	}
+}
+
+// suspected returns a target that started suspecting the node at t0+6s.
+func suspected(p Policy) *Target {
+	tgt := &Target{Name: "node-a"}
+	tgt.Step(powerLoss(healthy(), t0.Add(6*time.Second)), p)
+	return tgt
+}
+
+// hung is a node that stopped on both channels at t0+6s and whose BMC
+// reads on, in a 5-node cluster, everything else allowing a power action.
+func hung(at time.Duration) Observation {
+	o := powerLoss(healthy(), t0.Add(at))
+	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(50*time.Second)
+	o.BMC.Reading = reading(PowerOn, t0.Add(at), nodeUUID)
+	return o
+}
+
+func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	steps := []step{
+		{name: "gossip dead", at: 6 * time.Second, phase: PhaseConfirming, want: []ActionKind{ActReadPower}},
+		{name: "suspect, on, too early", at: 51 * time.Second, change: func(o *Observation) { *o = hung(51 * time.Second) },
+			phase: PhaseConfirming, notWant: []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint}, event: ReasonUnresponsiveButPoweredOn},
+		{name: "fenceAfter passed: take the lease", at: 81 * time.Second, change: func(o *Observation) { o.BMC.Reading.At = o.Now },
+			phase: PhaseConfirming, want: []ActionKind{ActAcquireLease}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
+		{name: "lease held: fence delay starts", at: 82 * time.Second, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
+			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}, event: ReasonPoweringOff},
+		{name: "during fence delay", at: 84 * time.Second, phase: PhasePoweringOff, want: []ActionKind{ActRequeue}, notWant: []ActionKind{ActPowerOff}},
+		{name: "fence delay over", at: 87 * time.Second, phase: PhasePoweringOff, want: []ActionKind{ActPowerOff}, notWant: []ActionKind{ActApplyTaint}},
+		{name: "power-off running", at: 88 * time.Second, change: func(o *Observation) { o.BMC.InFlight = true },
+			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
+		{name: "confirmed off", at: 90 * time.Second, change: func(o *Observation) {
+			o.BMC.InFlight = false
+			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+			o.BMC.Reading.AfterPowerOff = true
+		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}, event: ReasonFenced},
+	}
+	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
+	if ev := tgt.fence; ev == nil || !ev.BMC.AfterPowerOff || !strings.Contains(ev.Reason, "switched the node off") {
+		t.Fatalf("evidence %+v", ev)
+	}
+}
+
+func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Observation)
+		reason string
+	}{
+		{"no quorum", func(o *Observation) { o.Cluster.GossipAlive = 2 }, "no quorum"},
+		{"storm", func(o *Observation) { o.Cluster.Unhealthy = 3 }, "storm"},
+		{"another power action running", func(o *Observation) { o.Cluster.PowerActions = 1 }, "already running"},
+		{"second control-plane node", func(o *Observation) { o.Node.ControlPlane, o.Cluster.ControlPlaneDown = true, 1 }, "control-plane"},
+		{"gossip still sees it", func(o *Observation) { o.Member.State = "alive" }, "gossip still sees"},
+		{"no gossip member at all", func(o *Observation) { o.Member = MemberObs{} }, "no gossip member"},
+		{"Kubernetes still sees it Ready", func(o *Observation) { o.Node.Ready = ReadyTrue }, "Ready"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy(ModePowerOff)
+			tgt := suspected(p)
+			var seen []Action
+			for i := 0; i < 120; i++ {
+				o := hung(100*time.Second + time.Duration(i)*time.Second)
+				o.Cluster.LeaseHeld = i > 5 // even a held lease must not help
+				tc.change(&o)
+				d := tgt.Step(o, p)
+				for _, k := range []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint} {
+					if has(d.Actions, k) {
+						t.Fatalf("step %d: %v (reason %q)", i, kinds(d.Actions), d.Reason)
+					}
+				}
+				seen = append(seen, d.Actions...)
+			}
+			found := false
+			for _, a := range seen {
+				if a.Reason == ReasonUnresponsiveButPoweredOn && strings.Contains(a.Message, tc.reason) {
+					found = true
+				}
+			}
+			if !found && tc.name != "gossip still sees it" && tc.name != "Kubernetes still sees it Ready" {
+				t.Fatalf("no event explaining %q: %+v", tc.reason, events(seen))
+			}
+		})
+	}
+}
+
+func TestNoPowerOffWithoutLease(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	tgt := suspected(p)
+	acquires := 0
+	for i := 0; i < 300; i++ {
+		o := hung(100*time.Second + time.Duration(i)*time.Second)
+		d := tgt.Step(o, p) // LeaseHeld stays false: another fencer holds it
+		if has(d.Actions, ActPowerOff) || has(d.Actions, ActApplyTaint) {
+			t.Fatalf("step %d: %v", i, kinds(d.Actions))
+		}
+		if has(d.Actions, ActAcquireLease) {
+			acquires++
+		}
+	}
+	if acquires == 0 {
+		t.Fatal("never tried to take the lease")
+	}
+}
+
+func TestPowerOffAbortedWhenNodeAnswersDuringFenceDelay(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	tgt := suspected(p)
+	o := hung(100 * time.Second)
+	o.Cluster.LeaseHeld = true
+	if d := tgt.Step(o, p); d.Phase != PhasePoweringOff {
+		t.Fatalf("phase %s", d.Phase)
+	}
+	o.Now = o.Now.Add(2 * time.Second)
+	o.Member.State, o.Member.Since = "alive", o.Now
+	d := tgt.Step(o, p)
+	if has(d.Actions, ActPowerOff) || !has(d.Actions, ActReleaseLease) || !slices.Contains(events(d.Actions), ReasonPowerOffAborted) {
+		t.Fatalf("actions %v", kinds(d.Actions))
+	}
+}
+
+func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	for _, tc := range []struct {
+		name   string
+		change func(o *Observation)
+		event  string
+	}{
+		{"lease lost during fence delay", func(o *Observation) { o.Cluster.LeaseHeld = false }, ""},
+		{"power-off request fails", func(o *Observation) {
+			o.BMC.Failure = &Failure{Op: OpPowerOff, Kind: KindTimeout, At: o.Now}
+		}, ReasonPowerOffFailed},
+		{"power-off sent but BMC still reads on", func(o *Observation) {
+			o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID)
+			o.BMC.Reading.AfterPowerOff = true
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tgt := suspected(p)
+			o := hung(100 * time.Second)
+			o.Cluster.LeaseHeld = true
+			tgt.Step(o, p)
+			o.Now = o.Now.Add(p.FenceDelay)
+			if d := tgt.Step(o, p); !has(d.Actions, ActPowerOff) {
+				t.Fatalf("no power-off after the delay: %v", kinds(d.Actions))
+			}
+			var seen []string
+			for i := 1; i < 60; i++ {
+				o.Now = o.Now.Add(time.Second)
+				tc.change(&o)
+				d := tgt.Step(o, p)
+				if has(d.Actions, ActApplyTaint) {
+					t.Fatalf("tainted: %v (reason %q)", kinds(d.Actions), d.Reason)
+				}
+				seen = append(seen, events(d.Actions)...)
+			}
+			if tc.event != "" && !slices.Contains(seen, tc.event) {
+				t.Fatalf("events %v lack %s", seen, tc.event)
+			}
+		})
+	}
+}
+
+func TestAdoptsExistingFenceAndReleasesOnNodeDeletion(t *testing.T) {
+	o := powerLoss(healthy(), t0.Add(time.Minute))
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	tgt := &Target{Name: "node-a"}
+	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
+		t.Fatalf("phase %s actions %v", d.Phase, kinds(d.Actions))
+	}
+	// Someone removed our taint (fenced unfence): start over; the node is
+	// still down, so it is suspected and confirmed again from scratch.
+	o.Now = o.Now.Add(time.Second)
+	o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+	if d := tgt.Step(o, testPolicy(ModeConfirmOnly)); d.Phase != PhaseConfirming || !has(d.Actions, ActReadPower) || has(d.Actions, ActApplyTaint) {
+		t.Fatalf("after the taint was removed from outside: %s %v", d.Phase, kinds(d.Actions))
+	}
+	o.Node = NodeObs{}
+	o.Cluster.LeaseHeld = true
+	if d := tgt.Step(o, testPolicy(ModeConfirmOnly)); d.Phase != PhaseHealthy || !has(d.Actions, ActReleaseLease) {
+		t.Fatalf("after deletion: %s %v", d.Phase, kinds(d.Actions))
+	}
+}
+
+func TestPowerOnAfterFenceOnceVolumesReleased(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	p.PowerOnAfterFence = true
+	o := powerLoss(healthy(), t0.Add(time.Minute))
+	r := reading(PowerOff, t0, nodeUUID)
+	r.AfterPowerOff = true
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
+	o.Node.VolumeAttachments = 1
+	tgt := &Target{Name: "node-a"}
+	if d := tgt.Step(o, p); has(d.Actions, ActPowerOn) {
+		t.Fatal("powered on while a VolumeAttachment remains")
+	}
+	o.Node.VolumeAttachments = 0
+	ons := 0
+	for i := 0; i < 5; i++ {
+		o.Now = o.Now.Add(time.Second)
+		if d := tgt.Step(o, p); has(d.Actions, ActPowerOn) {
+			ons++
+		}
+	}
+	if ons != 1 {
+		t.Fatalf("%d power-on actions, want 1", ons)
+	}
+}
+
+func TestSuspicionClearsWhenNodeAnswers(t *testing.T) {
+	steps := []step{
+		{name: "gossip dead", at: 6 * time.Second, change: func(o *Observation) { *o = powerLoss(*o, o.Now) }, phase: PhaseConfirming},
+		{name: "BMC on", at: 7 * time.Second, change: func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, phase: PhaseConfirming},
+		{name: "alive again", at: 9 * time.Second, change: func(o *Observation) { o.Member.State, o.Member.Since = "alive", o.Now },
+			phase: PhaseHealthy, event: ReasonSuspicionCleared, notWant: []ActionKind{ActApplyTaint}},
+	}
+	runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
+}
+
+func TestSameSystemUUID(t *testing.T) {
+	const id = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{id, id, true},
+		{id, strings.ToUpper(id), true},
+		{id, "44454c4c-4200-1035-8052-b4c04f4d4e31", true}, // first three fields byte-swapped
+		{id, "314e4d4f-c0b4-5280-1035-42004445 4c4c", false},
+		{id, "314e4d4f-c0b4-5280-1035-420044454c4c", true}, // all 16 bytes reversed
+		{id, "4c4c4544-0042-3510-8052-b4c04f4d4e32", false},
+		{id, "", false},
+		{"not-a-uuid", "not-a-uuid", false},
+	}
+	for _, tc := range cases {
+		if got := SameSystemUUID(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameSystemUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// TestRandomWalkKeepsTheInvariant drives the core through random
+// sequences of observations and checks, at every step, that a taint is
+// only ever applied with evidence that holds in that very observation, and
+// a power-off only under the lease, with quorum, in power-off mode.
+// FENCED_WALK_SEED picks another seed (60 seeds were run when it was written).
+func TestRandomWalkKeepsTheInvariant(t *testing.T) {
+	seed := uint64(1)
+	if s := os.Getenv("FENCED_WALK_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	rng := rand.New(rand.NewPCG(seed, 2))
+	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
+	states := []string{"alive", "suspect", "dead", "left"}
+	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
+	taints := 0
+	for walk := 0; walk < 2000; walk++ {
+		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
+		p := testPolicy(mode)
+		tgt := &Target{Name: "node-a"}
+		o := healthy()
+		suspectSince := time.Time{}
+		for i := 0; i < 60; i++ {
+			o.Now = o.Now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
+			switch rng.IntN(8) {
+			case 0:
+				o.Member.State, o.Member.Since = states[rng.IntN(len(states))], o.Now
+			case 1:
+				o.Node.Ready, o.Node.ReadySince = readies[rng.IntN(len(readies))], o.Now
+			case 2:
+				o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
+				o.BMC.Reading.AfterPowerOff = rng.IntN(4) == 0
+			case 3:
+				o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
+			case 4:
+				o.BMC.InFlight = !o.BMC.InFlight
+			case 5:
+				o.Cluster.LeaseHeld = !o.Cluster.LeaseHeld
+			case 6:
+				o.Member.Announced = []string{"running", "shutting-down", "shutdown-complete"}[rng.IntN(3)]
+				o.Member.BootID = []string{"boot-1", "boot-0"}[rng.IntN(2)]
+			case 7:
+				o.Cluster.GossipAlive = rng.IntN(6)
+			}
+			before := tgt.Phase
+			d := tgt.Step(o, p)
+			if (before == PhaseHealthy || before == "") && d.Phase != PhaseHealthy {
+				suspectSince = o.Now
+			}
+			if a := find(d.Actions, ActApplyTaint); a != nil {
+				taints++
+				checkEvidence(t, o, a.Evidence, suspectSince)
+			}
+			if has(d.Actions, ActPowerOff) && (mode != ModePowerOff || !o.Cluster.LeaseHeld || 2*o.Cluster.GossipAlive <= o.Cluster.Nodes) {
+				t.Fatalf("walk %d step %d: power-off in mode %s, lease %v, alive %d/%d", walk, i, mode, o.Cluster.LeaseHeld, o.Cluster.GossipAlive, o.Cluster.Nodes)
+			}
+			if d.Phase == PhaseFenced {
+				// Model the API: our taint is now on the node.
+				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+			} else if d.Phase == PhaseHealthy {
+				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+			}
+		}
+	}
+	if taints == 0 {
+		t.Fatal("the walk never reached a taint; it tests nothing")
+	}
+	t.Logf("%d taints applied across the walks, each with valid evidence", taints)
+}
+
+func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince time.Time) {
+	t.Helper()
+	switch ev.Method {
+	case EvidenceBMCPowerOff:
+		r := o.BMC.Reading
+		if r == nil || r.Power != PowerOff || !r.At.After(suspectSince) || ev.BMC != r {
+			t.Fatalf("bmc-power-off taint without a fresh off reading: reading %+v, suspect since %s", r, suspectSince)
+		}
+		if r.GUID != "" && !SameSystemUUID(r.GUID, o.Node.SystemUUID) {
+			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
+		}
+	case EvidenceCleanShutdown:
+		m := o.Member
+		if m.State != "left" || m.Announced != "shutdown-complete" || m.BootID != o.Node.BootID {
+			t.Fatalf("clean-shutdown taint with member %+v, node boot %s", m, o.Node.BootID)
+		}
+	default:
+		t.Fatalf("taint with method %q", ev.Method)
+	}
+}
