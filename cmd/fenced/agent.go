@@ -1,101 +1,115 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"time"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
-	"fenced.io/fenced/pkg/metrics"
-	"fenced.io/fenced/pkg/systemd"
+	"fenced.io/fenced/pkg/agent"
 )
 
 // defaultMetricsAddress is where the agent serves /metrics, /healthz and
 // /readyz unless --metrics-address says otherwise.
 const defaultMetricsAddress = ":9740"
 
+// agentFlags are the settings that differ per host; everything shared
+// lives in the configuration file.
+type agentFlags struct {
+	nodeName        string
+	bootIDFile      string
+	gossipBind      string
+	gossipAdvertise string
+	seeds           []string
+	insecureGossip  bool
+	metricsAddress  string
+}
+
 func newAgentCommand(g *globals) *cobra.Command {
-	var metricsAddress string
+	f := &agentFlags{}
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent (observer, or fencer when a BMC inventory is configured)",
 		Long: `Run the fenced agent on a node.
 
-Every node runs an agent. An agent whose configuration holds a BMC inventory is
-a fencer: it watches Nodes and confirms the power state of nodes that stop
-answering before it taints them.
+Every node runs an agent: it joins the gossip ring (through the other Nodes'
+InternalIPs), publishes its node name, boot ID and state, and serves /metrics,
+/healthz and /readyz. An agent whose configuration holds a BMC inventory is also
+a fencer: it watches Nodes, confirms the power state of nodes that stop answering
+through their BMC, and taints them out-of-service only when the BMC reads off.
 
-The agent checks its configuration and Kubernetes credentials at start and exits
-non-zero, naming the problem, before it joins anything. It serves /metrics,
-/healthz and /readyz, tells systemd when it is ready (Type=notify), and stops on
-SIGTERM or SIGINT.`,
-		Example: `  # as a systemd unit on a control-plane host
-  fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/kubernetes/admin.conf
+The agent checks its configuration, gossip key, BMC credentials and Kubernetes
+credentials at start and exits non-zero, naming the problem, before it joins
+anything. It tells systemd when it is ready (Type=notify) and leaves the ring
+cleanly on SIGTERM or SIGINT.`,
+		Example: `  # as a systemd unit on a control-plane host (a fencer: its config has the BMC inventory)
+  fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/kubernetes/fenced.conf
 
-  # in a DaemonSet pod (in-cluster credentials), metrics on the host's port 9740
+  # in a DaemonSet pod (in-cluster credentials, NODE_NAME from the downward API)
   fenced agent --config /etc/fenced/config.yaml --log-format json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runAgent(cmd.Context(), g, metricsAddress)
+			return runAgent(cmd, g, f)
 		},
 	}
-	cmd.Flags().StringVar(&metricsAddress, "metrics-address", defaultMetricsAddress,
-		`address for /metrics, /healthz and /readyz ("" disables)`)
+	fl := cmd.Flags()
+	fl.StringVar(&f.nodeName, "node-name", "", "this host's Kubernetes node name (default: $NODE_NAME, $FENCED_NODE_NAME, then the host name)")
+	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this host's boot ID ($FENCED_BOOT_ID overrides)")
+	fl.StringVar(&f.gossipBind, "gossip-bind-address", "", "address gossip listens on (default: all)")
+	fl.StringVar(&f.gossipAdvertise, "gossip-advertise-address", "", "address peers reach this agent at (default: the InternalIP of this host's Node)")
+	fl.StringSliceVar(&f.seeds, "seeds", nil, "extra host[:port] addresses to join the ring through (the Nodes' InternalIPs are always tried)")
+	fl.BoolVar(&f.insecureGossip, "insecure-gossip", false, "allow gossip without the encryption key (anyone on the network could join)")
+	fl.StringVar(&f.metricsAddress, "metrics-address", defaultMetricsAddress, `address for /metrics, /healthz and /readyz ("" disables)`)
 	return cmd
 }
 
-func runAgent(ctx context.Context, g *globals, metricsAddress string) error {
+func runAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	cfg, err := g.loadConfig(false)
 	if err != nil {
 		return err
 	}
-	kube, err := g.restConfig()
+	nodeName := firstNonEmpty(f.nodeName, os.Getenv("NODE_NAME"), os.Getenv("FENCED_NODE_NAME"))
+	if nodeName == "" {
+		if nodeName, err = os.Hostname(); err != nil {
+			return fmt.Errorf("no node name: pass --node-name (%w)", err)
+		}
+	}
+	bootID := os.Getenv("FENCED_BOOT_ID")
+	if bootID == "" {
+		b, err := os.ReadFile(f.bootIDFile)
+		if err != nil {
+			return fmt.Errorf("boot ID: %w", err)
+		}
+		bootID = strings.TrimSpace(string(b))
+	}
+	opts := agent.Options{
+		Config: cfg, Version: version, NodeName: nodeName, BootID: bootID,
+		GossipBind: f.gossipBind, GossipAdvertise: f.gossipAdvertise, Seeds: f.seeds,
+		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, Logger: g.log,
+	}
+	rc, err := g.restConfig()
 	if err != nil {
 		return err
 	}
-	role := "observer"
-	if len(cfg.BMCs) > 0 {
-		role = "fencer"
+	if opts.Client, err = kubernetes.NewForConfig(rc); err != nil {
+		return err
 	}
-
-	var serveErr chan error
-	if metricsAddress != "" {
-		l, err := net.Listen("tcp", metricsAddress)
-		if err != nil {
-			return fmt.Errorf("--metrics-address: %w", err)
-		}
-		srv := &http.Server{
-			Handler:           metrics.Handler(metrics.NewRegistry(version), func() error { return nil }),
-			ReadHeaderTimeout: 5 * time.Second,
-		}
-		serveErr = make(chan error, 1)
-		go func() { serveErr <- srv.Serve(l) }()
-		defer func() {
-			shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
-		g.log.Info("serving metrics and health", "address", l.Addr().String())
+	// Everything that can be wrong in the input is checked here, before
+	// the agent touches the network.
+	a, err := agent.New(opts)
+	if err != nil {
+		return err
 	}
+	return a.Run(cmd.Context())
+}
 
-	g.log.Info("agent started", "role", role, "config", cfg.Source,
-		"bmcs", len(cfg.BMCs), "apiServer", kube.Host, "version", version)
-	if _, err := systemd.Notify(systemd.Ready, systemd.Status(fmt.Sprintf("running as %s", role))); err != nil {
-		g.log.Warn("could not notify systemd", "err", err)
-	}
-
-	select {
-	case <-ctx.Done():
-		g.log.Info("agent stopping", "reason", "signal")
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("metrics server: %w", err)
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
 		}
 	}
-	_, _ = systemd.Notify(systemd.Stopping)
-	return nil
+	return ""
 }

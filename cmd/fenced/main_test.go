@@ -5,12 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +174,7 @@ bmc:
 
 func TestAgentValidatesBeforeRunning(t *testing.T) {
 	dir := t.TempDir()
+	// Nothing listens here: every case must fail before any connection.
 	kubeconfig := writeFile(t, dir, "kubeconfig", `apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
@@ -185,14 +182,16 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 `)
-	valid := writeFile(t, dir, "valid.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n")
-	malformed := writeFile(t, dir, "malformed.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nbmc: {nodes: [{name: a, adress: x}]}\n")
-	missingPW := writeFile(t, dir, "missing-pw.yaml", `apiVersion: fenced.io/v1alpha1
-kind: FencedConfiguration
-bmc:
+	header := "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n"
+	noKey := writeFile(t, dir, "nokey.yaml", header)
+	badKey := writeFile(t, dir, "badkey.yaml", header+"gossip: {keyFile: "+writeFile(t, dir, "short.key", "c2hvcnQ=\n")+"}\n")
+	missingKey := writeFile(t, dir, "missingkey.yaml", header+"gossip: {keyFile: "+filepath.Join(dir, "nope.key")+"}\n")
+	malformed := writeFile(t, dir, "malformed.yaml", header+"bmc: {nodes: [{name: a, adress: x}]}\n")
+	missingPW := writeFile(t, dir, "missing-pw.yaml", header+`bmc:
   nodes: [{name: node-a, protocol: ipmi, address: x, username: u, passwordFile: /nonexistent/pw}]
 `)
 	t.Setenv("KUBECONFIG", "")
+	common := []string{"--kubeconfig", kubeconfig, "--node-name", "node-a", "--boot-id-file", writeFile(t, dir, "boot", "b1\n")}
 
 	cases := []struct {
 		name     string
@@ -200,83 +199,31 @@ bmc:
 		wantCode int
 		want     string
 	}{
-		{"malformed config", []string{"agent", "--config", malformed, "--kubeconfig", kubeconfig}, exitFailure, `unknown field "adress"`},
-		{"unreadable credentials", []string{"agent", "--config", missingPW, "--kubeconfig", kubeconfig}, exitFailure, "bmc.nodes[0] (node-a): passwordFile"},
-		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml"), "--kubeconfig", kubeconfig}, exitFailure, "nope.yaml"},
-		{"bad kubeconfig", []string{"agent", "--config", valid, "--kubeconfig", filepath.Join(dir, "nope")}, exitFailure, "kubeconfig"},
+		{"malformed config", []string{"agent", "--config", malformed}, exitFailure, `unknown field "adress"`},
+		{"unreadable credentials", []string{"agent", "--config", missingPW, "--insecure-gossip"}, exitFailure, "bmc.nodes[0] (node-a): passwordFile"},
+		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml")}, exitFailure, "nope.yaml"},
+		{"no gossip key", []string{"agent", "--config", noKey}, exitFailure, "no gossip key: set gossip.keyFile"},
+		{"gossip key of the wrong size", []string{"agent", "--config", badKey}, exitFailure, "5 bytes; want 16, 24 or 32"},
+		{"gossip key file missing", []string{"agent", "--config", missingKey}, exitFailure, "gossip key: open"},
+		{"bad kubeconfig", []string{"agent", "--config", noKey, "--insecure-gossip", "--kubeconfig", filepath.Join(dir, "nope")}, exitFailure, "kubeconfig"},
+		{"unreadable boot ID", []string{"agent", "--config", noKey, "--insecure-gossip", "--boot-id-file", filepath.Join(dir, "nope")}, exitFailure, "boot ID"},
 		{"extra argument", []string{"agent", "extra"}, exitUsage, `unexpected argument "extra"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := fenced(t, context.Background(), tc.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			args := append(append([]string{}, tc.args[:1]...), append(common, tc.args[1:]...)...)
+			code, _, errOut := fenced(t, ctx, args...)
 			if code != tc.wantCode || !strings.Contains(errOut, tc.want) {
 				t.Fatalf("code %d (want %d), stderr %q (want %q)", code, tc.wantCode, errOut, tc.want)
 			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("took %s: the agent tried to connect before failing", time.Since(start))
+			}
 		})
 	}
-
-	t.Run("valid config serves health and metrics, notifies systemd, stops on signal", func(t *testing.T) {
-		sock := filepath.Join(t.TempDir(), "notify.sock")
-		notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { notify.Close() })
-		t.Setenv("NOTIFY_SOCKET", sock)
-
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		stderr := &syncBuffer{}
-		done := make(chan int, 1)
-		go func() {
-			done <- run(ctx, []string{"agent", "--config", valid, "--kubeconfig", kubeconfig,
-				"--log-format", "json", "--metrics-address", "127.0.0.1:0"}, io.Discard, stderr)
-		}()
-
-		buf := make([]byte, 256)
-		_ = notify.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, err := notify.Read(buf)
-		if err != nil || string(buf[:n]) != "READY=1" {
-			t.Fatalf("sd_notify: %q, %v; agent log: %s", buf[:n], err, stderr)
-		}
-		addr := regexp.MustCompile(`"msg":"serving metrics and health","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
-		if addr == nil {
-			t.Fatalf("no metrics address logged: %s", stderr)
-		}
-		for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "fenced_build_info"} {
-			resp, err := http.Get("http://" + addr[1] + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-				t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
-			}
-		}
-
-		cancel() // what SIGTERM does through signal.NotifyContext
-		select {
-		case code := <-done:
-			if code != exitOK {
-				t.Fatalf("exit code %d: %s", code, stderr)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("agent did not stop")
-		}
-		log := stderr.String()
-		for _, want := range []string{`"msg":"agent started"`, `"role":"observer"`, `"msg":"agent stopping"`} {
-			if !strings.Contains(log, want) {
-				t.Errorf("log lacks %s: %s", want, log)
-			}
-		}
-		if n, _ := notify.Read(buf); string(buf[:n]) != "STATUS=running as observer" {
-			t.Errorf("second notification %q", buf[:n])
-		}
-		if n, _ := notify.Read(buf); string(buf[:n]) != "STOPPING=1" {
-			t.Errorf("third notification %q", buf[:n])
-		}
-	})
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.

@@ -205,3 +205,59 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Errorf("worker-3 = %+v", w3)
 	}
 }
+
+func TestSectionDefaultsAndOverrides(t *testing.T) {
+	cfg, err := Parse([]byte(header), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Policy{Mode: "confirm-only", FenceAfter: DefaultFenceAfter, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
+		FenceDelay: DefaultFenceDelay, ForceDeletePods: true}
+	if cfg.Policy != want {
+		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
+	}
+	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second}) {
+		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
+	}
+	cfg, err = Parse([]byte(header+`
+clusterName: prod
+gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
+policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false}
+fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s}
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", ProbeInterval: 500 * time.Millisecond,
+		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}) {
+		t.Errorf("gossip %+v", cfg.Gossip)
+	}
+	if cfg.Policy != (Policy{Mode: "power-off", FenceAfter: 30 * time.Second, MaxUnhealthy: 0.34, MaxConcurrentPowerActions: 2,
+		PowerOnAfterFence: true}) {
+		t.Errorf("policy %+v", cfg.Policy)
+	}
+	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute}) {
+		t.Errorf("fencer %+v", cfg.Fencer)
+	}
+}
+
+func TestSectionErrors(t *testing.T) {
+	cases := map[string]string{
+		"policy: {mode: reboot}":                    `policy: mode: unknown mode "reboot"`,
+		`policy: {maxUnhealthy: "0.5"}`:             `policy: maxUnhealthy: "0.5" is not a percentage`,
+		`policy: {maxUnhealthy: "150%"}`:            `policy: maxUnhealthy: "150%" is not a percentage`,
+		"policy: {maxConcurrentPowerActions: -1}":   "policy: maxConcurrentPowerActions: -1: at least 1",
+		"policy: {afterFence: maybe}":               `policy: afterFence: "maybe": want off or on`,
+		"policy: {fenceAfter: 1m, fenceAfterr: 2m}": `unknown field "fenceAfterr"`,
+		"gossip: {port: 0x10000}":                   "gossip: port: 65536 is not a port",
+		"gossip: {suspicionMult: 50}":               "gossip: suspicionMult: 50 is out of range",
+		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
+		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
+	}
+	for yaml, want := range cases {
+		_, err := Parse([]byte(header+yaml+"\n"), "t")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", yaml, err, want)
+		}
+	}
+}

@@ -36,6 +36,37 @@ const (
 	DefaultRedfishAuth = "session"
 )
 
+// Defaults of the gossip, policy and fencer sections.
+const (
+	// DefaultGossipPort is memberlist's standard port.
+	DefaultGossipPort = 7946
+	// DefaultMode only ever taints nodes whose BMC already reads off.
+	DefaultMode = "confirm-only"
+	// DefaultFenceAfter: a node must be gone on both channels this long
+	// before power-off mode switches it off (Kubernetes itself declares a
+	// node NotReady after 50 s).
+	DefaultFenceAfter = 60 * time.Second
+	// DefaultMaxUnhealthyPercent: no power actions when more than half of
+	// the nodes are down — that is a network problem, not node failures.
+	DefaultMaxUnhealthyPercent = 50
+	// DefaultMaxConcurrentPowerActions: one node at a time.
+	DefaultMaxConcurrentPowerActions = 1
+	// DefaultFenceDelay: a last chance for the node to come back.
+	DefaultFenceDelay = 5 * time.Second
+	// DefaultAfterFence leaves a node switched off by fenced off.
+	DefaultAfterFence = "off"
+	// DefaultForceDeletePods: release volumes without waiting for the pod
+	// garbage collector.
+	DefaultForceDeletePods = true
+	// DefaultLeaseNamespace is where the power Leases live.
+	DefaultLeaseNamespace = "fenced-system"
+	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease
+	// within this time, and another fencer takes over.
+	DefaultLeaseDuration = 15 * time.Second
+	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
+	DefaultPowerTimeout = 20 * time.Second
+)
+
 // Limits enforced by validation.
 const (
 	maxBMCTimeout = 5 * time.Minute

@@ -15,9 +15,42 @@ import (
 // Config is a loaded, validated configuration with every default applied.
 type Config struct {
 	// Source is the file the configuration came from (for messages).
-	Source string
+	Source      string
+	ClusterName string
+	Gossip      Gossip
+	Policy      Policy
+	Fencer      Fencer
 	// BMCs holds one resolved entry per node of the inventory, in file order.
 	BMCs []ResolvedBMC
+}
+
+// Gossip is the resolved gossip section. Zero durations and multipliers
+// mean memberlist's LAN defaults (pkg/heartbeat documents them).
+type Gossip struct {
+	Port           int
+	KeyFile        string
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	SuspicionMult  int
+	GossipInterval time.Duration
+}
+
+// Policy is the resolved policy section.
+type Policy struct {
+	Mode                      string
+	FenceAfter                time.Duration
+	MaxUnhealthy              float64 // 0..1
+	MaxConcurrentPowerActions int
+	FenceDelay                time.Duration
+	PowerOnAfterFence         bool
+	ForceDeletePods           bool
+}
+
+// Fencer is the resolved fencer section.
+type Fencer struct {
+	LeaseNamespace string
+	LeaseDuration  time.Duration
+	PowerTimeout   time.Duration
 }
 
 // ResolvedBMC is one node's BMC after inheriting bmc.defaults and the
@@ -112,11 +145,17 @@ func Parse(data []byte, source string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: apiVersion/kind is %q/%q; want %q/%q",
 			source, raw.APIVersion, raw.Kind, APIVersion, Kind)
 	}
+	var fe fieldErrors
+	cfg := &Config{Source: source, ClusterName: raw.ClusterName}
+	cfg.Gossip = resolveGossip(&fe, raw.Gossip)
+	cfg.Policy = resolvePolicy(&fe, raw.Policy)
+	cfg.Fencer = resolveFencer(&fe, raw.Fencer)
 	bmcs, err := resolveInventory(raw.BMC)
-	if err != nil {
+	if err := errors.Join(fe.err(), err); err != nil {
 		return nil, fmt.Errorf("config %s: %w", source, err)
 	}
-	return &Config{Source: source, BMCs: bmcs}, nil
+	cfg.BMCs = bmcs
+	return cfg, nil
 }
 
 // cleanDecodeError strips the JSON-conversion wording sigs.k8s.io/yaml adds,

@@ -33,9 +33,67 @@ const (
 type Configuration struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
+	// ClusterName labels the gossip ring: agents of another cluster on the
+	// same network never join it, even with the same key.
+	ClusterName string `json:"clusterName,omitempty"`
+	// Gossip tunes the ring every agent joins.
+	Gossip GossipSpec `json:"gossip,omitempty"`
+	// Policy says what fencers may do.
+	Policy PolicySpec `json:"policy,omitempty"`
+	// Fencer holds settings only fencers use.
+	Fencer FencerSpec `json:"fencer,omitempty"`
 	// BMC is the inventory of baseboard management controllers. Only
 	// fencers need it: nodes without an inventory run as observers.
 	BMC BMCInventory `json:"bmc,omitempty"`
+}
+
+// GossipSpec tunes the memberlist ring.
+type GossipSpec struct {
+	// Port for gossip, UDP and TCP.
+	Port int `json:"port,omitempty"`
+	// KeyFile holds the ring's encryption key, base64 of 16, 24 or 32
+	// bytes (e.g. `head -c 32 /dev/urandom | base64`). Required unless the
+	// agent runs with --insecure-gossip.
+	KeyFile string `json:"keyFile,omitempty"`
+	// ProbeInterval, ProbeTimeout, SuspicionMult and GossipInterval are
+	// memberlist's failure-detector settings.
+	ProbeInterval  *metav1.Duration `json:"probeInterval,omitempty"`
+	ProbeTimeout   *metav1.Duration `json:"probeTimeout,omitempty"`
+	SuspicionMult  int              `json:"suspicionMult,omitempty"`
+	GossipInterval *metav1.Duration `json:"gossipInterval,omitempty"`
+}
+
+// PolicySpec is what fencers may do.
+type PolicySpec struct {
+	// Mode is "confirm-only" (taint only nodes whose BMC reads off) or
+	// "power-off" (also switch off nodes unresponsive on both channels).
+	Mode string `json:"mode,omitempty"`
+	// FenceAfter is how long a node must be unresponsive on both channels
+	// before power-off mode switches it off.
+	FenceAfter *metav1.Duration `json:"fenceAfter,omitempty"`
+	// MaxUnhealthy is the largest share of nodes, in percent, that may be
+	// down for power actions to be allowed ("50%").
+	MaxUnhealthy string `json:"maxUnhealthy,omitempty"`
+	// MaxConcurrentPowerActions across all fencers.
+	MaxConcurrentPowerActions int `json:"maxConcurrentPowerActions,omitempty"`
+	// FenceDelay is the pause between taking the power Lease and switching off.
+	FenceDelay *metav1.Duration `json:"fenceDelay,omitempty"`
+	// AfterFence is "off" (leave a node fenced by power-off switched off)
+	// or "on" (switch it on again once its volumes are released).
+	AfterFence string `json:"afterFence,omitempty"`
+	// ForceDeletePods deletes a fenced node's pods at once instead of
+	// waiting for the pod garbage collector's 20 s tick.
+	ForceDeletePods *bool `json:"forceDeletePods,omitempty"`
+}
+
+// FencerSpec holds fencer-only settings.
+type FencerSpec struct {
+	// LeaseNamespace holds the per-node power Leases.
+	LeaseNamespace string `json:"leaseNamespace,omitempty"`
+	// LeaseDuration of a power Lease (renewed while the action runs).
+	LeaseDuration *metav1.Duration `json:"leaseDuration,omitempty"`
+	// PowerTimeout bounds the wait for a power action to be confirmed.
+	PowerTimeout *metav1.Duration `json:"powerTimeout,omitempty"`
 }
 
 // BMCInventory lists the BMC of every node that fenced may confirm or fence.

@@ -1,10 +1,11 @@
 package fencing
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
+
+	"fenced.io/fenced/pkg/taint"
 )
 
 // This file is the decision core: a state machine per target node, with no
@@ -232,6 +233,13 @@ const (
 	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
 )
 
+// taintRetry is how long the core waits to see its own taint on the Node
+// before writing it again.
+const taintRetry = 5 * time.Second
+
+// SuspectSince is when the current suspicion began (zero when healthy).
+func (t *Target) SuspectSince() time.Time { return t.suspectSince }
+
 // Target is the decision state of one node. The zero value (with Name
 // set) is a healthy node. Its state can always be rebuilt from the API
 // (the taint annotations), so a restarted fencer carries on.
@@ -248,7 +256,8 @@ type Target struct {
 	powerOffSent  bool
 	poweredOnSent bool
 	alarmed       bool
-	taintSeen     bool // our taint has been observed on the Node
+	taintSeen     bool      // our taint has been observed on the Node
+	taintSent     time.Time // when ApplyTaint was last returned
 	fence         *FenceRecord
 }
 
@@ -586,7 +595,7 @@ func (d *decider) poweringOff() {
 // fenceWith applies the taint with evidence and the fast path.
 func (d *decider) fenceWith(ev FenceRecord) {
 	o, t, p := d.o, d.t, d.p
-	t.fence = &ev
+	t.fence, t.taintSent = &ev, o.Now
 	d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
 	if o.Node.Ready != ReadyFalse {
 		d.do(Action{Kind: ActMarkNotReady})
@@ -609,6 +618,20 @@ func (d *decider) fenced() {
 	fence := t.fence
 	if fence == nil {
 		fence = &FenceRecord{Method: "unknown"}
+	}
+	if !o.Node.TaintedByFenced && !t.taintSeen {
+		// Our taint write has not shown up: the informer lags, or the write
+		// failed (API unreachable). Write again with the same evidence; the
+		// write is idempotent.
+		if o.Now.Sub(t.taintSent) >= taintRetry {
+			t.taintSent = o.Now
+			if t.fence != nil && t.Since.Before(o.Now) {
+				d.do(Action{Kind: ActApplyTaint, Evidence: t.fence})
+			}
+		}
+		d.reason = "waiting to see our taint on the Node"
+		d.requeue(taintRetry)
+		return
 	}
 	bootNow := d.bootID()
 	memberBackSameBoot := o.Member.State == "alive" && o.Member.BootID != "" && o.Member.BootID == fence.BootID &&
@@ -683,7 +706,7 @@ func (d *decider) guidMatches(r *Reading) bool {
 	if r.GUID == "" || d.o.Node.SystemUUID == "" {
 		return true
 	}
-	return SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
+	return taint.SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.
@@ -704,43 +727,4 @@ func (d *decider) channels() string {
 		c = append(c, "gossip "+s)
 	}
 	return strings.Join(c, ", ")
-}
-
-// SameSystemUUID reports whether a BMC's system GUID and a node's
-// systemUUID name the same machine. Vendors disagree on the byte order of
-// the first three fields (SMBIOS vs RFC 4122), and some BMCs reverse all
-// 16 bytes (IPMI's own encoding), so all three readings are accepted; a
-// false match between two random UUIDs under these permutations is
-// practically impossible.
-func SameSystemUUID(a, b string) bool {
-	ab, ok1 := uuidBytes(a)
-	bb, ok2 := uuidBytes(b)
-	if !ok1 || !ok2 {
-		return false
-	}
-	if ab == bb {
-		return true
-	}
-	swapped := ab
-	swapped[0], swapped[1], swapped[2], swapped[3] = ab[3], ab[2], ab[1], ab[0]
-	swapped[4], swapped[5] = ab[5], ab[4]
-	swapped[6], swapped[7] = ab[7], ab[6]
-	if swapped == bb {
-		return true
-	}
-	var reversed [16]byte
-	for i := range ab {
-		reversed[i] = ab[15-i]
-	}
-	return reversed == bb
-}
-
-func uuidBytes(s string) ([16]byte, bool) {
-	var out [16]byte
-	b, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(s), "-", ""))
-	if err != nil || len(b) != len(out) {
-		return out, false
-	}
-	copy(out[:], b)
-	return out, true
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/taint"
 )
 
 var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
@@ -134,11 +136,18 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
 	}
 	tgt, o := runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
-	// The informer has not seen our taint yet: nothing is done twice.
+	// The informer has not seen our taint yet: nothing is done twice...
 	o.Now = o.Now.Add(100 * time.Millisecond)
 	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
 		t.Fatalf("before the informer caught up: %s %v", d.Phase, kinds(d.Actions))
+	}
+	// ...unless the write was lost: then it is written again, with the
+	// same evidence.
+	o.Now = o.Now.Add(taintRetry)
+	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence {
+		t.Fatalf("lost taint write not retried: %v", kinds(d.Actions))
 	}
 
 	// The recorded evidence says what was seen.
@@ -581,28 +590,6 @@ func TestSuspicionClearsWhenNodeAnswers(t *testing.T) {
 	runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
 }
 
-func TestSameSystemUUID(t *testing.T) {
-	const id = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
-	cases := []struct {
-		a, b string
-		want bool
-	}{
-		{id, id, true},
-		{id, strings.ToUpper(id), true},
-		{id, "44454c4c-4200-1035-8052-b4c04f4d4e31", true}, // first three fields byte-swapped
-		{id, "314e4d4f-c0b4-5280-1035-42004445 4c4c", false},
-		{id, "314e4d4f-c0b4-5280-1035-420044454c4c", true}, // all 16 bytes reversed
-		{id, "4c4c4544-0042-3510-8052-b4c04f4d4e32", false},
-		{id, "", false},
-		{"not-a-uuid", "not-a-uuid", false},
-	}
-	for _, tc := range cases {
-		if got := SameSystemUUID(tc.a, tc.b); got != tc.want {
-			t.Errorf("SameSystemUUID(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
 // TestRandomWalkKeepsTheInvariant drives the core through random
 // sequences of observations and checks, at every step, that a taint is
 // only ever applied with evidence that holds in that very observation, and
@@ -680,7 +667,7 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		if r == nil || r.Power != PowerOff || !r.At.After(suspectSince) || ev.BMC != r {
 			t.Fatalf("bmc-power-off taint without a fresh off reading: reading %+v, suspect since %s", r, suspectSince)
 		}
-		if r.GUID != "" && !SameSystemUUID(r.GUID, o.Node.SystemUUID) {
+		if r.GUID != "" && !taint.SameSystemUUID(r.GUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
 		}
 	case EvidenceCleanShutdown:

@@ -12,19 +12,21 @@ import (
 
 // Inventory maps node names to their BMCs, built from the configuration.
 type Inventory struct {
-	bmcs map[string]BMC
+	bmcs      map[string]BMC
+	endpoints map[string]string
 }
 
 // NewInventory builds one driver per configured node. Drivers do not
 // contact their BMC until used. Insecure settings are logged once here.
 func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
-	inv := &Inventory{bmcs: make(map[string]BMC, len(cfg.BMCs))}
+	inv := &Inventory{bmcs: make(map[string]BMC, len(cfg.BMCs)), endpoints: make(map[string]string, len(cfg.BMCs))}
 	for _, r := range cfg.BMCs {
 		b, err := NewDriver(r, log)
 		if err != nil {
 			return nil, fmt.Errorf("bmc of node %s: %w", r.Node, err)
 		}
 		inv.bmcs[r.Node] = b
+		inv.endpoints[r.Node] = r.Endpoint()
 	}
 	return inv, nil
 }
@@ -69,6 +71,12 @@ func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
 func (i *Inventory) BMC(node string) (BMC, bool) {
 	b, ok := i.bmcs[node]
 	return b, ok
+}
+
+// Endpoint returns the address of node's BMC, for messages and evidence.
+func (i *Inventory) Endpoint(node string) (string, bool) {
+	e, ok := i.endpoints[node]
+	return e, ok
 }
 
 // Nodes returns the node names in the inventory, sorted.

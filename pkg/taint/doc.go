@@ -1,6 +1,51 @@
-// Package taint will own applying and removing the
-// node.kubernetes.io/out-of-service taint together with its evidence
-// annotations and Events, idempotent and conflict-safe.
+// Package taint applies and removes the node.kubernetes.io/out-of-service
+// taint together with the evidence that justifies it (DESIGN.md §2, §4).
 //
-// It is empty until the agent is built; see DESIGN.md §2 and §4.
+// The taint makes the pod GC controller force-delete a node's terminating
+// pods and the attach/detach controller force-detach its volumes. On a node
+// that is still running that means two writers on one disk, so this package
+// is the last gate before the write:
+//
+//   - Apply never writes without Evidence of a known method and a time, with
+//     a BMC reading of "off" for bmc-power-off, never with a reading of "on",
+//     and never when the evidence is about another boot or another machine
+//     than the Node reports.
+//   - The taint and its annotations (AnnotationAppliedBy, AnnotationEvidence)
+//     are written in one update, so no reader sees one without the other.
+//   - fenced never claims or removes a taint it did not apply: a taint without
+//     AnnotationAppliedBy is left alone (Remove returns ErrNotOurs).
+//   - Every write is a read-modify-write with the resourceVersion just read,
+//     retried from a fresh read on Conflict, so concurrent writers of the
+//     Node (kubelet, node lifecycle controller, other fencers, operators)
+//     lose nothing, and a decision is re-checked against the latest Node.
+//   - Apply and Remove record a Normal Event on the Node
+//     (OutOfServiceTaintApplied, OutOfServiceTaintRemoved).
+//
+// Whether a node should be fenced or unfenced is not decided here; that is
+// the decision core's job (pkg/fencing).
+//
+// # RBAC
+//
+// The complete set of permissions the package uses (all in the core API
+// group ""), from which deploy/ writes the fencer's ClusterRole. The
+// integration test binds exactly these to a user and runs every operation as
+// that user, and checks that each operation is forbidden without its verb.
+//
+//	resource      verbs          used by
+//	------------  -------------  ----------------------------------------------
+//	nodes         get, update    Apply, Remove (read, then update taints and
+//	                             annotations); MarkNotReady and ForceDeletePods
+//	                             read the Node (get)
+//	nodes/status  update         MarkNotReady (Ready condition)
+//	pods          list, delete   ForceDeletePods, all namespaces (list with
+//	                             field selector spec.nodeName; delete with
+//	                             grace period 0 and a UID precondition)
+//	events        create, patch  NewRecorder's recorder; Node Events live in
+//	                             namespace "default" (patch: repeated Events
+//	                             are folded into a count)
+//
+// No patch on nodes or nodes/status is needed: every write is a full update
+// conditional on the resourceVersion read, which is what makes the
+// re-check-on-conflict possible. PolicyRules returns the same rules as RBAC
+// objects.
 package taint

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,8 @@ type Options struct {
 	Cluster cluster.Options
 	// Extra returns further processes each machine starts at boot.
 	Extra func(m *Machine) [][]string
+	// Fencing, if set, runs fenced agents on every machine.
+	Fencing *Fencing
 }
 
 // Harness is a running test cluster.
@@ -61,6 +64,13 @@ type Machine struct {
 	Host *netns.Host
 	BMC  *ipmisim.Sim
 	Dir  string
+	// SystemUUID is what the machine's kubelet reports.
+	SystemUUID string
+	// Fencer: the machine's agent holds the BMC inventory.
+	Fencer bool
+
+	bmcUUID, bmcAddr, bmcPassword string
+	bmcPort                       int
 
 	mu             sync.Mutex
 	bmcPasswordSet string // non-empty while BMCWrongPassword is in effect
@@ -81,12 +91,19 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		}
 	}
 	start := time.Now()
-	h := &Harness{t: t, Dir: t.TempDir()}
+	// A short root: unix sockets (the CSI plugin's, the kubelet's) live
+	// below it and their paths must fit in 108 bytes, which t.TempDir's
+	// test-name paths do not.
+	dir, err := os.MkdirTemp("", "fh-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	h := &Harness{t: t, Dir: dir}
 	h.VolumesDir = filepath.Join(h.Dir, "volumes")
 	if err := os.MkdirAll(h.VolumesDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	if h.Net, err = netns.New(o.Subnet); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -124,11 +141,22 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		t.Fatalf("harness: %v", err)
 	}
 	for _, name := range o.Machines {
-		m, err := h.addMachine(name, launcher, o.Extra)
+		m, err := h.planMachine(name, o.Fencing)
 		if err != nil {
 			t.Fatalf("harness: machine %s: %v", name, err)
 		}
 		h.Machines = append(h.Machines, m)
+	}
+	extra := o.Extra
+	if o.Fencing != nil {
+		if extra, err = h.prepareFencing(ctx, o.Fencing, extra); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	for _, m := range h.Machines {
+		if err := h.powerOnFirstTime(m, launcher, extra); err != nil {
+			t.Fatalf("harness: machine %s: %v", m.Name, err)
+		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -143,33 +171,60 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		if err := h.WaitNodeReady(ctx, m.Name, 3*time.Minute); err != nil {
 			t.Fatalf("harness: %v", err)
 		}
+		if m.Fencer {
+			if err := h.markControlPlane(ctx, m.Name); err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+		}
 	}
 	t.Logf("harness: %d machines Ready after %s", len(h.Machines), time.Since(start).Round(time.Millisecond))
 	return h
 }
 
-func (h *Harness) addMachine(name, launcher string, extra func(*Machine) [][]string) (*Machine, error) {
+// planMachine creates the machine's namespace and picks its identity and
+// BMC endpoint; nothing runs yet.
+func (h *Harness) planMachine(name string, f *Fencing) (*Machine, error) {
 	host, err := h.Net.AddHost(name)
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{Name: name, Host: host, Dir: filepath.Join(h.Dir, "machines", name)}
+	m := &Machine{Name: name, Host: host, Dir: filepath.Join(h.Dir, name),
+		// Its BMC reports this UUID as System GUID and its kubelet as
+		// status.nodeInfo.systemUUID, as on real hardware.
+		SystemUUID: uuid.NewString()}
+	m.bmcUUID = m.SystemUUID
+	if f != nil {
+		m.Fencer = slices.Contains(f.Fencers, name)
+		if slices.Contains(f.BMCIdentityMismatch, name) {
+			m.bmcUUID = uuid.NewString()
+		}
+	}
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	// The machine's identity: its BMC reports this UUID as System GUID and
-	// its kubelet as status.nodeInfo.systemUUID, as on real hardware.
-	systemUUID := uuid.NewString()
-	kubeconfig, err := h.Cluster.UserKubeconfig("system:node:"+name, "system:nodes")
-	if err != nil {
+	// BMCs listen on the bridge's gateway: the management side, which
+	// fencers in other namespaces reach and partitions of this machine
+	// do not cut (they blackhole routes inside this machine's namespace).
+	m.bmcAddr = h.Net.Gateway.String()
+	if m.bmcPort, err = ipmisim.FreePort("udp", m.bmcAddr); err != nil {
 		return nil, err
 	}
-	argv := host.Wrap(launcher,
-		"--name="+name,
+	m.bmcPassword = "pw-" + uuid.NewString()[:8]
+	return m, nil
+}
+
+// powerOnFirstTime starts the machine's BMC, which boots the machine.
+func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Machine) [][]string) error {
+	kubeconfig, err := h.Cluster.UserKubeconfig("system:node:"+m.Name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	argv := m.Host.Wrap(launcher,
+		"--name="+m.Name,
 		"--dir="+m.Dir,
 		"--kubeconfig="+kubeconfig,
 		"--hollow-kubelet="+h.Cluster.HollowKubelet,
-		"--system-uuid="+systemUUID,
+		"--system-uuid="+m.SystemUUID,
 		"--volumes-dir="+h.VolumesDir)
 	if extra != nil {
 		if procs := extra(m); len(procs) > 0 {
@@ -177,8 +232,40 @@ func (h *Harness) addMachine(name, launcher string, extra func(*Machine) [][]str
 		}
 	}
 	startCmd := "exec " + shellJoin(argv) + " >>" + shellQuote(filepath.Join(m.Dir, "machine.log")) + " 2>&1"
-	m.BMC = ipmisim.Start(h.t, ipmisim.Options{Name: name, Dir: filepath.Join(m.Dir, "bmc"), StartCmd: startCmd, SystemUUID: systemUUID})
-	return m, nil
+	m.BMC = ipmisim.Start(h.t, ipmisim.Options{Name: m.Name, Dir: filepath.Join(m.Dir, "bmc"), StartCmd: startCmd,
+		SystemUUID: m.bmcUUID, Addr: m.bmcAddr, Port: m.bmcPort, Password: m.bmcPassword})
+	return nil
+}
+
+// prepareFencing sets up RBAC and configurations and returns the extra
+// processes with each machine's agent added.
+func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Machine) [][]string) (func(*Machine) [][]string, error) {
+	if _, err := buildFenced(); err != nil {
+		return nil, err
+	}
+	if err := h.setupFencing(ctx, f); err != nil {
+		return nil, err
+	}
+	observer, fencer, err := h.writeFencingConfigs(f)
+	if err != nil {
+		return nil, err
+	}
+	return func(m *Machine) [][]string {
+		var procs [][]string
+		if extra != nil {
+			procs = extra(m)
+		}
+		config := observer
+		if m.Fencer {
+			config = fencer
+		}
+		argv, err := h.agentArgv(m, config)
+		if err != nil {
+			h.t.Fatalf("harness: agent of %s: %v", m.Name, err)
+		}
+		// The agent is always extra process 0, so its log is extra-0-fenced.log.
+		return append([][]string{argv}, procs...)
+	}, nil
 }
 
 // BootID returns the machine's current boot ID ("" before its first boot).
@@ -282,7 +369,7 @@ func (h *Harness) Machine(name string) *Machine {
 
 func (h *Harness) dumpMachineLogs() {
 	for _, m := range h.Machines {
-		for _, f := range []string{"machine.log", "kubelet.log"} {
+		for _, f := range []string{"machine.log", "kubelet.log", "extra-0-fenced.log"} {
 			h.t.Logf("---- %s %s (last 40 lines)\n%s", m.Name, f, tail(filepath.Join(m.Dir, f), 40))
 		}
 	}

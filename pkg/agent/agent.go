@@ -1,0 +1,317 @@
+// Package agent assembles `fenced agent`: it joins the gossip ring, serves
+// metrics and health, tells systemd how it is doing and — when the
+// configuration holds a BMC inventory — runs the fencer.
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/metrics"
+	"fenced.io/fenced/pkg/systemd"
+	"fenced.io/fenced/pkg/taint"
+)
+
+// Options are the per-host settings (flags) plus the loaded configuration.
+type Options struct {
+	Config *config.Config
+	// Client reaches the API server; it is not used before Run.
+	Client  kubernetes.Interface
+	Version string
+	// NodeName is this host's Kubernetes node name.
+	NodeName string
+	// BootID of this host (it changes on every boot).
+	BootID string
+	// GossipBind is the address gossip listens on ("" = all).
+	GossipBind string
+	// GossipAdvertise is the address peers reach this agent at ("" = the
+	// InternalIP of this host's Node).
+	GossipAdvertise string
+	// Seeds are extra addresses to join through, besides the Nodes'
+	// InternalIPs.
+	Seeds []string
+	// InsecureGossip allows a ring without encryption.
+	InsecureGossip bool
+	// MetricsAddress serves /metrics, /healthz, /readyz ("" disables).
+	MetricsAddress string
+	Logger         *slog.Logger
+}
+
+// Agent is a checked agent, ready to run.
+type Agent struct {
+	o   Options
+	key []byte
+	inv *fencing.Inventory // nil for an observer
+}
+
+// New checks everything that can be checked before touching the network —
+// the node name, the gossip key, the BMC inventory — so that bad input
+// stops the agent with a clear message before it joins anything.
+func New(o Options) (*Agent, error) {
+	a := &Agent{o: o}
+	if o.NodeName == "" {
+		return nil, errors.New("no node name: pass --node-name or set NODE_NAME")
+	}
+	if o.BootID == "" {
+		return nil, errors.New("no boot ID: check --boot-id-file")
+	}
+	var err error
+	if !o.InsecureGossip {
+		if o.Config.Gossip.KeyFile == "" {
+			return nil, errors.New("no gossip key: set gossip.keyFile in the configuration, or pass --insecure-gossip (anyone on the network could then join the ring)")
+		}
+		if a.key, err = readKey(o.Config.Gossip.KeyFile); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.Config.BMCs) > 0 {
+		if a.inv, err = fencing.NewInventory(o.Config, o.Logger); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// readKey reads a base64 gossip key of 16, 24 or 32 bytes.
+func readKey(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("gossip key %s: not base64: %w", path, err)
+	}
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	}
+	return nil, fmt.Errorf("gossip key %s: %d bytes; want 16, 24 or 32 (head -c 32 /dev/urandom | base64)", path, len(key))
+}
+
+// Run runs the agent until ctx ends, then leaves the ring cleanly.
+func (a *Agent) Run(ctx context.Context) error {
+	o, key, inv := a.o, a.key, a.inv
+	log := o.Logger
+	var err error
+	role := "observer"
+	if inv != nil {
+		role = "fencer"
+	}
+
+	reg := metrics.NewRegistry(o.Version)
+	var joined atomic.Bool
+	if o.MetricsAddress != "" {
+		stop, err := serve(o.MetricsAddress, metrics.Handler(reg, func() error {
+			if !joined.Load() {
+				return errors.New("not yet in the gossip ring")
+			}
+			return nil
+		}), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	// Nodes tell who may join the ring and where to find it.
+	factory := informers.NewSharedInformerFactory(o.Client, 0)
+	nodes := factory.Core().V1().Nodes()
+	nodeLister := nodes.Lister()
+	nodeInformer := nodes.Informer()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	log.Info("waiting for the Node list", "node", o.NodeName)
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
+		return ctx.Err()
+	}
+	advertise := o.GossipAdvertise
+	if advertise == "" {
+		if advertise, err = waitInternalIP(ctx, nodeLister, o.NodeName, log); err != nil {
+			return err
+		}
+	}
+
+	hb := heartbeat.Config{
+		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port, AdvertiseAddr: advertise,
+		ClusterName: o.Config.ClusterName, SecretKey: key, Insecure: o.InsecureGossip,
+		ProbeInterval: o.Config.Gossip.ProbeInterval, ProbeTimeout: o.Config.Gossip.ProbeTimeout,
+		SuspicionMult: o.Config.Gossip.SuspicionMult, GossipInterval: o.Config.Gossip.GossipInterval,
+	}
+	if o.InsecureGossip {
+		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
+	}
+	ring, err := heartbeat.Join(ctx, hb, heartbeat.Options{
+		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: role,
+			State: heartbeat.AnnounceRunning, Agent: o.Version},
+		Seeds:  func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
+		IsNode: func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
+		Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("joining the gossip ring: %w", err)
+	}
+	defer func() {
+		if err := ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
+			log.Warn("leaving the gossip ring", "err", err)
+		}
+	}()
+	joined.Store(true)
+	log.Info("agent started", "role", role, "node", o.NodeName, "boot", o.BootID, "gossip", ring.LocalAddr(),
+		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "version", o.Version)
+
+	var fencer *fencing.Fencer
+	fencerDone := make(chan error, 1)
+	if inv != nil {
+		defer inv.Close()
+		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
+		defer stopRecorder()
+		fencer = fencing.NewFencer(fencing.FencerConfig{
+			Identity: o.NodeName, Client: o.Client, Inventory: inv, Members: ring,
+			Tainter: taint.New(o.Client, o.NodeName, recorder), Recorder: recorder,
+			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
+			LeaseDuration: o.Config.Fencer.LeaseDuration,
+			Verify:        fencing.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
+			Metrics:       fencing.NewMetrics(reg), Logger: log,
+		})
+		go func() { fencerDone <- fencer.Run(ctx) }()
+	}
+
+	members := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenced_members",
+		Help: "Gossip ring members by state (alive, suspect, dead, left) as this agent sees them.",
+	}, []string{"state"})
+	reg.MustRegister(members)
+	update := func() {
+		counts := map[heartbeat.MemberState]int{}
+		for _, m := range ring.Members() {
+			counts[m.State]++
+		}
+		for _, s := range []heartbeat.MemberState{heartbeat.StateAlive, heartbeat.StateSuspect, heartbeat.StateDead, heartbeat.StateLeft} {
+			members.WithLabelValues(string(s)).Set(float64(counts[s]))
+		}
+		status := fmt.Sprintf("%s: %d of %d gossip members alive", role, counts[heartbeat.StateAlive], len(ring.Members()))
+		_, _ = systemd.Notify(systemd.Status(status))
+	}
+	update()
+	if _, err := systemd.Notify(systemd.Ready); err != nil {
+		log.Warn("could not notify systemd", "err", err)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("agent stopping", "reason", "signal")
+			_, _ = systemd.Notify(systemd.Stopping)
+			if fencer != nil {
+				<-fencerDone
+			}
+			return nil
+		case m := <-ring.Events():
+			update()
+			if fencer != nil {
+				fencer.Notify(m.Name)
+			}
+		case err := <-fencerDone:
+			return fmt.Errorf("fencer stopped: %w", err)
+		}
+	}
+}
+
+// policyOf maps the configuration onto the decision core's policy.
+func policyOf(c *config.Config) fencing.Policy {
+	p := c.Policy
+	return fencing.Policy{
+		Mode: fencing.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
+		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
+		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
+		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+	}
+}
+
+// seeds are the other Nodes' InternalIPs at the gossip port, plus extras.
+func seeds(nodes corelisters.NodeLister, self string, port int, extra []string) []string {
+	out := append([]string(nil), extra...)
+	all, _ := nodes.List(labels.Everything())
+	for _, n := range all {
+		if n.Name == self {
+			continue
+		}
+		if ip := internalIP(n); ip != "" {
+			out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
+		}
+	}
+	return out
+}
+
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// waitInternalIP waits for this host's Node to appear with an InternalIP
+// (an agent may start before its kubelet registers the node).
+func waitInternalIP(ctx context.Context, nodes corelisters.NodeLister, name string, log *slog.Logger) (string, error) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for waited := 0; ; waited++ {
+		n, err := nodes.Get(name)
+		if err == nil {
+			if ip := internalIP(n); ip != "" {
+				return ip, nil
+			}
+		} else if !apierrors.IsNotFound(err) {
+			return "", err
+		}
+		if waited%10 == 0 {
+			log.Info("waiting for this host's Node and its InternalIP (or pass --gossip-advertise-address)", "node", name)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// serve starts the metrics and health server and returns its stop func.
+func serve(addr string, h http.Handler, log *slog.Logger) (func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-address: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	log.Info("serving metrics and health", "address", l.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

@@ -1,0 +1,101 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func duration(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}
+
+func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
+	r := Gossip{
+		Port:           first(g.Port, DefaultGossipPort),
+		KeyFile:        g.KeyFile,
+		ProbeInterval:  duration(g.ProbeInterval, 0),
+		ProbeTimeout:   duration(g.ProbeTimeout, 0),
+		SuspicionMult:  g.SuspicionMult,
+		GossipInterval: duration(g.GossipInterval, 0),
+	}
+	if r.Port < 1 || r.Port > 65535 {
+		fe.add("gossip", "port", "%d is not a port (1-65535)", r.Port)
+	}
+	for field, d := range map[string]time.Duration{"probeInterval": r.ProbeInterval, "probeTimeout": r.ProbeTimeout, "gossipInterval": r.GossipInterval} {
+		if d < 0 || d > time.Minute {
+			fe.add("gossip", field, "%s is out of range (0 for the default, at most 1m)", d)
+		}
+	}
+	if r.SuspicionMult < 0 || r.SuspicionMult > 20 {
+		fe.add("gossip", "suspicionMult", "%d is out of range (0 for the default, at most 20)", r.SuspicionMult)
+	}
+	return r
+}
+
+func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
+	r := Policy{
+		Mode:                      first(p.Mode, DefaultMode),
+		FenceAfter:                duration(p.FenceAfter, DefaultFenceAfter),
+		MaxUnhealthy:              DefaultMaxUnhealthyPercent / 100.0,
+		MaxConcurrentPowerActions: first(p.MaxConcurrentPowerActions, DefaultMaxConcurrentPowerActions),
+		FenceDelay:                duration(p.FenceDelay, DefaultFenceDelay),
+		ForceDeletePods:           DefaultForceDeletePods,
+	}
+	switch r.Mode {
+	case "confirm-only", "power-off":
+	default:
+		fe.add("policy", "mode", "unknown mode %q (want confirm-only or power-off)", r.Mode)
+	}
+	if r.FenceAfter < 0 {
+		fe.add("policy", "fenceAfter", "%s is negative", r.FenceAfter)
+	}
+	if p.MaxUnhealthy != "" {
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(p.MaxUnhealthy), "%"), 64)
+		if err != nil || !strings.HasSuffix(p.MaxUnhealthy, "%") || pct < 0 || pct > 100 {
+			fe.add("policy", "maxUnhealthy", "%q is not a percentage like \"50%%\"", p.MaxUnhealthy)
+		}
+		r.MaxUnhealthy = pct / 100
+	}
+	if r.MaxConcurrentPowerActions < 1 {
+		fe.add("policy", "maxConcurrentPowerActions", "%d: at least 1", r.MaxConcurrentPowerActions)
+	}
+	if r.FenceDelay < 0 || r.FenceDelay > 10*time.Minute {
+		fe.add("policy", "fenceDelay", "%s is out of range (0 to 10m)", r.FenceDelay)
+	}
+	switch first(p.AfterFence, DefaultAfterFence) {
+	case "off":
+	case "on":
+		r.PowerOnAfterFence = true
+	default:
+		fe.add("policy", "afterFence", "%q: want off or on", p.AfterFence)
+	}
+	if p.ForceDeletePods != nil {
+		r.ForceDeletePods = *p.ForceDeletePods
+	}
+	return r
+}
+
+func resolveFencer(fe *fieldErrors, f FencerSpec) Fencer {
+	r := Fencer{
+		LeaseNamespace: first(f.LeaseNamespace, DefaultLeaseNamespace),
+		LeaseDuration:  duration(f.LeaseDuration, DefaultLeaseDuration),
+		PowerTimeout:   duration(f.PowerTimeout, DefaultPowerTimeout),
+	}
+	if msgs := validation.IsDNS1123Label(r.LeaseNamespace); len(msgs) > 0 {
+		fe.add("fencer", "leaseNamespace", "not a namespace name: %s", strings.Join(msgs, "; "))
+	}
+	if r.LeaseDuration < 3*time.Second || r.LeaseDuration > 5*time.Minute {
+		fe.add("fencer", "leaseDuration", "%s is out of range (3s to 5m)", r.LeaseDuration)
+	}
+	if r.PowerTimeout < time.Second || r.PowerTimeout > 10*time.Minute {
+		fe.add("fencer", "powerTimeout", "%s is out of range (1s to 10m)", r.PowerTimeout)
+	}
+	return r
+}

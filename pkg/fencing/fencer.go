@@ -1,0 +1,670 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+
+	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/taint"
+)
+
+// MemberSource is the gossip view the fencer reads (a *heartbeat.Ring).
+type MemberSource interface {
+	Member(name string) (heartbeat.Member, bool)
+	Alive() int
+}
+
+// FencerConfig wires a Fencer.
+type FencerConfig struct {
+	// Identity names this fencer in Leases, annotations and Events
+	// (its node name).
+	Identity  string
+	Client    kubernetes.Interface
+	Inventory *Inventory
+	Members   MemberSource
+	Tainter   *taint.Tainter
+	Recorder  record.EventRecorder
+	Policy    Policy
+	// LeaseNamespace holds the per-target power Leases.
+	LeaseNamespace string
+	// LeaseDuration of a power Lease; it is renewed every third of it
+	// while a power action runs, so a dead fencer's Lease lapses quickly.
+	LeaseDuration time.Duration
+	// Verify controls how power actions are confirmed.
+	Verify  VerifyOptions
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Fencer watches Nodes, VolumeAttachments and Leases, runs the decision
+// core for every node and carries out its actions. All inputs arrive
+// through informers and gossip notifications; there is no polling.
+type Fencer struct {
+	cfg   FencerConfig
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	nodes  corelisters.NodeLister
+	vas    cache.Indexer
+	leases coordlisters.LeaseNamespaceLister
+	synced []cache.InformerSynced
+
+	mu      sync.Mutex
+	targets map[string]*Target
+	bmc     map[string]*BMCObs
+	renew   map[string]context.CancelFunc // Lease renewals running
+
+	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
+}
+
+// LeasePrefix names the per-target power Leases: fenced-power-<node>.
+const LeasePrefix = "fenced-power-"
+
+const vaByNode = "byNode"
+
+// NewFencer builds a Fencer; Run starts it.
+func NewFencer(cfg FencerConfig) *Fencer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
+	return &Fencer{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		targets: map[string]*Target{},
+		bmc:     map[string]*BMCObs{},
+		renew:   map[string]context.CancelFunc{},
+	}
+}
+
+// Notify tells the fencer that the gossip view of name changed. Quorum
+// depends on every member, so targets that are not healthy are looked at
+// again too.
+func (f *Fencer) Notify(name string) {
+	f.queue.Add(name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for n, t := range f.targets {
+		if t.Phase != PhaseHealthy && n != name {
+			f.queue.Add(n)
+		}
+	}
+}
+
+// Run starts the informers and the worker and blocks until ctx ends.
+func (f *Fencer) Run(ctx context.Context) error {
+	cluster := informers.NewSharedInformerFactory(f.cfg.Client, 0)
+	inNS := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithNamespace(f.cfg.LeaseNamespace))
+
+	nodeInf := cluster.Core().V1().Nodes()
+	vaInf := cluster.Storage().V1().VolumeAttachments()
+	leaseInf := inNS.Coordination().V1().Leases()
+	if err := vaInf.Informer().AddIndexers(cache.Indexers{vaByNode: func(obj any) ([]string, error) {
+		return []string{obj.(*storagev1.VolumeAttachment).Spec.NodeName}, nil
+	}}); err != nil {
+		return err
+	}
+	enqueue := func(name string) {
+		if name != "" {
+			f.queue.Add(name)
+		}
+	}
+	handlers := []struct {
+		inf  cache.SharedIndexInformer
+		name func(any) string
+	}{
+		{nodeInf.Informer(), func(o any) string { return metaName(o) }},
+		{vaInf.Informer(), func(o any) string {
+			if va, ok := unwrap(o).(*storagev1.VolumeAttachment); ok {
+				return va.Spec.NodeName
+			}
+			return ""
+		}},
+		{leaseInf.Informer(), func(o any) string { return strings.TrimPrefix(metaName(o), LeasePrefix) }},
+	}
+	for _, h := range handlers {
+		name := h.name
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { enqueue(name(o)) },
+			UpdateFunc: func(_, o any) { enqueue(name(o)) },
+			DeleteFunc: func(o any) { enqueue(name(o)) },
+		}); err != nil {
+			return err
+		}
+		f.synced = append(f.synced, h.inf.HasSynced)
+	}
+	f.nodes = nodeInf.Lister()
+	f.vas = vaInf.Informer().GetIndexer()
+	f.leases = leaseInf.Lister().Leases(f.cfg.LeaseNamespace)
+
+	cluster.Start(ctx.Done())
+	inNS.Start(ctx.Done())
+	defer func() {
+		f.queue.ShutDown()
+		cluster.Shutdown()
+		inNS.Shutdown()
+		f.bg.Wait()
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
+		return errors.New("fencer: informer caches did not sync")
+	}
+	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", f.cfg.Policy.Mode,
+		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace)
+
+	go func() {
+		for f.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	return nil
+}
+
+func (f *Fencer) processNext(ctx context.Context) bool {
+	name, quit := f.queue.Get()
+	if quit {
+		return false
+	}
+	defer f.queue.Done(name)
+	if err := f.sync(ctx, name); err != nil {
+		f.log.Error("fencer: sync failed, will retry", "node", name, "err", err)
+		f.queue.AddRateLimited(name)
+		return true
+	}
+	f.queue.Forget(name)
+	return true
+}
+
+// sync runs one decision for node name and carries out its actions.
+func (f *Fencer) sync(ctx context.Context, name string) error {
+	if name == f.cfg.Identity {
+		return nil // a fencer is never its own target
+	}
+	o, node, err := f.observe(name)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	t, ok := f.targets[name]
+	if !ok {
+		t = &Target{Name: name}
+		f.targets[name] = t
+	}
+	before := t.Phase
+	d := t.Step(o, f.cfg.Policy)
+	suspectSince := t.SuspectSince()
+	if d.Phase == PhaseHealthy && !o.Node.Exists {
+		delete(f.targets, name)
+	}
+	f.mu.Unlock()
+
+	f.cfg.Metrics.setPhase(name, before, d.Phase)
+	if before != d.Phase || significant(d.Actions) {
+		f.log.Info("decision", "node", name, "from", string(before), "phase", string(d.Phase), "reason", d.Reason,
+			"actions", actionNames(d.Actions), "evidence", evidenceMethod(d.Actions))
+	}
+	var errs []error
+	for _, a := range d.Actions {
+		if err := f.execute(ctx, name, node, a, suspectSince); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.Kind, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// observe assembles the core's input from the listers, gossip and the
+// BMC state. node is nil when the Node does not exist.
+func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
+	now := f.cfg.Now()
+	o := Observation{Now: now}
+	node, err := f.nodes.Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return o, nil, err
+	}
+	if err == nil {
+		o.Node = nodeObs(node)
+		vas, _ := f.vas.ByIndex(vaByNode, name)
+		o.Node.VolumeAttachments = len(vas)
+	} else {
+		node = nil
+	}
+	if m, ok := f.cfg.Members.Member(name); ok {
+		o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State}
+	}
+	_, configured := f.cfg.Inventory.BMC(name)
+	f.mu.Lock()
+	if b, ok := f.bmc[name]; ok {
+		o.BMC = *b
+	}
+	f.mu.Unlock()
+	o.BMC.Configured = configured
+
+	all, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return o, node, err
+	}
+	o.Cluster.Nodes = len(all)
+	o.Cluster.GossipAlive = f.cfg.Members.Alive()
+	for _, n := range all {
+		m, known := f.cfg.Members.Member(n.Name)
+		gone := known && (m.State == heartbeat.StateDead || m.State == heartbeat.StateLeft)
+		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
+		if readyOf(n) != ReadyTrue || gone || fenced {
+			o.Cluster.Unhealthy++
+		}
+		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
+		if n.Name != name && isCP && (fenced || f.leaseActive(n.Name, now) != "") {
+			o.Cluster.ControlPlaneDown++
+		}
+	}
+	leases, err := f.leases.List(labels.Everything())
+	if err != nil {
+		return o, node, err
+	}
+	for _, l := range leases {
+		target := strings.TrimPrefix(l.Name, LeasePrefix)
+		if target == name || !strings.HasPrefix(l.Name, LeasePrefix) {
+			continue
+		}
+		if f.leaseActive(target, now) != "" {
+			o.Cluster.PowerActions++
+		}
+	}
+	o.Cluster.LeaseHeld = f.leaseActive(name, now) == f.cfg.Identity
+	return o, node, nil
+}
+
+// leaseActive returns the holder of node's power Lease if it has not
+// expired, else "".
+func (f *Fencer) leaseActive(node string, now time.Time) string {
+	l, err := f.leases.Get(LeasePrefix + node)
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" ||
+		l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return ""
+	}
+	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	if now.After(expiry) {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// nodeObs reads what the core needs from a Node.
+func nodeObs(n *corev1.Node) NodeObs {
+	o := NodeObs{Exists: true, Ready: ReadyUnknown, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			o.Ready, o.ReadySince = Ready(c.Status), c.LastTransitionTime.Time
+		}
+	}
+	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
+	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
+		o.TaintedByFenced = true
+		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+			o.Evidence = fenceRecordOf(ev)
+		}
+	}
+	return o
+}
+
+func readyOf(n *corev1.Node) Ready {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return Ready(c.Status)
+		}
+	}
+	return ReadyUnknown
+}
+
+// execute carries out one action for node name.
+func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a Action, suspectSince time.Time) error {
+	switch a.Kind {
+	case ActRequeue:
+		f.queue.AddAfter(name, a.After)
+	case ActReadPower:
+		f.startBMC(ctx, name, OpPowerStatus)
+	case ActPowerOff:
+		f.startBMC(ctx, name, OpPowerOff)
+	case ActPowerOn:
+		f.startBMC(ctx, name, OpPowerOn)
+	case ActAcquireLease:
+		return f.acquireLease(ctx, name)
+	case ActReleaseLease:
+		return f.releaseLease(ctx, name)
+	case ActApplyTaint:
+		ev := taintEvidence(a.Evidence, f.cfg.Identity)
+		applied, err := f.cfg.Tainter.Apply(ctx, name, ev)
+		f.cfg.Metrics.fence(ev.Method, err)
+		if err != nil {
+			f.queue.AddAfter(name, taintRetry)
+			return err
+		}
+		if applied {
+			if !suspectSince.IsZero() {
+				f.cfg.Metrics.DetectionToTaint.Observe(f.cfg.Now().Sub(suspectSince).Seconds())
+			}
+			f.log.Warn("out-of-service taint applied", "node", name, "evidence", ev.Method, "reason", ev.Reason,
+				"sinceSuspected", f.cfg.Now().Sub(suspectSince).Round(time.Millisecond))
+		}
+	case ActMarkNotReady:
+		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
+		return err
+	case ActForceDeletePods:
+		n, err := f.cfg.Tainter.ForceDeletePods(ctx, name)
+		if n > 0 {
+			f.log.Info("force-deleted pods of fenced node", "node", name, "pods", n)
+		}
+		return err
+	case ActRemoveTaint:
+		removed, err := f.cfg.Tainter.Remove(ctx, name, a.Message)
+		if err != nil {
+			return err
+		}
+		if removed {
+			f.cfg.Metrics.TaintsRemoved.Inc()
+			f.log.Info("out-of-service taint removed", "node", name, "reason", a.Message)
+		}
+	case ActEvent:
+		if node != nil {
+			f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
+		}
+	case ActSafetyAlarm:
+		f.cfg.Metrics.SafetyAlarms.Inc()
+		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)
+		if node != nil {
+			f.cfg.Recorder.Event(node, corev1.EventTypeWarning, a.Reason, a.Message)
+		}
+	}
+	return nil
+}
+
+// startBMC runs one BMC operation in the background; its outcome is
+// stored for the next Observation and the node is queued again.
+func (f *Fencer) startBMC(ctx context.Context, name, op string) {
+	b, ok := f.cfg.Inventory.BMC(name)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	st := f.bmc[name]
+	if st == nil {
+		st = &BMCObs{}
+		f.bmc[name] = st
+	}
+	if st.InFlight {
+		f.mu.Unlock()
+		return
+	}
+	st.InFlight = true
+	f.mu.Unlock()
+	f.queue.Add(name) // let the core see InFlight
+
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		start := f.cfg.Now()
+		var r *Reading
+		var err error
+		switch op {
+		case OpPowerStatus:
+			var state PowerState
+			state, err = b.PowerState(ctx)
+			if err == nil {
+				r = &Reading{Power: state, At: start}
+				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
+					r.GUID = guid
+				} else if KindOf(gerr) != KindNotSupported {
+					err = gerr // a BMC that answers power but fails GUID is not trusted this round
+				}
+			}
+		case OpPowerOff:
+			var res ActionResult
+			res, err = PowerOffVerified(ctx, b, f.cfg.Verify)
+			if err == nil {
+				r = &Reading{Power: res.State, At: f.cfg.Now(), AfterPowerOff: true}
+				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
+					r.GUID = guid
+				}
+			}
+		case OpPowerOn:
+			_, err = PowerOnVerified(ctx, b, f.cfg.Verify)
+		}
+		elapsed := f.cfg.Now().Sub(start)
+		f.cfg.Metrics.bmcRequest(op, err, elapsed)
+		endpoint := ""
+		if e, ok := f.cfg.Inventory.Endpoint(name); ok {
+			endpoint = e
+		}
+		f.mu.Lock()
+		st.InFlight = false
+		if err != nil {
+			st.Failure = &Failure{Op: op, Kind: KindOf(err), Message: err.Error(), At: f.cfg.Now()}
+		} else if r != nil {
+			r.Endpoint = endpoint
+			st.Reading = r
+		}
+		f.mu.Unlock()
+		f.log.Info("bmc", "node", name, "op", op, "elapsed", elapsed.Round(time.Millisecond),
+			"power", readingPower(r), "err", err)
+		if ctx.Err() == nil {
+			f.queue.Add(name)
+		}
+	}()
+}
+
+func readingPower(r *Reading) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Power)
+}
+
+// acquireLease takes node's power Lease if it is free or expired.
+func (f *Fencer) acquireLease(ctx context.Context, node string) error {
+	now := metav1.NewMicroTime(f.cfg.Now())
+	dur := int32(f.cfg.LeaseDuration / time.Second)
+	leases := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace)
+	holder := f.leaseActive(node, now.Time)
+	if holder != "" && holder != f.cfg.Identity {
+		return nil // another fencer acts; the core waits
+	}
+	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(f.cfg.Identity), LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}
+	existing, err := f.leases.Get(LeasePrefix + node)
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeasePrefix + node}, Spec: spec}, metav1.CreateOptions{})
+	case err == nil:
+		l := existing.DeepCopy()
+		l.Spec = spec
+		// ResourceVersion makes this a compare-and-swap: of two fencers
+		// racing for an expired Lease, exactly one wins.
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		f.log.Info("power Lease taken by another fencer", "node", node)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f.log.Info("power Lease acquired", "node", node, "duration", f.cfg.LeaseDuration)
+	f.startRenewal(ctx, node)
+	return nil
+}
+
+// startRenewal renews node's Lease every third of its duration until
+// released, so a fencer that dies mid-action loses it within one duration.
+func (f *Fencer) startRenewal(ctx context.Context, node string) {
+	f.mu.Lock()
+	if _, running := f.renew[node]; running {
+		f.mu.Unlock()
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	f.renew[node] = cancel
+	f.mu.Unlock()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		tick := time.NewTicker(f.cfg.LeaseDuration / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			l, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Get(rctx, LeasePrefix+node, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
+				f.log.Warn("power Lease lost", "node", node, "err", err)
+				f.stopRenewal(node)
+				f.queue.Add(node)
+				return
+			}
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(f.cfg.Now()))
+			if _, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Update(rctx, l, metav1.UpdateOptions{}); err != nil {
+				f.log.Warn("power Lease renewal failed", "node", node, "err", err)
+			}
+		}
+	}()
+}
+
+func (f *Fencer) stopRenewal(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cancel, ok := f.renew[node]; ok {
+		cancel()
+		delete(f.renew, node)
+	}
+}
+
+// releaseLease gives node's Lease back (deletes it if we hold it).
+func (f *Fencer) releaseLease(ctx context.Context, node string) error {
+	f.stopRenewal(node)
+	l, err := f.leases.Get(LeasePrefix + node)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
+		return nil
+	}
+	err = f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Delete(ctx, l.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		f.log.Info("power Lease released", "node", node)
+	}
+	return err
+}
+
+// Phases returns the current phase of every node the fencer tracks (for
+// status endpoints).
+func (f *Fencer) Phases() map[string]Phase {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]Phase, len(f.targets))
+	for n, t := range f.targets {
+		out[n] = t.Phase
+	}
+	return out
+}
+
+// taintEvidence converts the core's record into the annotation format.
+func taintEvidence(r *FenceRecord, by string) taint.Evidence {
+	ev := taint.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
+	if r.BMC != nil {
+		ev.BMC = &taint.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, Endpoint: r.BMC.Endpoint,
+			SystemGUID: r.BMC.GUID, PoweredOffByFenced: r.BMC.AfterPowerOff}
+	}
+	return ev
+}
+
+// fenceRecordOf converts stored evidence back into the core's record.
+func fenceRecordOf(ev taint.Evidence) *FenceRecord {
+	r := &FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
+	if ev.BMC != nil {
+		r.BMC = &Reading{Power: PowerState(ev.BMC.Power), At: ev.BMC.At, Endpoint: ev.BMC.Endpoint,
+			GUID: ev.BMC.SystemGUID, AfterPowerOff: ev.BMC.PoweredOffByFenced}
+	}
+	return r
+}
+
+// significant reports whether actions deserve a decision log line even
+// without a phase change.
+func significant(as []Action) bool {
+	for _, a := range as {
+		switch a.Kind {
+		case ActRequeue, ActReadPower:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func actionNames(as []Action) string {
+	var s []string
+	for _, a := range as {
+		if a.Kind == ActEvent || a.Kind == ActSafetyAlarm {
+			s = append(s, string(a.Kind)+":"+a.Reason)
+		} else if a.Kind != ActRequeue {
+			s = append(s, string(a.Kind))
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+func evidenceMethod(as []Action) string {
+	for _, a := range as {
+		if a.Kind == ActApplyTaint && a.Evidence != nil {
+			return a.Evidence.Method
+		}
+	}
+	return ""
+}
+
+func unwrap(o any) any {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
+}
+
+func metaName(o any) string {
+	if m, ok := unwrap(o).(metav1.Object); ok {
+		return m.GetName()
+	}
+	return ""
+}

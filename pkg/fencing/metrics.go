@@ -1,0 +1,94 @@
+package fencing
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the fencer's Prometheus metrics.
+type Metrics struct {
+	// NodeState is 1 for each node's current phase (fenced_node_state).
+	NodeState *prometheus.GaugeVec
+	// BMCRequests counts BMC operations by op and result (ok or the
+	// ErrorKind).
+	BMCRequests *prometheus.CounterVec
+	// BMCDuration is the latency of BMC operations by op.
+	BMCDuration *prometheus.HistogramVec
+	// Fences counts taints applied, by evidence method and result.
+	Fences *prometheus.CounterVec
+	// TaintsRemoved counts taints removed after recovery.
+	TaintsRemoved prometheus.Counter
+	// DetectionToTaint is the time from suspicion to the taint.
+	DetectionToTaint prometheus.Histogram
+	// SafetyAlarms counts fenced nodes that came back with the same boot ID.
+	SafetyAlarms prometheus.Counter
+}
+
+// NewMetrics registers the fencer's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		NodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenced_node_state",
+			Help: "1 for the decision phase each node is in (Healthy, Suspect, Confirming, PoweringOff, Fenced, Recovering).",
+		}, []string{"node", "state"}),
+		BMCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_bmc_requests_total",
+			Help: "BMC operations by op (power-status, power-off, power-on) and result (ok, unreachable, timeout, auth, bmc-error, not-supported).",
+		}, []string{"op", "result"}),
+		BMCDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fenced_bmc_request_duration_seconds",
+			Help:    "Latency of BMC operations, including session setup and, for power actions, confirmation.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"op"}),
+		Fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_fences_total",
+			Help: "Out-of-service taints applied, by evidence method and result (applied, error).",
+		}, []string{"evidence", "result"}),
+		TaintsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_taints_removed_total",
+			Help: "Out-of-service taints removed because the node came back with a new boot ID.",
+		}),
+		DetectionToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fenced_detection_to_taint_seconds",
+			Help:    "Time from suspecting a node to applying its out-of-service taint.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}),
+		SafetyAlarms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_safety_alarms_total",
+			Help: "Fenced nodes that answered again with the boot ID they had when fenced: the evidence was wrong.",
+		}),
+	}
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms)
+	return m
+}
+
+func (m *Metrics) setPhase(node string, before, now Phase) {
+	if before == now {
+		return
+	}
+	if before != "" {
+		m.NodeState.DeleteLabelValues(node, string(before))
+	}
+	m.NodeState.WithLabelValues(node, string(now)).Set(1)
+}
+
+func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = string(KindOf(err))
+		if result == "" {
+			result = "error"
+		}
+	}
+	m.BMCRequests.WithLabelValues(op, result).Inc()
+	m.BMCDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *Metrics) fence(method string, err error) {
+	result := "applied"
+	if err != nil {
+		result = "error"
+	}
+	m.Fences.WithLabelValues(method, result).Inc()
+}

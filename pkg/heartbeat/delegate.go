@@ -1,0 +1,251 @@
+package heartbeat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate is the Ring as memberlist's Delegate, EventDelegate and
+// AliveDelegate, kept as a separate type so that the callbacks are not
+// part of Ring's API.
+//
+// memberlist calls the event and alive callbacks with its node lock held:
+// they must not call into memberlist and must not block. They only touch
+// the Ring's view (under Ring.mu) and queue events.
+type delegate Ring
+
+var (
+	_ memberlist.Delegate      = (*delegate)(nil)
+	_ memberlist.EventDelegate = (*delegate)(nil)
+	_ memberlist.AliveDelegate = (*delegate)(nil)
+)
+
+// maxRejectedLogged bounds the names remembered to log each refused peer
+// once at warn level; beyond it refusals are logged at debug only.
+const maxRejectedLogged = 1024
+
+// NotifyAlive refuses peers that are not Nodes of the cluster or whose
+// metadata is not ours. Returning an error keeps memberlist from adding
+// (or updating) the peer.
+func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
+	r := (*Ring)(d)
+	if peer.Name == r.self {
+		// memberlist runs its own alive message through this delegate
+		// too; refusing it would leave this agent out of its own ring.
+		return nil
+	}
+	var err error
+	if r.isNode != nil && !r.isNode(peer.Name) {
+		err = errors.New("not a Node of this cluster")
+	} else if meta, merr := DecodeMeta(peer.Meta); merr != nil {
+		err = fmt.Errorf("no fenced metadata: %w", merr)
+	} else if meta.Node != "" && meta.Node != peer.Name {
+		err = fmt.Errorf("metadata names node %q", meta.Node)
+	}
+	if err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	_, seen := r.rejected[peer.Name]
+	if !seen && len(r.rejected) < maxRejectedLogged {
+		r.rejected[peer.Name] = struct{}{}
+	}
+	r.mu.Unlock()
+	level := slog.LevelWarn
+	if seen {
+		level = slog.LevelDebug // memberlist repeats alive messages
+	}
+	r.log.Log(context.Background(), level, "refused gossip member", "node", peer.Name, "addr", peer.Address(), "reason", err)
+	return err
+}
+
+// NotifyJoin is a member that is new or back from dead or left.
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	r := (*Ring)(d)
+	r.mu.Lock()
+	delete(r.leaving, n.Name) // a notice belongs to the previous life
+	if n.Name == r.self {
+		r.localAddr = n.Address()
+	}
+	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive)
+}
+
+// NotifyUpdate is a member whose metadata changed.
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	r := (*Ring)(d)
+	r.mu.Lock()
+	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive)
+}
+
+// NotifyLeave is a member that memberlist declared dead or that left.
+// memberlist v0.7.0 does not tell which (n.State is never filled in,
+// hashicorp/memberlist#293): a member is left when it sent us a leave
+// notice for its current boot (see Ring.Leave) or, with a memberlist that
+// fills in n.State, when that says StateLeft. Otherwise it is dead.
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	r := (*Ring)(d)
+	r.mu.Lock()
+	state := StateDead
+	hint, noticed := r.leaving[n.Name]
+	delete(r.leaving, n.Name)
+	switch {
+	case n.Name == r.self && r.selfLeft:
+		state = StateLeft
+	case n.State == memberlist.StateLeft:
+		state = StateLeft
+	case noticed && hint.bootID == r.bootIDLocked(n) && time.Since(hint.at) < leaveNoticeTTL:
+		state = StateLeft
+	}
+	r.observeLocked(n.Name, n.Address(), n.Meta, state)
+}
+
+// bootIDLocked is the boot ID of n's metadata, or the last one seen.
+func (r *Ring) bootIDLocked(n *memberlist.Node) string {
+	if meta, err := DecodeMeta(n.Meta); err == nil {
+		return meta.BootID
+	}
+	if m, ok := r.members[n.Name]; ok {
+		return m.Meta.BootID
+	}
+	return ""
+}
+
+// observeLocked records a member's address, metadata (kept as it was
+// when rawMeta does not decode) and state, then unlocks r.mu, queues an
+// event and logs the change.
+func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberState) {
+	now := time.Now()
+	m, known := r.members[name]
+	if !known {
+		m = &Member{Name: name}
+		r.members[name] = m
+	}
+	prev := *m
+	m.Addr = addr
+	if meta, err := DecodeMeta(rawMeta); err == nil {
+		m.Meta = meta
+	}
+	if !known || m.State != state {
+		m.State = state
+		m.Since = now
+	}
+	cur := *m
+	wakeJoin := known && prev.State == StateAlive && state != StateAlive &&
+		name != r.self && r.aliveLocked() <= 1
+	r.mu.Unlock()
+
+	if known && prev == cur {
+		return
+	}
+	r.events.push(cur)
+	if wakeJoin {
+		select {
+		case r.lonely <- struct{}{}:
+		default:
+		}
+	}
+	r.logChange(known, prev, cur)
+}
+
+// logChange logs a member's change at info level.
+func (r *Ring) logChange(known bool, prev, cur Member) {
+	from := string(prev.State)
+	if !known {
+		from = "none"
+	}
+	attrs := []any{
+		"node", cur.Name, "from", from, "to", string(cur.State),
+		"bootID", cur.Meta.BootID, "announced", cur.Meta.State, "addr", cur.Addr,
+	}
+	switch {
+	case known && prev.Meta.BootID != "" && prev.Meta.BootID != cur.Meta.BootID:
+		r.log.Info("gossip member rebooted", append(attrs, "prevBootID", prev.Meta.BootID)...)
+	case !known || prev.State != cur.State:
+		r.log.Info("gossip member state changed", attrs...)
+	case prev.Meta != cur.Meta:
+		r.log.Info("gossip member metadata changed", attrs...)
+	default:
+		r.log.Debug("gossip member address changed", attrs...)
+	}
+}
+
+// NodeMeta returns this agent's encoded Meta, which Encode has already
+// kept within memberlist's limit.
+func (d *delegate) NodeMeta(limit int) []byte {
+	r := (*Ring)(d)
+	r.metaMu.Lock()
+	defer r.metaMu.Unlock()
+	if len(r.metaBytes) > limit {
+		return nil // cannot happen: Encode enforces MaxMetaSize
+	}
+	return append([]byte(nil), r.metaBytes...)
+}
+
+// NotifyMsg receives the user messages of this package: leave notices.
+func (d *delegate) NotifyMsg(buf []byte) {
+	r := (*Ring)(d)
+	name, boot, ok := decodeLeaveNotice(buf)
+	if !ok {
+		r.log.Debug("ignored unknown gossip message", "len", len(buf))
+		return
+	}
+	r.mu.Lock()
+	m, known := r.members[name]
+	switch {
+	case !known || name == r.self:
+		r.mu.Unlock()
+	case m.State == StateAlive:
+		// The usual order: remember it until memberlist reports the
+		// member gone (NotifyLeave).
+		r.leaving[name] = leaveHint{bootID: boot, at: time.Now()}
+		r.mu.Unlock()
+	case m.State == StateDead && m.Meta.BootID == boot:
+		// The notice and memberlist's leave broadcast travel on different
+		// paths (TCP and UDP gossip) and the broadcast won. A member that
+		// sends a leave notice is up and leaving on purpose, so dead was
+		// a misreading: correct it.
+		r.observeLocked(name, m.Addr, nil, StateLeft)
+	default:
+		r.mu.Unlock()
+	}
+}
+
+// GetBroadcasts is unused: this package sends no gossip of its own.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState is unused: there is no state to push/pull beyond Meta.
+func (d *delegate) LocalState(join bool) []byte { return nil }
+
+// MergeRemoteState is unused, see LocalState.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
+
+// msgLeaveNotice tags a leave notice; other first bytes are reserved for
+// future messages and ignored.
+const msgLeaveNotice byte = 1
+
+type leaveNotice struct {
+	Node   string `json:"node"`
+	BootID string `json:"boot"`
+}
+
+func encodeLeaveNotice(node, bootID string) []byte {
+	b, _ := json.Marshal(leaveNotice{Node: node, BootID: bootID}) // cannot fail: two strings
+	return append([]byte{msgLeaveNotice}, b...)
+}
+
+func decodeLeaveNotice(buf []byte) (node, bootID string, ok bool) {
+	if len(buf) < 2 || buf[0] != msgLeaveNotice {
+		return "", "", false
+	}
+	var n leaveNotice
+	if err := json.Unmarshal(buf[1:], &n); err != nil || n.Node == "" {
+		return "", "", false
+	}
+	return n.Node, n.BootID, true
+}

@@ -1,0 +1,171 @@
+package heartbeat
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// Generous deadlines: the race detector and -count=3 on a small machine
+// slow memberlist down a lot, and a deadline only bounds a failing test.
+const (
+	settle   = 20 * time.Second // for things that should happen
+	quietFor = 2 * time.Second  // for things that should not (≈20 probe rounds)
+)
+
+// freePort returns a port free on 127.0.0.1 for both TCP and UDP, which
+// memberlist binds together.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port on 127.0.0.1")
+	return 0
+}
+
+// fastConfig is a member on 127.0.0.1 tuned for fast detection.
+func fastConfig(t *testing.T, name string, port int) Config {
+	t.Helper()
+	if port == 0 {
+		port = freePort(t)
+	}
+	return Config{
+		NodeName:       name,
+		BindAddr:       "127.0.0.1",
+		BindPort:       port,
+		ClusterName:    "test",
+		SecretKey:      testKey,
+		ProbeInterval:  100 * time.Millisecond,
+		ProbeTimeout:   50 * time.Millisecond,
+		SuspicionMult:  2,
+		GossipInterval: 50 * time.Millisecond,
+	}
+}
+
+func testMeta(boot string) Meta {
+	return Meta{BootID: boot, Role: RoleObserver, Agent: "test"}
+}
+
+// start joins a member and shuts it down at the end of the test.
+func start(t *testing.T, cfg Config, opts Options) *Ring {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t, cfg.NodeName)
+	}
+	if opts.Meta.BootID == "" {
+		opts.Meta = testMeta("boot-" + cfg.NodeName)
+	}
+	r, err := Join(t.Context(), cfg, opts)
+	if err != nil {
+		t.Fatalf("join %s: %v", cfg.NodeName, err)
+	}
+	t.Cleanup(func() { r.Shutdown() })
+	return r
+}
+
+func seedsOf(addrs ...string) func() []string {
+	return func() []string { return addrs }
+}
+
+// cluster starts members called names, all joining through the first,
+// and waits until every one sees all of them alive.
+func cluster(t *testing.T, names ...string) []*Ring {
+	t.Helper()
+	rings := make([]*Ring, len(names))
+	rings[0] = start(t, fastConfig(t, names[0], 0), Options{})
+	for i := 1; i < len(names); i++ {
+		rings[i] = start(t, fastConfig(t, names[i], 0), Options{Seeds: seedsOf(rings[0].LocalAddr())})
+	}
+	for i, r := range rings {
+		waitFor(t, settle, fmt.Sprintf("%s sees %d alive", names[i], len(names)), func() bool {
+			return r.Alive() == len(names)
+		})
+	}
+	return rings
+}
+
+// waitFor polls cond until it holds or fails the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitEvent reads r's events until one matches, failing after timeout.
+func waitEvent(t *testing.T, r *Ring, timeout time.Duration, what string, match func(Member) bool) Member {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-r.Events():
+			if !ok {
+				t.Fatalf("events closed while waiting for %s", what)
+			}
+			if match(m) {
+				return m
+			}
+		case <-timer.C:
+			t.Fatalf("no event within %s: %s", timeout, what)
+		}
+	}
+}
+
+// stateIs reports whether r sees name in state.
+func stateIs(r *Ring, name string, state MemberState) func() bool {
+	return func() bool {
+		m, ok := r.Member(name)
+		return ok && m.State == state
+	}
+}
+
+// testLogger logs through t until the test ends; memberlist goroutines
+// can outlive a test by a moment, and t.Log after the end panics.
+func testLogger(t *testing.T, name string) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(w.stop)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})).With("member", name)
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}

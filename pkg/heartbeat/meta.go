@@ -1,0 +1,133 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MetaVersion is the version of the Meta format this package writes.
+//
+// Versions only ever add fields: a field keeps its name and meaning for
+// good, so an agent can read the fields it knows from a newer agent's Meta
+// during a rolling upgrade and ignore the rest.
+const MetaVersion = 1
+
+// MaxMetaSize is the largest encoded Meta memberlist carries: its node
+// metadata limit.
+const MaxMetaSize = memberlist.MetaMaxSize
+
+// Roles of an agent.
+const (
+	// RoleObserver is an agent that only gossips and announces its host's
+	// state.
+	RoleObserver = "observer"
+	// RoleFencer is an agent that also holds BMC credentials and fences.
+	RoleFencer = "fencer"
+)
+
+// Announced states an agent publishes about its own host (Meta.State).
+const (
+	// AnnounceRunning is the normal state of a host.
+	AnnounceRunning = "running"
+	// AnnounceShuttingDown means the host has begun shutting down; its
+	// volumes may still be mounted.
+	AnnounceShuttingDown = "shutting-down"
+	// AnnounceShutdownComplete means the host's shutdown has passed the
+	// point where no CSI volume is mounted any more: together with a clean
+	// leave and the boot ID it is evidence for the clean-shutdown path.
+	AnnounceShutdownComplete = "shutdown-complete"
+)
+
+// Meta is what every member publishes about itself, carried as
+// memberlist node metadata. It is encoded as JSON with short keys and a
+// version field, and must fit MaxMetaSize bytes.
+type Meta struct {
+	// Version is the format version (MetaVersion when written by this
+	// package).
+	Version int `json:"v"`
+	// Node is the Kubernetes node name (the same as the member name).
+	Node string `json:"node,omitempty"`
+	// BootID is the host's boot ID (/proc/sys/kernel/random/boot_id): a new
+	// one after a member comes back means the host rebooted.
+	BootID string `json:"boot,omitempty"`
+	// Role is RoleObserver or RoleFencer.
+	Role string `json:"role,omitempty"`
+	// State is one of the Announce* values.
+	State string `json:"state,omitempty"`
+	// Agent is the fenced version string.
+	Agent string `json:"agent,omitempty"`
+}
+
+// Encode returns m in its wire form. It fails when m has no version or
+// does not fit memberlist's metadata limit: memberlist would panic on
+// oversized metadata, so it must be caught before it gets there.
+func (m Meta) Encode() ([]byte, error) {
+	if m.Version < 1 {
+		return nil, errors.New("heartbeat: meta has no version")
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: encode meta: %w", err)
+	}
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("heartbeat: meta is %d bytes encoded; the limit is %d", len(b), MaxMetaSize)
+	}
+	return b, nil
+}
+
+// DecodeMeta parses a Meta written by Encode. A Meta of a newer version
+// decodes too: the fields this version knows are kept and unknown ones
+// are ignored.
+func DecodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if len(b) == 0 {
+		return m, errors.New("heartbeat: empty meta")
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("heartbeat: decode meta: %w", err)
+	}
+	if m.Version < 1 {
+		return Meta{}, errors.New("heartbeat: meta has no version")
+	}
+	return m, nil
+}
+
+// validAnnounce reports whether s is one of the Announce* values.
+func validAnnounce(s string) bool {
+	switch s {
+	case AnnounceRunning, AnnounceShuttingDown, AnnounceShutdownComplete:
+		return true
+	}
+	return false
+}
+
+// localMeta fills in the defaults of an agent's own Meta and checks it.
+func localMeta(m Meta, nodeName string) (Meta, []byte, error) {
+	m.Version = MetaVersion
+	if m.Node == "" {
+		m.Node = nodeName
+	}
+	if m.Node != nodeName {
+		return Meta{}, nil, fmt.Errorf("heartbeat: meta names node %q but the member is %q", m.Node, nodeName)
+	}
+	if m.Role == "" {
+		m.Role = RoleObserver
+	}
+	if m.Role != RoleObserver && m.Role != RoleFencer {
+		return Meta{}, nil, fmt.Errorf("heartbeat: unknown role %q", m.Role)
+	}
+	if m.State == "" {
+		m.State = AnnounceRunning
+	}
+	if !validAnnounce(m.State) {
+		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
+	}
+	b, err := m.Encode()
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	return m, b, nil
+}

@@ -1,0 +1,467 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MemberState of a ring member as this agent sees it.
+type MemberState string
+
+// Member states.
+//
+// StateSuspect is never reported by this version: memberlist v0.7.0 has no
+// callback for suspicion and does not expose a member's state through its
+// API (Node.State is never filled in, hashicorp/memberlist#293), so a
+// member moves from StateAlive to StateDead directly, once memberlist's
+// suspicion timeout has run out. The constant exists so that consumers can
+// already handle it.
+const (
+	StateAlive   MemberState = "alive"
+	StateSuspect MemberState = "suspect"
+	StateDead    MemberState = "dead"
+	StateLeft    MemberState = "left"
+)
+
+// ErrShutdown is returned by operations on a Ring that has been shut down.
+var ErrShutdown = errors.New("heartbeat: ring is shut down")
+
+// AnnounceTimeout bounds how long Announce waits for its update to be
+// gossiped. After it the update is still out: memberlist keeps sending it,
+// and push/pull spreads it too.
+const AnnounceTimeout = 5 * time.Second
+
+// DefaultLeaveTimeout is used by Leave when it is given no timeout.
+const DefaultLeaveTimeout = 5 * time.Second
+
+// maxLeaveNotices bounds the concurrent leave notices Leave sends.
+const maxLeaveNotices = 16
+
+// leaveNoticeTTL is how long a received leave notice can turn the next
+// NotifyLeave of its member into StateLeft. The notice comes at most a
+// Leave timeout before memberlist's leave broadcast, or, if that broadcast
+// is lost, a suspicion timeout (up to a minute in big rings) before the
+// member is found gone. The bound keeps a notice whose leave never showed
+// (say, a member restarted so fast that nobody saw it go) from turning a
+// real failure much later into a clean leave.
+const leaveNoticeTTL = 2 * time.Minute
+
+// leaveHint is a received leave notice.
+type leaveHint struct {
+	bootID string
+	at     time.Time
+}
+
+// Member is one peer as seen by this agent.
+type Member struct {
+	Name  string
+	Addr  string // host:port
+	State MemberState
+	// Meta is the last metadata seen, also for dead and left members.
+	Meta Meta
+	// Since is when State last changed, by this agent's clock.
+	Since time.Time
+}
+
+// Options for Join.
+type Options struct {
+	// Meta is this agent's metadata. Defaults: Node = Config.NodeName,
+	// Role = RoleObserver, State = AnnounceRunning; Version is always
+	// MetaVersion.
+	Meta Meta
+	// Seeds returns addresses ("host" or "host:port"; the default port is
+	// the Config's BindPort) to join through. It is called at start and
+	// again, with backoff, whenever the agent is alone in the ring. nil
+	// means never join anyone: a ring of one until others join us.
+	Seeds func() []string
+	// IsNode reports whether name is a Node of the cluster; members that
+	// are not are refused (and, to keep memberlist's view honest, so are
+	// members whose metadata is not a Meta of the same name). It is called
+	// from memberlist's packet handling for every alive message, so it must
+	// be cheap and must not block: an informer cache lookup, synced before
+	// Join. A member refused by mistake is only looked at again with its
+	// next alive message or push/pull (every 30 s). nil accepts every
+	// member.
+	IsNode func(name string) bool
+	// Logger receives state changes at info and memberlist's own logs at
+	// debug. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Ring is this agent's membership in the gossip ring.
+type Ring struct {
+	ml     *memberlist.Memberlist
+	self   string
+	port   int // effective bind port: the default port of seeds
+	log    *slog.Logger
+	isNode func(string) bool
+	seeds  func() []string
+
+	// retryMin and retryMax bound the backoff between join attempts.
+	retryMin, retryMax time.Duration
+
+	// metaMu guards the local Meta; memberlist reads it through NodeMeta.
+	metaMu    sync.Mutex
+	meta      Meta
+	metaBytes []byte
+	// announceMu serialises Announce so updates go out in call order.
+	announceMu sync.Mutex
+
+	// mu guards the member view. memberlist calls the delegates with its
+	// node lock held, so nothing may call into memberlist while holding mu.
+	mu        sync.Mutex
+	members   map[string]*Member
+	leaving   map[string]leaveHint // leave notices received, by member name
+	rejected  map[string]struct{}  // names refused so far, to log each once
+	localAddr string
+	selfLeft  bool // set when this agent starts to leave
+
+	events *eventQueue
+	// lonely is signalled when this agent becomes the only alive member,
+	// waking the join loop.
+	lonely chan struct{}
+
+	// lifeMu orders Leave and Shutdown: memberlist panics on a Leave after
+	// Shutdown.
+	lifeMu sync.Mutex
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// Join creates this agent's memberlist and joins the ring through
+// opts.Seeds. Not reaching any seed is not an error: the agent is then a
+// ring of one and keeps trying in the background (logged). Join waits for
+// the first join attempt to end, or for ctx. ctx bounds the join attempts
+// only, the first and the background ones: cancelling it does not take the
+// agent out of the ring — call Leave or Shutdown for that.
+func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mc, err := cfg.MemberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	base := opts.Logger
+	if base == nil {
+		base = slog.Default()
+	}
+	r := &Ring{
+		self:      cfg.NodeName,
+		port:      mc.BindPort,
+		log:       base.With("component", "heartbeat"),
+		isNode:    opts.IsNode,
+		seeds:     opts.Seeds,
+		retryMin:  mc.ProbeInterval,
+		retryMax:  30 * mc.ProbeInterval,
+		meta:      meta,
+		metaBytes: metaBytes,
+		members:   make(map[string]*Member),
+		leaving:   make(map[string]leaveHint),
+		rejected:  make(map[string]struct{}),
+		events:    newEventQueue(),
+		lonely:    make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	d := (*delegate)(r)
+	mc.Events = d
+	mc.Alive = d
+	mc.Delegate = d
+	mc.Logger = memberlistLogger(base)
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+	}
+	r.ml = ml
+
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.events.run(r.done)
+	}()
+
+	if r.seeds != nil {
+		first := make(chan struct{})
+		// The join loop is not part of wg: an attempt can sit in a TCP
+		// dial for memberlist's TCPTimeout, and Shutdown must not wait for
+		// that. The loop ends on its own after the attempt.
+		go r.joinLoop(ctx, first)
+		select {
+		case <-first:
+		case <-ctx.Done():
+		}
+	}
+	return r, nil
+}
+
+// Events returns every change of any member, this agent included: a new
+// member, a state change, or new metadata. The channel never blocks
+// gossip: when the consumer falls behind, undelivered changes of the same
+// member are coalesced into its latest state (see eventQueue), so no
+// member's latest state is ever lost but intermediate states may be. The
+// channel is closed by Shutdown; changes still undelivered are dropped.
+func (r *Ring) Events() <-chan Member { return r.events.out }
+
+// Members returns all members ever seen, this agent included, also dead
+// and left ones (with their last Meta), sorted by name.
+func (r *Ring) Members() []Member {
+	r.mu.Lock()
+	out := make([]Member, 0, len(r.members))
+	for _, m := range r.members {
+		out = append(out, *m)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Member returns the member called name, if it was ever seen.
+func (r *Ring) Member(name string) (Member, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.members[name]
+	if !ok {
+		return Member{}, false
+	}
+	return *m, true
+}
+
+// Alive returns the number of members currently alive, this agent
+// included.
+func (r *Ring) Alive() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.aliveLocked()
+}
+
+func (r *Ring) aliveLocked() int {
+	n := 0
+	for _, m := range r.members {
+		if m.State == StateAlive {
+			n++
+		}
+	}
+	return n
+}
+
+// LocalAddr returns the host:port other members reach this agent at.
+func (r *Ring) LocalAddr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.localAddr
+}
+
+// Announce sets the State of this agent's Meta (one of the Announce*
+// values) and gossips it, waiting up to AnnounceTimeout for the update to
+// go out. On a timeout error the new state is still in effect and keeps
+// spreading.
+func (r *Ring) Announce(state string) error {
+	if !validAnnounce(state) {
+		return fmt.Errorf("heartbeat: unknown announced state %q", state)
+	}
+	r.announceMu.Lock()
+	defer r.announceMu.Unlock()
+	r.lifeMu.Lock()
+	closed := r.closed
+	r.lifeMu.Unlock()
+	if closed {
+		return ErrShutdown
+	}
+
+	r.metaMu.Lock()
+	meta := r.meta
+	meta.State = state
+	b, err := meta.Encode()
+	if err == nil {
+		r.meta, r.metaBytes = meta, b
+	}
+	r.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
+	// UpdateNode calls back into NodeMeta and NotifyUpdate: no lock of
+	// ours may be held here except announceMu.
+	if err := r.ml.UpdateNode(AnnounceTimeout); err != nil {
+		return fmt.Errorf("heartbeat: announce %q: %w", state, err)
+	}
+	return nil
+}
+
+// Leave leaves the ring cleanly, so that the others see this agent as
+// StateLeft rather than StateDead, and then shuts it down. timeout bounds
+// the whole leave (<= 0 means DefaultLeaveTimeout); the agent is shut down
+// even when the leave fails.
+//
+// memberlist does not tell its delegates whether a member left or died
+// (hashicorp/memberlist#293), so Leave first sends every alive member a
+// leave notice over memberlist's reliable (TCP, encrypted, labelled)
+// channel; a member records it and reports this agent as left once
+// memberlist reports it gone. Then it broadcasts memberlist's own leave,
+// which makes the others drop this agent at once instead of after a
+// suspicion timeout. A member that missed the notice sees StateDead: the
+// safe side, as dead only starts the work of getting evidence.
+func (r *Ring) Leave(timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultLeaveTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	if r.closed {
+		return ErrShutdown
+	}
+	r.mu.Lock()
+	r.selfLeft = true
+	r.mu.Unlock()
+
+	// Half of the time for the notices, the rest for the broadcast.
+	noticeErr := r.sendLeaveNotices(time.Now().Add(timeout / 2))
+	left := time.Until(deadline)
+	if left < time.Millisecond {
+		left = time.Millisecond // memberlist takes 0 as "wait forever"
+	}
+	leaveErr := r.ml.Leave(left)
+	if leaveErr != nil {
+		leaveErr = fmt.Errorf("heartbeat: leave: %w", leaveErr)
+	}
+	return errors.Join(noticeErr, leaveErr, r.shutdownLocked())
+}
+
+// sendLeaveNotices tells every alive member that this agent is leaving.
+func (r *Ring) sendLeaveNotices(deadline time.Time) error {
+	r.metaMu.Lock()
+	msg := encodeLeaveNotice(r.self, r.meta.BootID)
+	r.metaMu.Unlock()
+
+	var peers []*memberlist.Node
+	r.mu.Lock()
+	for _, m := range r.members {
+		if m.Name == r.self || m.State != StateAlive {
+			continue
+		}
+		// Copies built from our own view: memberlist's Members() returns
+		// pointers into its state, which it rewrites under its own lock.
+		n, err := nodeOf(m.Name, m.Addr)
+		if err != nil {
+			continue
+		}
+		peers = append(peers, n)
+	}
+	r.mu.Unlock()
+	if len(peers) == 0 {
+		return nil
+	}
+
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	sem := make(chan struct{}, maxLeaveNotices)
+	var (
+		mu        sync.Mutex
+		failed    []string
+		delivered int
+		wg        sync.WaitGroup
+	)
+	fail := func(name string) {
+		mu.Lock()
+		failed = append(failed, name)
+		mu.Unlock()
+	}
+	for _, n := range peers {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			fail(n.Name)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := r.ml.SendReliable(n, msg); err != nil {
+				r.log.Debug("leave notice not delivered", "node", n.Name, "err", err)
+				fail(n.Name)
+				return
+			}
+			mu.Lock()
+			delivered++
+			mu.Unlock()
+		}()
+	}
+	// Sends still running at the deadline are abandoned: they end with
+	// memberlist's TCP timeout, and their peers will see dead instead.
+	allSent := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(allSent)
+	}()
+	select {
+	case <-allSent:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Errorf("heartbeat: leave notices: timed out with %d of %d delivered: the rest will see this agent dead", delivered, len(peers))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		return fmt.Errorf("heartbeat: leave notice not delivered to %s: they will see this agent dead", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// Shutdown stops gossiping at once, without leaving: the others see this
+// agent dead after their suspicion timeout. It closes the Events channel.
+// Calling it again does nothing.
+func (r *Ring) Shutdown() error {
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	return r.shutdownLocked()
+}
+
+func (r *Ring) shutdownLocked() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	err := r.ml.Shutdown()
+	close(r.done)
+	r.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("heartbeat: shutdown: %w", err)
+	}
+	return nil
+}
+
+// nodeOf builds the memberlist address of a member from our view.
+func nodeOf(name, addr string) (*memberlist.Node, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return nil, fmt.Errorf("not an IP: %q", host)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	return &memberlist.Node{Name: name, Addr: ip, Port: uint16(p)}, nil
+}

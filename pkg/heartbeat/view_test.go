@@ -1,0 +1,175 @@
+package heartbeat
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// newViewRing is a Ring without memberlist, to drive the delegate
+// callbacks directly in the order a test needs.
+func newViewRing(t *testing.T, isNode func(string) bool) *Ring {
+	return &Ring{
+		self:     "self",
+		log:      testLogger(t, "self"),
+		isNode:   isNode,
+		members:  make(map[string]*Member),
+		leaving:  make(map[string]leaveHint),
+		rejected: make(map[string]struct{}),
+		events:   newEventQueue(),
+		lonely:   make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+}
+
+func mlNode(t *testing.T, name, boot string) *memberlist.Node {
+	t.Helper()
+	b, err := Meta{Version: MetaVersion, Node: name, BootID: boot, Role: RoleObserver, State: AnnounceRunning}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: b}
+}
+
+// TestLeftOrDead drives the delegate through the orders in which a leave
+// notice and memberlist's leave can arrive.
+func TestLeftOrDead(t *testing.T) {
+	cases := []struct {
+		name  string
+		steps func(d *delegate, n *memberlist.Node)
+		want  MemberState
+	}{
+		{"no notice", func(d *delegate, n *memberlist.Node) { d.NotifyLeave(n) }, StateDead},
+		{"notice then leave", func(d *delegate, n *memberlist.Node) {
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-1"))
+			d.NotifyLeave(n)
+		}, StateLeft},
+		{"leave then notice", func(d *delegate, n *memberlist.Node) {
+			d.NotifyLeave(n)
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-1"))
+		}, StateLeft},
+		{"notice of another boot", func(d *delegate, n *memberlist.Node) {
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-0"))
+			d.NotifyLeave(n)
+		}, StateDead},
+		{"late notice of another boot", func(d *delegate, n *memberlist.Node) {
+			d.NotifyLeave(n)
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-0"))
+		}, StateDead},
+		{"notice forgotten when the member comes back", func(d *delegate, n *memberlist.Node) {
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-1"))
+			d.NotifyLeave(n)
+			d.NotifyJoin(n)
+			d.NotifyLeave(n)
+		}, StateDead},
+		{"stale notice", func(d *delegate, n *memberlist.Node) {
+			d.NotifyMsg(encodeLeaveNotice("x", "boot-1"))
+			r := (*Ring)(d)
+			r.mu.Lock()
+			h := r.leaving["x"]
+			h.at = h.at.Add(-leaveNoticeTTL)
+			r.leaving["x"] = h
+			r.mu.Unlock()
+			d.NotifyLeave(n)
+		}, StateDead},
+		{"memberlist that reports left", func(d *delegate, n *memberlist.Node) {
+			left := *n
+			left.State = memberlist.StateLeft
+			d.NotifyLeave(&left)
+		}, StateLeft},
+		{"garbage message ignored", func(d *delegate, n *memberlist.Node) {
+			d.NotifyMsg([]byte{msgLeaveNotice, '{'})
+			d.NotifyMsg([]byte{99, '{', '}'})
+			d.NotifyLeave(n)
+		}, StateDead},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newViewRing(t, nil)
+			d := (*delegate)(r)
+			n := mlNode(t, "x", "boot-1")
+			d.NotifyJoin(n)
+			tc.steps(d, n)
+			m, ok := r.Member("x")
+			if !ok || m.State != tc.want {
+				t.Fatalf("x is %+v, want %s", m, tc.want)
+			}
+			if m.Meta.BootID != "boot-1" || m.Addr != "127.0.0.1:7946" {
+				t.Errorf("last meta or address lost: %+v", m)
+			}
+		})
+	}
+}
+
+func TestViewTransitionsAndEvents(t *testing.T) {
+	r := newViewRing(t, nil)
+	d := (*delegate)(r)
+	d.NotifyJoin(mlNode(t, "self", "boot-s"))
+	x := mlNode(t, "x", "boot-1")
+	d.NotifyJoin(x)
+	if r.Alive() != 2 {
+		t.Fatalf("Alive() = %d", r.Alive())
+	}
+	joined, _ := r.Member("x")
+
+	d.NotifyUpdate(x) // same meta: no change, no event
+	time.Sleep(time.Millisecond)
+	d.NotifyLeave(x)
+	dead, _ := r.Member("x")
+	if !dead.Since.After(joined.Since) {
+		t.Errorf("Since not moved on a state change: %v then %v", joined.Since, dead.Since)
+	}
+	select {
+	case <-r.lonely:
+	default:
+		t.Error("losing the last peer did not wake the join loop")
+	}
+	d.NotifyJoin(mlNode(t, "x", "boot-2")) // back after a reboot
+
+	var got []Member
+	for {
+		m, ok := r.events.pop()
+		if !ok {
+			break
+		}
+		got = append(got, m)
+	}
+	// Coalesced per member: the latest state of each, in first-change order.
+	if len(got) != 2 || got[0].Name != "self" || got[1].Name != "x" ||
+		got[1].State != StateAlive || got[1].Meta.BootID != "boot-2" {
+		t.Errorf("events = %+v", got)
+	}
+	if m, _ := r.Member("x"); m.State != StateAlive || m.Meta.BootID != "boot-2" || !m.Since.After(dead.Since) {
+		t.Errorf("x after reboot = %+v", m)
+	}
+}
+
+func TestNotifyAlive(t *testing.T) {
+	nodes := map[string]bool{"x": true, "y": true}
+	r := newViewRing(t, func(name string) bool { return nodes[name] })
+	d := (*delegate)(r)
+	future := []byte(`{"v":2,"node":"y","boot":"b","extra":{"k":1}}`)
+	cases := []struct {
+		name string
+		node *memberlist.Node
+		ok   bool
+	}{
+		{"a node", mlNode(t, "x", "b"), true},
+		{"self, even if not a node", mlNode(t, "self", "b"), true},
+		{"future meta version", &memberlist.Node{Name: "y", Meta: future}, true},
+		{"not a node", mlNode(t, "z", "b"), false},
+		{"no meta", &memberlist.Node{Name: "x"}, false},
+		{"foreign meta", &memberlist.Node{Name: "x", Meta: []byte("serf\x00tags")}, false},
+		{"meta of another node", &memberlist.Node{Name: "x", Meta: mlNode(t, "y", "b").Meta}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := d.NotifyAlive(tc.node)
+			if (err == nil) != tc.ok {
+				t.Errorf("NotifyAlive = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,225 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/taint"
+)
+
+// Fencing runs `fenced agent` on every machine.
+type Fencing struct {
+	// Fencers are the machines whose agents hold the BMC inventory. They
+	// stand for control-plane hosts: labeled control-plane and tainted
+	// NoSchedule, so workloads run on the other machines.
+	Fencers []string
+	// Policy is the body of the configuration's policy section, e.g.
+	// "{mode: power-off, fenceAfter: 5s}" (default: the built-in policy).
+	Policy string
+	// BMCIdentityMismatch are machines whose BMC reports another machine's
+	// system UUID, as when the inventory points at the wrong BMC.
+	BMCIdentityMismatch []string
+}
+
+// Agent identities and their RBAC: observers read Nodes; fencers do what
+// pkg/taint documents plus VolumeAttachments and their power Leases.
+const (
+	agentGroup     = "fenced:agents"
+	fencerGroup    = "fenced:fencers"
+	LeaseNamespace = "fenced-system"
+	// MetricsPort is where every agent serves /metrics in its namespace.
+	MetricsPort = 9740
+	gossipPort  = 7946
+)
+
+func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
+	client := h.Cluster.Client()
+	if _, err := h.Cluster.CreateNamespace(ctx, LeaseNamespace); err != nil {
+		return err
+	}
+	fencerRules := append(taint.PolicyRules(),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}})
+	roles := []struct {
+		name  string
+		group string
+		rules []rbacv1.PolicyRule
+	}{
+		{"fenced-agent", agentGroup, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}},
+		{"fenced-fencer", fencerGroup, fencerRules},
+	}
+	for _, r := range roles {
+		if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: r.name}, Rules: r.rules}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: r.name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: r.name},
+			Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: r.group}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-leases"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err := client.RbacV1().RoleBindings(LeaseNamespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-leases"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "fenced-leases"},
+		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: fencerGroup}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// writeFencingConfigs writes the gossip key, the observers' configuration
+// and the fencers' one (with the BMC inventory of every machine).
+func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err error) {
+	dir := filepath.Join(h.Dir, "fenced")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return "", "", err
+	}
+	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: harness\n"+
+		"gossip: {port: %d, keyFile: %s}\nfencer: {leaseNamespace: %s}\n", gossipPort, keyFile, LeaseNamespace)
+	if f.Policy != "" {
+		common += "policy: " + f.Policy + "\n"
+	}
+	observer = filepath.Join(dir, "observer.yaml")
+	if err := os.WriteFile(observer, []byte(common), 0o600); err != nil {
+		return "", "", err
+	}
+	var inv strings.Builder
+	fmt.Fprintf(&inv, "bmc:\n  defaults: {protocol: ipmi, username: admin, timeout: 1s, retries: 1}\n  nodes:\n")
+	for _, m := range h.Machines {
+		pw := filepath.Join(dir, m.Name+".bmc-password")
+		if err := os.WriteFile(pw, []byte(m.bmcPassword+"\n"), 0o600); err != nil {
+			return "", "", err
+		}
+		fmt.Fprintf(&inv, "    - {name: %s, address: %s, port: %d, passwordFile: %s}\n", m.Name, m.bmcAddr, m.bmcPort, pw)
+	}
+	fencer = filepath.Join(dir, "fencer.yaml")
+	return observer, fencer, os.WriteFile(fencer, []byte(common+inv.String()), 0o600)
+}
+
+// agentArgv is the agent a machine runs at boot.
+func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
+	group := agentGroup
+	if m.Fencer {
+		group = fencerGroup
+	}
+	kubeconfig, err := h.Cluster.UserKubeconfig("fenced:"+m.Name, group)
+	if err != nil {
+		return nil, err
+	}
+	return []string{fencedBinary, "agent",
+		"--config=" + config,
+		"--kubeconfig=" + kubeconfig,
+		"--node-name=" + m.Name,
+		"--metrics-address=" + m.Host.Addr.String() + ":" + strconv.Itoa(MetricsPort),
+		"-v",
+	}, nil
+}
+
+var (
+	fencedOnce   sync.Once
+	fencedBinary string
+	fencedErr    error
+)
+
+// buildFenced compiles cmd/fenced once per test binary.
+func buildFenced() (string, error) {
+	fencedOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fenced-bin-")
+		if err != nil {
+			fencedErr = err
+			return
+		}
+		out := filepath.Join(dir, "fenced")
+		if b, err := exec.Command("go", "build", "-o", out, "fenced.io/fenced/cmd/fenced").CombinedOutput(); err != nil {
+			fencedErr = fmt.Errorf("building fenced: %v\n%s", err, b)
+			return
+		}
+		fencedBinary = out
+	})
+	return fencedBinary, fencedErr
+}
+
+// markControlPlane labels and taints a fencer machine's Node the way
+// kubeadm does for control-plane nodes.
+func (h *Harness) markControlPlane(ctx context.Context, name string) error {
+	n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["node-role.kubernetes.io/control-plane"] = ""
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
+	_, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+// Metrics returns the machine's agent's /metrics text.
+func (m *Machine) Metrics() (string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/metrics", m.Host.Addr, MetricsPort))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// AgentLog returns the machine's agent log (all boots).
+func (m *Machine) AgentLog() string {
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "extra-0-fenced.log"))
+	return string(b)
+}
+
+// KillAgent kills the machine's fenced agent (SIGKILL) and nothing else:
+// the kubelet keeps running, like a crashed DaemonSet pod.
+func (m *Machine) KillAgent() error {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	marker := []byte("--node-name=" + m.Name + "\x00")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(cmdline), fencedBinary+"\x00agent") && strings.Contains(string(cmdline), string(marker)) {
+			return syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return fmt.Errorf("no fenced agent running on %s", m.Name)
+}
