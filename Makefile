@@ -46,10 +46,12 @@ lint: ## gofmt, go vet, staticcheck (pinned)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-bench: deps ## benchmarks, $(BENCH_COUNT) runs each, summarised with medians by benchstat
+bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery after power loss on the harness (~15 min)
 	@mkdir -p bin
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bin/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./pkg/... | tee bin/bench.txt
 	$(GO) run $(BENCHSTAT) bin/bench.txt
+	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
+	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
 
 demo: ## (coming) bring up the local cluster, pull a node's plug, show the recovery
 	@echo "make demo is not built yet: it arrives with the local cluster harness and the agent."

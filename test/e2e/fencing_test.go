@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/harness"
 )
@@ -22,13 +24,77 @@ func TestConfirmOnlyFencing(t *testing.T) {
 	}
 	ctx := context.Background()
 	h := harness.Start(ctx, t, harness.Options{
-		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
-		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},
+		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4", "w-5", "w-6", "w-7"},
+		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, BMCIdentityMismatch: []string{"w-7"}},
 	})
+	fencer := h.Machine("cp-1")
 
 	t.Run("power loss: tainted with bmc-power-off evidence, workload moves, taint removed after power on", func(t *testing.T) {
+		t.Parallel()
 		powerLossFencedAndRecovered(ctx, t, h, "w-1", "w-2")
 	})
+	t.Run("hang: BMC reads on, never tainted", func(t *testing.T) {
+		t.Parallel()
+		m := h.Machine("w-3")
+		must(t, m.Hang())
+		t.Cleanup(func() { _ = m.Resume() })
+		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
+		must(t, err)
+		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
+		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
+		must(t, m.Resume())
+		must(t, h.WaitNodeReady(ctx, m.Name, notReadyTimeout))
+		_, err = h.WaitEvent(ctx, "default", m.Name, fencing.ReasonSuspicionCleared, "", podTimeout)
+		must(t, err)
+		requireNoTaintFor(ctx, t, h, m.Name, time.Second)
+	})
+	t.Run("full isolation: BMC reads on, never tainted", func(t *testing.T) {
+		t.Parallel()
+		m := h.Machine("w-4")
+		must(t, m.Isolate())
+		t.Cleanup(func() { _ = m.Heal() })
+		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
+		must(t, err)
+		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
+		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
+		must(t, m.Heal())
+		must(t, h.WaitNodeReady(ctx, m.Name, notReadyTimeout))
+	})
+	bmcFaults := []struct {
+		machine, name string
+		breakBMC      func(*harness.Machine) error
+		repair        func(*harness.Machine) error
+		kind          string // fenced_bmc_requests_total result
+		message       string // in the CannotConfirmPowerState event
+	}{
+		{"w-5", "BMC unreachable (hung)", func(m *harness.Machine) error { m.BMCDown(); return nil },
+			func(m *harness.Machine) error { m.BMCUp(); return nil }, "timeout", "timeout"},
+		{"w-6", "BMC refuses the password", (*harness.Machine).BMCWrongPassword, (*harness.Machine).RestoreBMCPassword, "auth", "auth"},
+		{"w-7", "BMC is another machine's (GUID mismatch)", nil, nil, "ok", "is not this node's systemUUID"},
+	}
+	for _, f := range bmcFaults {
+		t.Run("power loss with "+f.name+": not tainted until the BMC confirms", func(t *testing.T) {
+			t.Parallel()
+			m := h.Machine(f.machine)
+			if f.breakBMC != nil {
+				must(t, f.breakBMC(m))
+			}
+			must(t, m.PowerLoss())
+			ev, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonCannotConfirmPowerState, f.message, podTimeout)
+			must(t, err)
+			t.Logf("event: %s", ev.Message)
+			requireNoTaintFor(ctx, t, h, m.Name, 20*time.Second)
+			if v := metricValue(t, fencer, `fenced_bmc_requests_total{op="power-status",result="`+f.kind+`"}`); v < 1 {
+				t.Fatalf("fenced_bmc_requests_total for result %s is %v", f.kind, v)
+			}
+			if f.repair == nil {
+				return
+			}
+			// Once the BMC answers again, it says off: now there is evidence.
+			must(t, f.repair(m))
+			waitTaint(ctx, t, h, m.Name, true)
+		})
+	}
 }
 
 func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.Harness, victim, spare string) {
@@ -98,4 +164,166 @@ func taintKeys(n *corev1.Node) string {
 		k = append(k, t.Key)
 	}
 	return strings.Join(k, ",")
+}
+
+// requireNoTaintFor fails if node gets fenced's taint within d.
+func requireNoTaintFor(ctx context.Context, t *testing.T, h *harness.Harness, node string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		must(t, err)
+		if taint.HasTaint(n) {
+			t.Fatalf("node %s was tainted: %v", node, n.Annotations[taint.AnnotationEvidence])
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// metricValue reads one series from the machine's agent metrics (0 if absent).
+func metricValue(t *testing.T, m *harness.Machine, series string) float64 {
+	t.Helper()
+	text, err := m.Metrics()
+	must(t, err)
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			must(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// TestPowerOffFencing runs two fencers in power-off mode on seven nodes.
+// The scenarios run one after the other: each changes how many nodes are
+// down, which the storm guard counts.
+func TestPowerOffFencing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts a control plane and machines with fenced agents")
+	}
+	ctx := context.Background()
+	h := harness.Start(ctx, t, harness.Options{
+		Machines: []string{"cp-1", "cp-2", "w-1", "w-2", "w-3", "w-4", "w-5"},
+		Fencing: &harness.Fencing{Fencers: []string{"cp-1", "cp-2"},
+			Policy: `{mode: power-off, fenceAfter: 5s, fenceDelay: 10s, maxUnhealthy: "30%", afterFence: "on"}`},
+	})
+
+	t.Run("storm: 3 of 7 nodes hung, no power action", func(t *testing.T) {
+		var hungs []*harness.Machine
+		for _, name := range []string{"w-3", "w-4", "w-5"} {
+			m := h.Machine(name)
+			must(t, m.Hang())
+			hungs = append(hungs, m)
+		}
+		t.Cleanup(func() {
+			for _, m := range hungs {
+				_ = m.Resume()
+			}
+		})
+		for _, m := range hungs {
+			_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "storm", notReadyTimeout)
+			must(t, err)
+		}
+		// Well past NotReady and fenceAfter: still nobody switched off.
+		for _, m := range hungs {
+			requireNoTaintFor(ctx, t, h, m.Name, 5*time.Second)
+			waitPower(t, m, "on")
+		}
+		requirePowerOffs(t, h, 0)
+		for _, m := range hungs {
+			must(t, m.Resume())
+		}
+		for _, m := range hungs {
+			must(t, h.WaitNodeReady(ctx, m.Name, notReadyTimeout))
+		}
+	})
+
+	t.Run("partition from the API server only: peers see it, no taint, no power action", func(t *testing.T) {
+		m := h.Machine("w-5")
+		must(t, m.PartitionFromAPI())
+		t.Cleanup(func() { _ = m.Heal() })
+		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
+		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "gossip still sees the node", podTimeout)
+		must(t, err)
+		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
+		waitPower(t, m, "on")
+		requirePowerOffs(t, h, 0)
+		must(t, m.Heal())
+		must(t, h.WaitNodeReady(ctx, m.Name, notReadyTimeout))
+	})
+
+	t.Run("hang: switched off under the Lease, fencer killed mid-fence, the other completes; workload moves; power back on", func(t *testing.T) {
+		victim, spare := "w-1", "w-2"
+		sts, oldPodUID := startWorkload(ctx, t, h, "power-off", victim, spare)
+		m := h.Machine(victim)
+		waitWriter(t, h, sts.PV, victim, 3)
+		bootBefore := m.BootID()
+		must(t, m.Hang())
+		t.Cleanup(func() { _ = m.Resume() })
+
+		// The first fencer to take the Lease waits out the fence delay...
+		holder := waitLeaseHolder(ctx, t, h, victim)
+		_, err := h.WaitEvent(ctx, "default", victim, fencing.ReasonPoweringOff, "switching it off", podTimeout)
+		must(t, err)
+		// ...and dies before switching: the other one must take over.
+		must(t, h.Machine(holder).KillAgent())
+		t.Logf("killed fencer %s while it held the power Lease of %s", holder, victim)
+
+		n := waitTaint(ctx, t, h, victim, true)
+		ev, _, err := taint.EvidenceOf(n)
+		must(t, err)
+		if ev.Method != taint.MethodBMCPowerOff || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.By == holder || ev.BootID != bootBefore {
+			t.Fatalf("evidence %+v (killed fencer %s, boot before %s)", ev, holder, bootBefore)
+		}
+		requirePowerOffs(t, h, 1)
+		must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
+		must(t, h.WaitNoVolumeAttachment(ctx, sts.PV, victim, podTimeout))
+		_, err = h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
+		must(t, err)
+		waitWriter(t, h, sts.PV, spare, 3)
+		// The hung writer was killed by the power-off: it never resumes.
+		time.Sleep(2 * time.Second)
+		requireSafe(t, h, sts.PV)
+
+		// afterFence: on — the volumes are released, so it is switched on
+		// again, boots anew, and the taint goes.
+		must(t, h.WaitNodeReady(ctx, victim, podTimeout))
+		waitTaint(ctx, t, h, victim, false)
+		if m.BootID() == bootBefore {
+			t.Fatal("the node came back with the same boot ID")
+		}
+		requireSafe(t, h, sts.PV)
+	})
+}
+
+// waitLeaseHolder waits for node's power Lease and returns its holder.
+func waitLeaseHolder(ctx context.Context, t *testing.T, h *harness.Harness, node string) string {
+	t.Helper()
+	var holder string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
+		l, err := h.Cluster.Client().CoordinationV1().Leases(harness.LeaseNamespace).Get(ctx, fencing.LeasePrefix+node, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder = *l.Spec.HolderIdentity
+		return holder != "", nil
+	})
+	must(t, err)
+	return holder
+}
+
+// requirePowerOffs checks how many power-off requests all fencers sent,
+// from their logs (a killed fencer's metrics die with it; its log stays).
+func requirePowerOffs(t *testing.T, h *harness.Harness, want int) {
+	t.Helper()
+	got := 0
+	for _, m := range h.Machines {
+		if m.Fencer {
+			got += strings.Count(m.AgentLog(), "msg=bmc node=") - strings.Count(m.AgentLog(), "op=power-status") - strings.Count(m.AgentLog(), "op=power-on")
+		}
+	}
+	if got != want {
+		t.Fatalf("%d power-off requests sent by the fencers, want %d", got, want)
+	}
 }

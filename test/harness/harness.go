@@ -71,9 +71,6 @@ type Machine struct {
 
 	bmcUUID, bmcAddr, bmcPassword string
 	bmcPort                       int
-
-	mu             sync.Mutex
-	bmcPasswordSet string // non-empty while BMCWrongPassword is in effect
 }
 
 // Start brings up the control plane, the network, the CSI attacher and the
@@ -328,32 +325,19 @@ func (m *Machine) BMCDown() { m.BMC.Freeze() }
 // BMCUp makes a downed BMC answer again.
 func (m *Machine) BMCUp() { m.BMC.Thaw() }
 
-// BMCWrongPassword changes the BMC user's password, so that credentials
-// configured elsewhere are now wrong. RestoreBMCPassword undoes it.
+// BMCWrongPassword changes the password of the BMC account fenced uses,
+// so that the password in the fencers' inventory is now wrong (a rotation
+// nobody told fenced about). RestoreBMCPassword undoes it.
 func (m *Machine) BMCWrongPassword() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	newPW := "rotated-" + strconv.Itoa(rand.IntN(1e9))
-	if _, err := m.BMC.IPMITool("user", "set", "password", "2", newPW); err != nil {
-		return err
-	}
-	m.bmcPasswordSet = m.BMC.Password
-	m.BMC.Password = newPW // the harness's own ipmitool keeps working
-	return nil
+	_, err := m.BMC.IPMITool("user", "set", "password", "2", "rotated-"+strconv.Itoa(rand.IntN(1e9)))
+	return err
 }
 
-// RestoreBMCPassword sets the BMC password back to the original.
+// RestoreBMCPassword sets the BMC account's password back to the one in
+// the inventory.
 func (m *Machine) RestoreBMCPassword() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.bmcPasswordSet == "" {
-		return nil
-	}
-	if _, err := m.BMC.IPMITool("user", "set", "password", "2", m.bmcPasswordSet); err != nil {
-		return err
-	}
-	m.BMC.Password, m.bmcPasswordSet = m.bmcPasswordSet, ""
-	return nil
+	_, err := m.BMC.IPMITool("user", "set", "password", "2", m.BMC.Password)
+	return err
 }
 
 // Machine returns the machine called name.

@@ -58,7 +58,15 @@ type Sim struct {
 
 	cmd     *exec.Cmd
 	pidFile string
+	// ctlPassword is the password of a second admin account that the test
+	// itself uses (IPMITool): failed logins of the account under test fill
+	// that account's session slots, as on real BMCs, and must not lock the
+	// test out of its own cross-checks.
+	ctlPassword string
 }
+
+// ctlUser is the test's own BMC account.
+const ctlUser = "harness"
 
 // Start launches ipmi_sim and waits until it answers an authenticated
 // request. The simulator and its machine are stopped at test cleanup.
@@ -93,6 +101,7 @@ func start(t testing.TB, o Options) (*Sim, error) {
 	if s.Password == "" {
 		s.Password = "pw-" + randomHex(6)
 	}
+	s.ctlPassword = "ctl-" + randomHex(6)
 	if s.SystemUUID == "" {
 		s.SystemUUID = randomUUID()
 	}
@@ -140,7 +149,8 @@ set_working_mc 0x20
   startcmd "%s"
   startnow %s
   user 2 true "%s" "%s" admin 10 none md2 md5 straight
-`, s.Name, s.Addr, s.Port, hex.EncodeToString(guid), serialPort, machine, startNow, s.Username, s.Password)
+  user 3 true "%s" "%s" admin 10 none md2 md5 straight
+`, s.Name, s.Addr, s.Port, hex.EncodeToString(guid), serialPort, machine, startNow, s.Username, s.Password, ctlUser, s.ctlPassword)
 	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nmc_enable 0x20\n"
 	stateDir := filepath.Join(s.Dir, "state")
 	for name, content := range map[string]string{"lan.conf": lan, "sim.emu": emu} {
@@ -245,13 +255,14 @@ func (s *Sim) PowerLoss() error {
 	return syscall.Kill(pid, syscall.SIGKILL)
 }
 
-// IPMITool runs ipmitool against this BMC (lanplus, cipher suite 3).
+// IPMITool runs ipmitool against this BMC (lanplus, cipher suite 3) as
+// the test's own admin account, not the account under test.
 func (s *Sim) IPMITool(args ...string) (string, error) {
 	base := []string{"-I", "lanplus", "-H", s.Addr, "-p", strconv.Itoa(s.Port),
-		"-U", s.Username, "-E", "-C", "3", "-N", "1", "-R", "2"}
+		"-U", ctlUser, "-E", "-C", "3", "-N", "1", "-R", "2"}
 	cmd := exec.Command("ipmitool", append(base, args...)...)
 	// -E reads the password from IPMI_PASSWORD so it is not in ps output.
-	cmd.Env = append(os.Environ(), "IPMI_PASSWORD="+s.Password)
+	cmd.Env = append(os.Environ(), "IPMI_PASSWORD="+s.ctlPassword)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ipmitool %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))

@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/test/cluster"
+	"fenced.io/fenced/test/harness"
+)
+
+// The recovery benchmark is what `make bench` runs (FENCED_BENCH=1); it is
+// not part of `make test`. It measures, on the harness with Kubernetes'
+// default timings, how fast a StatefulSet with an RWO volume recovers from
+// its machine losing power — with fenced, several times, and once without.
+
+const benchRounds = 5
+
+func requireBench(t *testing.T) {
+	if os.Getenv("FENCED_BENCH") == "" {
+		t.Skip("benchmark: run with FENCED_BENCH=1 (make bench)")
+	}
+}
+
+// timeline is one recovery, each step measured from the power loss.
+type timeline struct {
+	detected, off, tainted, vaGone, running time.Duration
+	recovered                               bool
+}
+
+func TestRecoveryBenchmark(t *testing.T) {
+	requireBench(t)
+	ctx := context.Background()
+	audit := auditOptions(t)
+	h := harness.Start(ctx, t, harness.Options{
+		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4"},
+		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},
+		Cluster:  cluster.Options{APIServerArgs: audit.args},
+	})
+	steadyState(ctx, t, h, audit.log)
+
+	var runs []timeline
+	for i := range benchRounds {
+		victim, spare := "w-1", "w-2"
+		if i%2 == 1 {
+			victim, spare = spare, victim
+		}
+		tl := measure(ctx, t, h, fmt.Sprintf("bench-%d", i), victim, spare, true, 5*time.Minute)
+		runs = append(runs, tl)
+		t.Logf("round %d: %+v", i+1, tl)
+		// Back to a clean state: power on, wait for the taint to go.
+		must(t, h.Machine(victim).PowerOnViaBMC())
+		must(t, h.WaitNodeReady(ctx, victim, podTimeout))
+		waitTaint(ctx, t, h, victim, false)
+	}
+	report(t, runs)
+}
+
+// TestRecoveryWithoutFencing is the same power loss with no fencer: the
+// StatefulSet pod stays Terminating on the dead node and never moves.
+func TestRecoveryWithoutFencing(t *testing.T) {
+	requireBench(t)
+	ctx := context.Background()
+	h := harness.Start(ctx, t, harness.Options{Machines: []string{"w-1", "w-2"}})
+	tl := measure(ctx, t, h, "no-fencer", "w-1", "w-2", false, 7*time.Minute)
+	t.Logf("without fencing:\n%s", row("run without fenced", []timeline{tl}))
+	fmt.Printf("\nwithout fenced (Kubernetes %s defaults, capped at 7 min):\n%s\n", h.Cluster.Version, header()+row("no fencer", []timeline{tl}))
+}
+
+// measure runs the power-loss scenario once and times each step by
+// watching the API every 50 ms.
+func measure(ctx context.Context, t *testing.T, h *harness.Harness, ns, victim, spare string, fenced bool, limit time.Duration) timeline {
+	t.Helper()
+	sts, oldUID := startWorkload(ctx, t, h, ns, victim, spare)
+	waitWriter(t, h, sts.PV, victim, 3)
+	m := h.Machine(victim)
+	var tl timeline
+	t0 := time.Now()
+	must(t, m.PowerLoss())
+	client := h.Cluster.Client()
+	since := func() time.Duration { return time.Since(t0).Round(10 * time.Millisecond) }
+	for time.Since(t0) < limit {
+		if fenced && tl.detected == 0 {
+			evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + victim + ",reason=NodeSuspected"})
+			if err == nil {
+				for _, e := range evs.Items {
+					if e.LastTimestamp.After(t0.Add(-time.Second)) {
+						tl.detected = since()
+					}
+				}
+			}
+		}
+		if tl.tainted == 0 {
+			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
+				tl.tainted = since()
+				if ev, ok, _ := taint.EvidenceOf(n); ok && ev.BMC != nil {
+					tl.off = ev.BMC.At.Sub(t0).Round(10 * time.Millisecond)
+				}
+			}
+		}
+		if tl.vaGone == 0 {
+			if vas, err := h.VolumeAttachments(ctx, sts.PV); err == nil && !slices.ContainsFunc(vas, func(va storagev1.VolumeAttachment) bool { return va.Spec.NodeName == victim }) {
+				tl.vaGone = since()
+			}
+		}
+		if tl.running == 0 {
+			if p, err := client.CoreV1().Pods(sts.Namespace).Get(ctx, sts.PodName(), metav1.GetOptions{}); err == nil &&
+				string(p.UID) != oldUID && p.Spec.NodeName == spare && p.Status.Phase == "Running" {
+				tl.running = since()
+			}
+		}
+		if tl.running != 0 && tl.vaGone != 0 {
+			tl.recovered = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tl.recovered {
+		waitWriter(t, h, sts.PV, spare, 3)
+	}
+	requireSafe(t, h, sts.PV)
+	return tl
+}
+
+func header() string {
+	return fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", "", "gossip detect", "power off", "tainted", "volume released", "pod Running")
+}
+
+func row(name string, runs []timeline) string {
+	col := func(get func(timeline) time.Duration) (p50, max string) {
+		var v []time.Duration
+		for _, r := range runs {
+			if d := get(r); d > 0 {
+				v = append(v, d)
+			}
+		}
+		if len(v) < len(runs) {
+			return "-", "not recovered"
+		}
+		slices.Sort(v)
+		return fmt.Sprintf("%.1fs", v[(len(v)-1)/2].Seconds()), fmt.Sprintf("%.1fs", v[len(v)-1].Seconds())
+	}
+	getters := []func(timeline) time.Duration{
+		func(r timeline) time.Duration { return r.detected }, func(r timeline) time.Duration { return r.off },
+		func(r timeline) time.Duration { return r.tainted }, func(r timeline) time.Duration { return r.vaGone },
+		func(r timeline) time.Duration { return r.running },
+	}
+	var p50s, maxs []any
+	for _, g := range getters {
+		p, m := col(g)
+		p50s, maxs = append(p50s, p), append(maxs, m)
+	}
+	return fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", append([]any{name + " p50"}, p50s...)...) +
+		fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", append([]any{name + " max"}, maxs...)...)
+}
+
+func report(t *testing.T, runs []timeline) {
+	table := header() + row(fmt.Sprintf("fenced (%d runs)", len(runs)), runs)
+	t.Logf("recovery after power loss:\n%s", table)
+	fmt.Printf("\nrecovery after power loss, confirm-only mode, %d runs, times from the power loss:\n%s\n", len(runs), table)
+}
+
+// auditSetup makes the API server log every request of fenced's agents,
+// so the benchmark can count them per agent.
+type auditSetup struct {
+	args []string
+	log  string
+}
+
+func auditOptions(t *testing.T) auditSetup {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	must(t, os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["fenced:agents", "fenced:fencers"]
+- level: None
+`), 0o600))
+	log := filepath.Join(dir, "audit.log")
+	return auditSetup{args: []string{"--audit-policy-file=" + policy, "--audit-log-path=" + log}, log: log}
+}
+
+// steadyState measures the agents at rest for one minute: memory, CPU,
+// API requests per agent and BMC requests.
+func steadyState(ctx context.Context, t *testing.T, h *harness.Harness, auditLog string) {
+	time.Sleep(20 * time.Second) // let start-up traffic settle
+	pids := agentPIDs(t)
+	cpu0 := map[int]float64{}
+	for _, p := range pids {
+		cpu0[p] = cpuSeconds(p)
+	}
+	bmc0 := metricValue(t, h.Machine("cp-1"), `fenced_bmc_requests_total{op="power-status",result="ok"}`)
+	start := time.Now()
+	const window = 60 * time.Second
+	time.Sleep(window)
+	var rss []float64
+	var cpu []float64
+	for _, p := range pids {
+		rss = append(rss, rssMB(p))
+		cpu = append(cpu, 100*(cpuSeconds(p)-cpu0[p])/window.Seconds())
+	}
+	bmc := metricValue(t, h.Machine("cp-1"), `fenced_bmc_requests_total{op="power-status",result="ok"}`) - bmc0
+	requests, watches := auditCounts(t, auditLog, start, start.Add(window))
+	var lines []string
+	lines = append(lines, fmt.Sprintf("agents measured: %d (1 fencer, %d observers) over %s at rest", len(pids), len(pids)-1, window))
+	lines = append(lines, fmt.Sprintf("agent RSS MB: median %.1f, max %.1f", median(rss), slices.Max(rss)))
+	lines = append(lines, fmt.Sprintf("agent CPU %% of one core: median %.2f, max %.2f", median(cpu), slices.Max(cpu)))
+	for user, n := range requests {
+		lines = append(lines, fmt.Sprintf("API requests per minute by %s: %d (watch requests started: %d)", user, n, watches[user]))
+	}
+	lines = append(lines, fmt.Sprintf("BMC power-status reads in the minute (5 healthy nodes): %v", bmc))
+	slices.Sort(lines[3 : len(lines)-1])
+	t.Logf("steady state:\n  %s", strings.Join(lines, "\n  "))
+	fmt.Printf("\nsteady state:\n  %s\n", strings.Join(lines, "\n  "))
+}
+
+// agentPIDs finds every running fenced agent.
+func agentPIDs(t *testing.T) []int {
+	entries, err := os.ReadDir("/proc")
+	must(t, err)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmd), "fenced\x00agent\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+func rssMB(pid int) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// auditCounts counts, per user, requests completed in [from, to) and
+// watch requests started then.
+func auditCounts(t *testing.T, path string, from, to time.Time) (requests, watches map[string]int) {
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	requests, watches = map[string]int{}, map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e struct {
+			Stage          string
+			Verb           string
+			User           struct{ Username string }
+			StageTimestamp time.Time
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.StageTimestamp.Before(from) || !e.StageTimestamp.Before(to) {
+			continue
+		}
+		user := e.User.Username
+		switch {
+		case e.Verb == "watch" && e.Stage == "ResponseStarted":
+			watches[user]++
+		case e.Stage == "ResponseComplete" && e.Verb != "watch":
+			requests[user]++
+		}
+	}
+	return requests, watches
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
