@@ -223,3 +223,30 @@ func (m *Machine) KillAgent() error {
 	}
 	return fmt.Errorf("no fenced agent running on %s", m.Name)
 }
+
+// waitRingConverged waits until every fencer sees every machine alive in
+// the gossip ring, so that scenarios start from a complete view.
+func (h *Harness) waitRingConverged(ctx context.Context, timeout time.Duration) error {
+	want := fmt.Sprintf(`fenced_members{state="alive"} %d`, len(h.Machines))
+	deadline := time.Now().Add(timeout)
+	for _, m := range h.Machines {
+		if !m.Fencer {
+			continue
+		}
+		for {
+			text, _ := m.Metrics()
+			if strings.Contains(text, want+"\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("fencer %s does not see all %d machines alive in the gossip ring after %s", m.Name, len(h.Machines), timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}

@@ -174,6 +174,11 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 			}
 		}
 	}
+	if o.Fencing != nil {
+		if err := h.waitRingConverged(ctx, 2*time.Minute); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
 	t.Logf("harness: %d machines Ready after %s", len(h.Machines), time.Since(start).Round(time.Millisecond))
 	return h
 }
