@@ -53,11 +53,8 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
 
-demo: ## (coming) bring up the local cluster, pull a node's plug, show the recovery
-	@echo "make demo is not built yet: it arrives with the local cluster harness and the agent."
-	@echo "It will start a control plane, 3 machines behind simulated BMCs, run fenced,"
-	@echo "cut one machine's power and print the recovery timeline."
-	@echo "Today you can try the BMC side: make build && bin/fenced bmc --help"
+demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
+	$(GO) run ./test/harness/fenced-demo
 
 cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (see README)
 	@mkdir -p bin $(CLUSTER_STATE)

@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/cluster"
 	"fenced.io/fenced/test/harness"
 )
@@ -34,12 +30,6 @@ func requireBench(t *testing.T) {
 	}
 }
 
-// timeline is one recovery, each step measured from the power loss.
-type timeline struct {
-	detected, off, tainted, vaGone, running time.Duration
-	recovered                               bool
-}
-
 func TestRecoveryBenchmark(t *testing.T) {
 	requireBench(t)
 	ctx := context.Background()
@@ -51,19 +41,17 @@ func TestRecoveryBenchmark(t *testing.T) {
 	})
 	steadyState(ctx, t, h, audit.log)
 
-	var runs []timeline
+	var runs []harness.Recovery
 	for i := range benchRounds {
 		victim, spare := "w-1", "w-2"
 		if i%2 == 1 {
 			victim, spare = spare, victim
 		}
-		tl := measure(ctx, t, h, fmt.Sprintf("bench-%d", i), victim, spare, true, 5*time.Minute)
-		runs = append(runs, tl)
-		t.Logf("round %d: %+v", i+1, tl)
+		r := measure(ctx, t, h, fmt.Sprintf("bench-%d", i), victim, spare, 5*time.Minute)
 		// Back to a clean state: power on, wait for the taint to go.
-		must(t, h.Machine(victim).PowerOnViaBMC())
-		must(t, h.WaitNodeReady(ctx, victim, podTimeout))
-		waitTaint(ctx, t, h, victim, false)
+		must(t, h.PowerOnRecovery(ctx, &r, victim, time.Now().Add(-r.PodRunning), podTimeout))
+		runs = append(runs, r)
+		t.Logf("round %d: %+v", i+1, r)
 	}
 	report(t, runs)
 }
@@ -74,72 +62,31 @@ func TestRecoveryWithoutFencing(t *testing.T) {
 	requireBench(t)
 	ctx := context.Background()
 	h := harness.Start(ctx, t, harness.Options{Machines: []string{"w-1", "w-2"}})
-	tl := measure(ctx, t, h, "no-fencer", "w-1", "w-2", false, 7*time.Minute)
-	t.Logf("without fencing:\n%s", row("run without fenced", []timeline{tl}))
-	fmt.Printf("\nwithout fenced (Kubernetes %s defaults, capped at 7 min):\n%s\n", h.Cluster.Version, header()+row("no fencer", []timeline{tl}))
+	r := measure(ctx, t, h, "no-fencer", "w-1", "w-2", 7*time.Minute)
+	t.Logf("without fencing:\n%s", row("run without fenced", []harness.Recovery{r}))
+	fmt.Printf("\nwithout fenced (Kubernetes %s defaults, capped at 7 min):\n%s\n", h.Cluster.Version, header()+row("no fencer", []harness.Recovery{r}))
 }
 
-// measure runs the power-loss scenario once and times each step by
-// watching the API every 50 ms.
-func measure(ctx context.Context, t *testing.T, h *harness.Harness, ns, victim, spare string, fenced bool, limit time.Duration) timeline {
+// measure runs the power-loss scenario once.
+func measure(ctx context.Context, t *testing.T, h *harness.Harness, ns, victim, spare string, limit time.Duration) harness.Recovery {
 	t.Helper()
 	sts, oldUID := startWorkload(ctx, t, h, ns, victim, spare)
 	waitWriter(t, h, sts.PV, victim, 3)
-	m := h.Machine(victim)
-	var tl timeline
-	t0 := time.Now()
-	must(t, m.PowerLoss())
-	client := h.Cluster.Client()
-	since := func() time.Duration { return time.Since(t0).Round(10 * time.Millisecond) }
-	for time.Since(t0) < limit {
-		if fenced && tl.detected == 0 {
-			evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + victim + ",reason=NodeSuspected"})
-			if err == nil {
-				for _, e := range evs.Items {
-					if e.LastTimestamp.After(t0.Add(-time.Second)) {
-						tl.detected = since()
-					}
-				}
-			}
-		}
-		if tl.tainted == 0 {
-			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
-				tl.tainted = since()
-				if ev, ok, _ := taint.EvidenceOf(n); ok && ev.BMC != nil {
-					tl.off = ev.BMC.At.Sub(t0).Round(10 * time.Millisecond)
-				}
-			}
-		}
-		if tl.vaGone == 0 {
-			if vas, err := h.VolumeAttachments(ctx, sts.PV); err == nil && !slices.ContainsFunc(vas, func(va storagev1.VolumeAttachment) bool { return va.Spec.NodeName == victim }) {
-				tl.vaGone = since()
-			}
-		}
-		if tl.running == 0 {
-			if p, err := client.CoreV1().Pods(sts.Namespace).Get(ctx, sts.PodName(), metav1.GetOptions{}); err == nil &&
-				string(p.UID) != oldUID && p.Spec.NodeName == spare && p.Status.Phase == "Running" {
-				tl.running = since()
-			}
-		}
-		if tl.running != 0 && tl.vaGone != 0 {
-			tl.recovered = true
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if tl.recovered {
+	r, _, err := h.PowerLossRecovery(ctx, sts, oldUID, victim, spare, limit)
+	must(t, err)
+	if r.Recovered() {
 		waitWriter(t, h, sts.PV, spare, 3)
 	}
 	requireSafe(t, h, sts.PV)
-	return tl
+	return r
 }
 
 func header() string {
 	return fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", "", "gossip detect", "power off", "tainted", "volume released", "pod Running")
 }
 
-func row(name string, runs []timeline) string {
-	col := func(get func(timeline) time.Duration) (p50, max string) {
+func row(name string, runs []harness.Recovery) string {
+	col := func(get func(harness.Recovery) time.Duration) (p50, max string) {
 		var v []time.Duration
 		for _, r := range runs {
 			if d := get(r); d > 0 {
@@ -152,10 +99,10 @@ func row(name string, runs []timeline) string {
 		slices.Sort(v)
 		return fmt.Sprintf("%.1fs", v[(len(v)-1)/2].Seconds()), fmt.Sprintf("%.1fs", v[len(v)-1].Seconds())
 	}
-	getters := []func(timeline) time.Duration{
-		func(r timeline) time.Duration { return r.detected }, func(r timeline) time.Duration { return r.off },
-		func(r timeline) time.Duration { return r.tainted }, func(r timeline) time.Duration { return r.vaGone },
-		func(r timeline) time.Duration { return r.running },
+	getters := []func(harness.Recovery) time.Duration{
+		func(r harness.Recovery) time.Duration { return r.Detected }, func(r harness.Recovery) time.Duration { return r.PowerOff },
+		func(r harness.Recovery) time.Duration { return r.Tainted }, func(r harness.Recovery) time.Duration { return r.VolumeReleased },
+		func(r harness.Recovery) time.Duration { return r.PodRunning },
 	}
 	var p50s, maxs []any
 	for _, g := range getters {
@@ -166,7 +113,7 @@ func row(name string, runs []timeline) string {
 		fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", append([]any{name + " max"}, maxs...)...)
 }
 
-func report(t *testing.T, runs []timeline) {
+func report(t *testing.T, runs []harness.Recovery) {
 	table := header() + row(fmt.Sprintf("fenced (%d runs)", len(runs)), runs)
 	t.Logf("recovery after power loss:\n%s", table)
 	fmt.Printf("\nrecovery after power loss, confirm-only mode, %d runs, times from the power loss:\n%s\n", len(runs), table)
@@ -215,15 +162,17 @@ func steadyState(ctx context.Context, t *testing.T, h *harness.Harness, auditLog
 	}
 	bmc := metricValue(t, h.Machine("cp-1"), `fenced_bmc_requests_total{op="power-status",result="ok"}`) - bmc0
 	requests, watches := auditCounts(t, auditLog, start, start.Add(window))
+	startup, _ := auditCounts(t, auditLog, time.Time{}, start)
 	var lines []string
 	lines = append(lines, fmt.Sprintf("agents measured: %d (1 fencer, %d observers) over %s at rest", len(pids), len(pids)-1, window))
 	lines = append(lines, fmt.Sprintf("agent RSS MB: median %.1f, max %.1f", median(rss), slices.Max(rss)))
 	lines = append(lines, fmt.Sprintf("agent CPU %% of one core: median %.2f, max %.2f", median(cpu), slices.Max(cpu)))
-	for user, n := range requests {
-		lines = append(lines, fmt.Sprintf("API requests per minute by %s: %d (watch requests started: %d)", user, n, watches[user]))
+	for _, m := range h.Machines {
+		user := "fenced:" + m.Name
+		lines = append(lines, fmt.Sprintf("API requests in the minute by %s: %d, watches opened: %d (before the window, at start-up: %d)",
+			user, requests[user], watches[user], startup[user]))
 	}
 	lines = append(lines, fmt.Sprintf("BMC power-status reads in the minute (5 healthy nodes): %v", bmc))
-	slices.Sort(lines[3 : len(lines)-1])
 	t.Logf("steady state:\n  %s", strings.Join(lines, "\n  "))
 	fmt.Printf("\nsteady state:\n  %s\n", strings.Join(lines, "\n  "))
 }

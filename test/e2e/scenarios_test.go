@@ -173,28 +173,13 @@ func startWorkload(ctx context.Context, t *testing.T, h *harness.Harness, ns, fi
 // writerRecords counts the records node's writers put on pv's disk.
 func writerRecords(t *testing.T, h *harness.Harness, pv, node string) int {
 	t.Helper()
-	r, err := h.CheckVolume(pv)
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, w := range r.Writers {
-		if w.Node == node {
-			n += w.Count
-		}
-	}
-	return n
+	return h.Records(pv, node)
 }
 
 // waitWriter waits until node has written at least n records to pv.
 func waitWriter(t *testing.T, h *harness.Harness, pv, node string, n int) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
-		return writerRecords(t, h, pv, node) >= n, nil
-	})
-	if err != nil {
-		t.Fatalf("%s wrote %d records to %s, want %d", node, writerRecords(t, h, pv, node), pv, n)
-	}
+	must(t, h.WaitWriter(context.Background(), pv, node, n, podTimeout))
 }
 
 // waitPower waits until ipmitool reads the machine's power as want.

@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -136,37 +134,17 @@ func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []string{fencedBinary, "agent",
+	fenced, err := buildOnce("fenced.io/fenced/cmd/fenced")
+	if err != nil {
+		return nil, err
+	}
+	return []string{fenced, "agent",
 		"--config=" + config,
 		"--kubeconfig=" + kubeconfig,
 		"--node-name=" + m.Name,
 		"--metrics-address=" + m.Host.Addr.String() + ":" + strconv.Itoa(MetricsPort),
 		"-v",
 	}, nil
-}
-
-var (
-	fencedOnce   sync.Once
-	fencedBinary string
-	fencedErr    error
-)
-
-// buildFenced compiles cmd/fenced once per test binary.
-func buildFenced() (string, error) {
-	fencedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fenced-bin-")
-		if err != nil {
-			fencedErr = err
-			return
-		}
-		out := filepath.Join(dir, "fenced")
-		if b, err := exec.Command("go", "build", "-o", out, "fenced.io/fenced/cmd/fenced").CombinedOutput(); err != nil {
-			fencedErr = fmt.Errorf("building fenced: %v\n%s", err, b)
-			return
-		}
-		fencedBinary = out
-	})
-	return fencedBinary, fencedErr
 }
 
 // markControlPlane labels and taints a fencer machine's Node the way
@@ -217,7 +195,7 @@ func (m *Machine) KillAgent() error {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(cmdline), fencedBinary+"\x00agent") && strings.Contains(string(cmdline), string(marker)) {
+		if err == nil && strings.Contains(string(cmdline), "fenced\x00agent\x00") && strings.Contains(string(cmdline), string(marker)) {
 			return syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

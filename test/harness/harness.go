@@ -133,7 +133,7 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 	t.Cleanup(stopAttacher)
 	go h.Attacher.Run(attachCtx)
 
-	launcher, err := buildLauncher()
+	launcher, err := buildOnce("fenced.io/fenced/test/machine/fenced-machine")
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -242,7 +242,7 @@ func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Mach
 // prepareFencing sets up RBAC and configurations and returns the extra
 // processes with each machine's agent added.
 func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Machine) [][]string) (func(*Machine) [][]string, error) {
-	if _, err := buildFenced(); err != nil {
+	if _, err := buildOnce("fenced.io/fenced/cmd/fenced"); err != nil {
 		return nil, err
 	}
 	if err := h.setupFencing(ctx, f); err != nil {
@@ -365,36 +365,44 @@ func (h *Harness) dumpMachineLogs() {
 	h.t.Logf("---- attacher.log (last 40 lines)\n%s", tail(filepath.Join(h.Dir, "attacher.log"), 40))
 }
 
-var (
-	launcherOnce sync.Once
-	launcherPath string
-	launcherErr  error
-)
+// built holds the binaries compiled once per test binary, by package.
+var built struct {
+	sync.Mutex
+	paths map[string]string
+	dirs  []string
+}
 
-// buildLauncher compiles fenced-machine once per test binary, into a temp
-// dir that Cleanup removes.
-func buildLauncher() (string, error) {
-	launcherOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fenced-machine-")
-		if err != nil {
-			launcherErr = err
-			return
-		}
-		out := filepath.Join(dir, "fenced-machine")
-		cmd := exec.Command("go", "build", "-o", out, "fenced.io/fenced/test/machine/fenced-machine")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			launcherErr = fmt.Errorf("building fenced-machine: %v\n%s", err, b)
-			return
-		}
-		launcherPath = out
-	})
-	return launcherPath, launcherErr
+// buildOnce compiles the main package pkg once per test binary into a
+// temp dir that Cleanup removes, and returns the binary's path.
+func buildOnce(pkg string) (string, error) {
+	built.Lock()
+	defer built.Unlock()
+	if p, ok := built.paths[pkg]; ok {
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", "fenced-build-")
+	if err != nil {
+		return "", err
+	}
+	built.dirs = append(built.dirs, dir)
+	out := filepath.Join(dir, filepath.Base(pkg))
+	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	if built.paths == nil {
+		built.paths = map[string]string{}
+	}
+	built.paths[pkg] = out
+	return out, nil
 }
 
 // Cleanup removes what Start built once per test binary; call it from
 // TestMain after m.Run.
 func Cleanup() {
-	if launcherPath != "" {
-		_ = os.RemoveAll(filepath.Dir(launcherPath))
+	built.Lock()
+	defer built.Unlock()
+	for _, d := range built.dirs {
+		_ = os.RemoveAll(d)
 	}
+	built.dirs, built.paths = nil, nil
 }

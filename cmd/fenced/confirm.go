@@ -1,0 +1,107 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/taint"
+)
+
+func newConfirmCommand(g *globals) *cobra.Command {
+	var o operator.ConfirmOptions
+	cmd := &cobra.Command{
+		Use:   "confirm NODE",
+		Short: "Confirm that a node is powered off and fence it (manual evidence)",
+		Long: `Tell fenced that a node is really powered off, so that Kubernetes may restart its
+pods and reattach its volumes elsewhere at once.
+
+confirm first prints the evidence it can gather: the Node's Ready condition and
+since when, its boot ID and taints, the gossip view of an agent (with --agent),
+and the power state and system GUID read from the node's BMC when the node is in
+the BMC inventory (--config). It refuses when the BMC reads the power ON (with
+--power-off it switches the node off through the BMC instead, and goes on once it
+reads off) and when the BMC's GUID is another machine's. A BMC that cannot be read
+is no refusal: your word is then the only evidence, and confirm says so.
+
+It then asks y/N on the terminal (without a terminal it refuses unless --yes),
+and applies node.kubernetes.io/out-of-service=nodeshutdown:NoExecute with
+"manual" evidence recording who you are (as the API server authenticates you),
+when, your --reason and the BMC reading. It marks the node Ready=False,
+force-deletes its pods, and records the Events OutOfServiceTaintApplied and
+ManualFenceConfirmed on the Node. A node that already has the taint is left alone.
+
+If the node is not really off, two machines will write to the same disks and
+corrupt them.
+
+Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
+		Example: `  # after checking in the data centre that worker-3 is off
+  fenced confirm worker-3 --reason "PSU failed, checked by J. Doe on site"
+
+  # from a script, switching it off through its BMC if it still reads on
+  fenced confirm worker-3 --yes --power-off --reason "hung, ticket OPS-1234" \
+      --config /etc/fenced/config.yaml --agent http://10.0.0.5:9740`,
+		Args: exactlyOneNode,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			op, done, err := g.newOperator("fenced-confirm")
+			if err != nil {
+				return err
+			}
+			defer done()
+			o.Node = args[0]
+			o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
+			return op.Confirm(cmd.Context(), o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Reason, "reason", "", "why you confirm it (recorded in the evidence and the Event)")
+	fl.BoolVar(&o.Yes, "yes", false, "do not ask; required without a terminal")
+	fl.BoolVar(&o.PowerOff, "power-off", false, "if the BMC reads on, switch the node off (hard) through it and wait until it reads off")
+	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the gossip view; not checked without it")
+	return cmd
+}
+
+// newOperator builds what confirm, unfence and status share: the client,
+// the BMC inventory if the configuration has one (a missing default
+// configuration file just means none), and, for component != "", an Event
+// recorder. done closes the BMC sessions and waits for the Events to be
+// written, which are part of the evidence trail.
+func (g *globals) newOperator(component string) (op *operator.Operator, done func(), err error) {
+	cfg, err := g.loadConfig(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := g.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	op = &operator.Operator{Client: client, Out: g.stdout, Log: g.log,
+		Verify: fencing.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
+	var closers []func()
+	if len(cfg.BMCs) > 0 {
+		inv, err := fencing.NewInventory(cfg, g.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		op.Inventory = inv
+		closers = append(closers, func() { _ = inv.Close() })
+	}
+	if component != "" {
+		rec, stop := taint.NewRecorder(client, component)
+		op.Recorder = rec
+		closers = append(closers, stop)
+	}
+	return op, func() {
+		for _, c := range closers {
+			c()
+		}
+	}, nil
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"fenced.io/fenced/pkg/operator"
+)
+
+func newStatusCommand(g *globals) *cobra.Command {
+	var (
+		o      operator.StatusOptions
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every node's readiness, power, taint and fencing evidence in one table",
+		Long: `Show one row per node:
+
+  NAME      the Node
+  READY     its Ready condition and for how long ("False 3m")
+  GOSSIP    the decision phase (Healthy, Suspect, Confirming, PoweringOff, Fenced,
+            Recovering) that the fencer at --agent reports for the node in its
+            fenced_node_state metric. Agents do not export each member's gossip
+            state, only counts (printed under the table), so without --agent, or
+            for a node that agent does not track, this shows "-".
+  POWER     read from the node's BMC when it is in the inventory (--config): on,
+            off, or the kind of failure (timeout, unreachable, auth, bmc-error);
+            "-" when not in the inventory. All BMCs are read concurrently, each
+            within --bmc-timeout.
+  TAINT     the out-of-service taint: fenced (applied by fenced), other (by
+            someone else, fenced never removes it), or -
+  EVIDENCE  what fenced recorded: method and who
+  SINCE     how long the taint has been there
+
+-o wide adds the boot ID, the BMC endpoint and the evidence's reason; -o json and
+-o yaml print everything, including the full evidence. status only reads.`,
+		Example: `  fenced status
+  fenced status -o wide --config /etc/fenced/config.yaml --agent http://10.0.0.5:9740
+  fenced status -o json | jq '.nodes[] | select(.taint == "fenced") | .name'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := operator.CheckFormat(output); err != nil {
+				return &usageError{command: cmd.CommandPath(), err: err}
+			}
+			op, done, err := g.newOperator("")
+			if err != nil {
+				return err
+			}
+			defer done()
+			s, err := op.Status(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return s.Write(g.stdout, output, time.Now())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&output, "output", "o", "", "output format: wide, json or yaml (default: a table)")
+	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the GOSSIP column")
+	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", operator.DefaultBMCTimeout, "bound for each BMC read, retries included")
+	return cmd
+}

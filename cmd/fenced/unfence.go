@@ -1,0 +1,47 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"fenced.io/fenced/pkg/operator"
+)
+
+func newUnfenceCommand(g *globals) *cobra.Command {
+	var o operator.UnfenceOptions
+	cmd := &cobra.Command{
+		Use:   "unfence NODE",
+		Short: "Remove the out-of-service taint fenced applied, after checking the node is back",
+		Long: `Remove the node.kubernetes.io/out-of-service taint that fenced applied to a node
+(the fencer or 'fenced confirm'), together with its evidence annotations.
+
+unfence prints and checks what the fencer checks before it removes a taint
+itself: the node is Ready, it reports a boot ID other than the one recorded when
+it was fenced (the same boot ID means it never rebooted, so it may never have
+been off), and no VolumeAttachment of the node is left. Any failed check is a
+refusal, unless --force, which removes the taint anyway and records that it did
+(a Warning Event UnfenceForced naming you and your reason, and a log line).
+
+A taint that fenced did not apply (no fenced.io/applied-by annotation) is never
+touched, with or without --force.
+
+Exit codes: 0 removed (or no taint), 1 refused or failed, 2 usage error.`,
+		Example: `  fenced unfence worker-3
+
+  # the node is back but its old VolumeAttachment is stuck; you have checked it is safe
+  fenced unfence worker-3 --force --reason "VA of a deleted PV, checked by J. Doe"`,
+		Args: exactlyOneNode,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			op, done, err := g.newOperator("fenced-unfence")
+			if err != nil {
+				return err
+			}
+			defer done()
+			o.Node = args[0]
+			return op.Unfence(cmd.Context(), o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&o.Force, "force", false, "remove the taint even if checks fail (recorded in an Event and the log)")
+	fl.StringVar(&o.Reason, "reason", "", "why (recorded in the Events)")
+	return cmd
+}
