@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 60m
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build deps kube-binaries test test-short e2e lint bench demo cluster-up cluster-down clean help
+.PHONY: all build deps kube-binaries test test-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -24,10 +24,10 @@ help: ## list the targets
 build: ## build bin/fenced
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fenced
 
-deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2)
+deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd)
 	./hack/install-deps.sh
 
-kube-binaries: ## build the pinned Kubernetes binaries once (cached outside the repo, ~6-9 min cold)
+kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached outside the repo, ~6-9 min cold)
 	./hack/kube-binaries.sh >/dev/null
 
 test: deps kube-binaries ## the full suite: unit, integration (BMC simulators) and end-to-end scenarios
@@ -74,6 +74,9 @@ cluster-down: ## stop the cluster started by cluster-up
 	  for i in $$(seq 120); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
 	  rm -f $(CLUSTER_STATE)/pid; echo "cluster stopped"; \
 	else echo "no cluster running"; fi
+
+kind-power-loss: ## (needs Docker and kind) pull a worker's plug on a kind cluster (test/kind/README.md)
+	./test/kind/run-power-loss.sh
 
 clean: ## remove build output
 	rm -rf bin

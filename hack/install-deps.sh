@@ -5,13 +5,14 @@
 #   ipmitool     cross-checks the simulated BMCs
 #   etcd-server  etcd for the local control plane (test/cluster)
 #   iproute2     `ip netns` / veth / bridge for per-node network namespaces
+#   systemd      systemd-analyze: test/deploy verifies deploy/systemd/fenced.service
 #
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
-readonly PACKAGES=(openipmi ipmitool etcd-server iproute2)
+readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

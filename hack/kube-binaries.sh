@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # kube-binaries.sh — build kube-apiserver, kube-controller-manager,
-# kube-scheduler and kubemark at a pinned version from the Go module proxy,
-# and cache them by version outside the repository.
+# kube-scheduler, kubemark and kubectl at a pinned version from the Go module
+# proxy, and cache them by version outside the repository.
 #
 # Usage: hack/kube-binaries.sh            (KUBE_VERSION defaults to v1.34.4)
 #        KUBE_VERSION=v1.36.3 hack/kube-binaries.sh
 #
 # Progress goes to stderr, one line per step with the elapsed seconds; the
-# last line of stdout is the directory that holds the four binaries, so
+# last line of stdout is the directory that holds the binaries, so
 # callers can do BIN=$(hack/kube-binaries.sh | tail -n1).
 #
 # Why a throwaway module: k8s.io/kubernetes is not meant to be consumed as a
@@ -22,8 +22,10 @@
 #   FENCED_CACHE_DIR   cache root, default ${XDG_CACHE_HOME:-$HOME/.cache}/fenced
 set -euo pipefail
 
-# Upstream commands, built from k8s.io/kubernetes as they are.
-readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark)
+# Upstream commands, built from k8s.io/kubernetes as they are. kubectl is
+# there for test/deploy (kustomize rendering, --dry-run=server, auth can-i):
+# tests must not depend on whatever kubectl a machine may or may not have.
+readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubectl)
 # Our hollow kubelet (hack/hollow-kubelet/main.go), cached under a name that
 # carries a hash of its source, so that editing it rebuilds just that binary.
 # test/cluster computes the same name.
@@ -168,10 +170,14 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubemark"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 EOF
 mkdir -p cmd/hollow-kubelet
-cp "$HOLLOW_SRC" cmd/hollow-kubelet/main.go
+# The source carries //go:build ignore so that fenced's own module (go vet,
+# go mod tidy) never sees its k8s.io/kubernetes imports; here it is a
+# normal main package.
+sed '/^\/\/go:build /d' "$HOLLOW_SRC" >cmd/hollow-kubelet/main.go
 step "wrote throwaway module with ${#staging[@]} staging replaces"
 
 step "go mod tidy (downloads the dependency graph on a cold module cache)"
@@ -212,7 +218,7 @@ if ((${#pkgs[@]} > 0)); then
 	}
 fi
 step "go build $HOLLOW (from hack/hollow-kubelet)"
-go build -tags hollowkubelet -ldflags "$ldflags" -o "$work/bin/$HOLLOW" ./cmd/hollow-kubelet >"$work/build-hollow.log" 2>&1 || {
+go build -ldflags "$ldflags" -o "$work/bin/$HOLLOW" ./cmd/hollow-kubelet >"$work/build-hollow.log" 2>&1 || {
 	tail -n 40 "$work/build-hollow.log" >&2
 	die "go build of the hollow kubelet failed (log above)"
 }

@@ -45,7 +45,7 @@ credentials at start and exits non-zero, naming the problem, before it joins
 anything. It tells systemd when it is ready (Type=notify) and leaves the ring
 cleanly on SIGTERM or SIGINT.`,
 		Example: `  # as a systemd unit on a control-plane host (a fencer: its config has the BMC inventory)
-  fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/kubernetes/fenced.conf
+  fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/fenced/kubeconfig
 
   # in a DaemonSet pod (in-cluster credentials, NODE_NAME from the downward API)
   fenced agent --config /etc/fenced/config.yaml --log-format json`,

@@ -219,9 +219,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := systemd.Notify(systemd.Ready); err != nil {
 		log.Warn("could not notify systemd", "err", err)
 	}
+	// Feed systemd's watchdog (WatchdogSec=) only while this loop keeps
+	// turning, so a wedged agent gets restarted; a no-op outside systemd.
+	var loopTurned atomic.Int64
+	loopTurned.Store(time.Now().UnixNano())
+	go func() {
+		err := systemd.RunWatchdog(ctx, func() error {
+			if stale := time.Since(time.Unix(0, loopTurned.Load())); stale > 10*time.Second {
+				return fmt.Errorf("main loop has not turned for %s", stale)
+			}
+			return nil
+		})
+		if err != nil {
+			log.Error("systemd watchdog stopped; systemd will restart the agent", "err", err)
+		}
+	}()
+	alive := time.NewTicker(time.Second)
+	defer alive.Stop()
 
 	for {
 		select {
+		case <-alive.C:
+			loopTurned.Store(time.Now().UnixNano())
 		case <-ctx.Done():
 			log.Info("agent stopping", "reason", "signal")
 			_, _ = systemd.Notify(systemd.Stopping)
@@ -229,7 +248,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				<-fencerDone
 			}
 			return nil
-		case m := <-ring.Events():
+		case m, ok := <-ring.Events():
+			if !ok {
+				return errors.New("gossip ring shut down")
+			}
 			update()
 			if fencer != nil {
 				fencer.Notify(m.Name)

@@ -1,6 +1,7 @@
 // Package systemd speaks the sd_notify protocol, so that fenced runs as a
-// Type=notify unit: READY once started, STATUS lines, STOPPING on exit.
-// Outside systemd (no NOTIFY_SOCKET) every call is a no-op.
+// Type=notify unit: READY once started, STATUS lines, WATCHDOG keep-alives
+// (RunWatchdog, for WatchdogSec=), STOPPING on exit. Outside systemd (no
+// NOTIFY_SOCKET, no WATCHDOG_USEC) every call is a no-op.
 package systemd
 
 import (

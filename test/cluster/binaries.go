@@ -27,7 +27,7 @@ const DefaultKubeVersion = "v1.34.4"
 
 // Binaries are the upstream Kubernetes programs hack/kube-binaries.sh builds
 // and caches. It also builds our hollow kubelet, see HollowKubeletName.
-var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark"}
+var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark", "kubectl"}
 
 // HollowKubeletName returns the cached file name of the hollow kubelet built
 // from hack/hollow-kubelet/main.go: "hollow-kubelet-" and the first 12 hex

@@ -1,0 +1,190 @@
+package deploy
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"fenced.io/fenced/test/cluster"
+)
+
+// TestManifestsAgainstAPIServer hands every rendered kustomization (and
+// test/kind/workload.yaml) to a real kube-apiserver with
+// `kubectl apply --dry-run=server`: admission, defaulting and strict field
+// validation as a cluster would run them. Then it applies the fullest
+// render for real and asks the API server, with `kubectl auth can-i` as
+// each ServiceAccount, for every verb the code uses (yes) and for a set it
+// must not have (no).
+func TestManifestsAgainstAPIServer(t *testing.T) {
+	kubectl := kubectlPath(t) // skips with -short
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := cluster.MustStart(ctx, t, cluster.Options{NoScheduler: true})
+
+	// A server-side dry run persists nothing, so the namespace the
+	// renders' own Namespace object would create is not there for the
+	// namespaced objects that follow it: create it first.
+	if _, err := c.CreateNamespace(ctx, namespace); err != nil {
+		t.Fatal(err)
+	}
+	kc := func(stdin []byte, args ...string) (string, string, error) {
+		return run(t, stdin, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	}
+
+	var full []byte
+	for _, k := range kustomizations {
+		t.Run("dry-run/"+k.dir, func(t *testing.T) {
+			out, _ := render(t, kubectl, k.dir)
+			if k.dir == "deploy/daemonset/overlays/in-cluster-fencers" {
+				full = out
+			}
+			if stdout, stderr, err := kc(out, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err != nil {
+				t.Fatalf("kubectl apply --dry-run=server: %v\n%s%s", err, stdout, stderr)
+			} else {
+				t.Logf("%s", strings.TrimSpace(stdout))
+			}
+		})
+	}
+	t.Run("dry-run/test/kind/workload.yaml", func(t *testing.T) {
+		if stdout, stderr, err := kc(nil, "apply", "--dry-run=server", "--validate=strict", "-f", path(t, "test/kind/workload.yaml")); err != nil {
+			t.Fatalf("kubectl apply --dry-run=server: %v\n%s%s", err, stdout, stderr)
+		}
+	})
+	if full == nil {
+		t.Fatal("overlays/in-cluster-fencers was not rendered")
+	}
+
+	// For real: observers, fencers, all the RBAC. No node, no scheduler:
+	// the DaemonSets stay without pods, which is all this needs.
+	if stdout, stderr, err := kc(full, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s%s", err, stdout, stderr)
+	}
+
+	// canI asks as the ServiceAccount would authenticate: its user name and
+	// the groups every ServiceAccount token carries, so a "no" also covers
+	// whatever those groups are granted.
+	canI := func(t *testing.T, sa string, q query) bool {
+		t.Helper()
+		args := []string{"auth", "can-i", q.verb, q.resource,
+			"--as=system:serviceaccount:" + namespace + ":" + sa,
+			"--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:" + namespace,
+			"--as-group=system:authenticated"}
+		if q.subresource != "" {
+			args = append(args, "--subresource="+q.subresource)
+		}
+		if q.namespace == "" {
+			args = append(args, "--all-namespaces")
+		} else {
+			args = append(args, "--namespace="+q.namespace)
+		}
+		stdout, stderr, err := kc(nil, args...)
+		switch strings.TrimSpace(stdout) {
+		case "yes":
+			return true
+		case "no":
+			return false
+		}
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout, stderr)
+		return false
+	}
+
+	observerYes := queriesOf(observerRules(), "")
+	fencerYes := append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
+		queriesOf(leaseRules(), namespace)...)
+	// Verbs a fencer has that an observer must not.
+	var observerNo []query
+	for _, q := range fencerYes {
+		if !slices.Contains(observerYes, q) {
+			observerNo = append(observerNo, q)
+		}
+	}
+	// Never, for either: reading Secrets (the BMC passwords; the kubelet
+	// mounts them), creating pods, deleting or creating Nodes, patching
+	// where the code updates, evicting, Leases outside the lease
+	// namespace, minting tokens, changing its own DaemonSets or RBAC.
+	never := []query{
+		{verb: "list", resource: "secrets"},
+		{verb: "get", resource: "secrets", namespace: namespace},
+		{verb: "watch", resource: "secrets", namespace: namespace},
+		{verb: "get", resource: "configmaps", namespace: namespace},
+		{verb: "create", resource: "pods", namespace: "default"},
+		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
+		{verb: "create", resource: "pods", subresource: "exec", namespace: "default"},
+		{verb: "update", resource: "pods", namespace: "default"},
+		{verb: "delete", resource: "nodes"},
+		{verb: "create", resource: "nodes"},
+		{verb: "patch", resource: "nodes"},
+		{verb: "patch", resource: "nodes", subresource: "status"},
+		{verb: "delete", resource: "volumeattachments.storage.k8s.io"},
+		{verb: "update", resource: "volumeattachments.storage.k8s.io"},
+		{verb: "delete", resource: "persistentvolumes"},
+		{verb: "get", resource: "leases.coordination.k8s.io", namespace: "default"},
+		{verb: "create", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
+		{verb: "update", resource: "leases.coordination.k8s.io", namespace: "kube-node-lease"},
+		{verb: "list", resource: "leases.coordination.k8s.io"},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace},
+		{verb: "update", resource: "daemonsets.apps", namespace: namespace},
+		{verb: "update", resource: "clusterroles.rbac.authorization.k8s.io"},
+		{verb: "create", resource: "clusterrolebindings.rbac.authorization.k8s.io"},
+		{verb: "delete", resource: "events", namespace: "default"},
+	}
+
+	for _, tc := range []struct {
+		sa      string
+		yes, no []query
+	}{
+		{observerSA, observerYes, append(observerNo, never...)},
+		{fencerSA, fencerYes, never},
+	} {
+		t.Run("can-i/"+tc.sa, func(t *testing.T) {
+			for _, q := range tc.yes {
+				if !canI(t, tc.sa, q) {
+					t.Errorf("%s cannot %s, which the code needs", tc.sa, q)
+				}
+			}
+			for _, q := range tc.no {
+				if canI(t, tc.sa, q) {
+					t.Errorf("%s can %s, which it must not", tc.sa, q)
+				}
+			}
+		})
+	}
+}
+
+// query is one `kubectl auth can-i` question; namespace "" asks across all
+// namespaces (what a ClusterRole grants).
+type query struct{ verb, resource, subresource, namespace string }
+
+func (q query) String() string {
+	s := q.verb + " " + q.resource
+	if q.subresource != "" {
+		s += "/" + q.subresource
+	}
+	if q.namespace == "" {
+		return s + " (all namespaces)"
+	}
+	return s + " in " + q.namespace
+}
+
+// queriesOf expands rules into one query per verb and resource, in ns.
+func queriesOf(rules []rbacv1.PolicyRule, ns string) []query {
+	var out []query
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				res, sub, _ := strings.Cut(res, "/")
+				if g != "" {
+					res += "." + g
+				}
+				for _, v := range r.Verbs {
+					out = append(out, query{verb: v, resource: res, subresource: sub, namespace: ns})
+				}
+			}
+		}
+	}
+	return out
+}

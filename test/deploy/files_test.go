@@ -1,0 +1,207 @@
+package deploy
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// walk returns the files under dir (relative to the repository root) whose
+// names end in one of the suffixes.
+func walk(t *testing.T, dir string, suffixes ...string) []string {
+	t.Helper()
+	root := path(t, dir)
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		for _, s := range suffixes {
+			if !d.IsDir() && strings.HasSuffix(p, s) {
+				files = append(files, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no %v files under %s", suffixes, dir)
+	}
+	return files
+}
+
+func rel(t *testing.T, p string) string {
+	r, err := filepath.Rel(repoRoot(t), p)
+	if err != nil {
+		return p
+	}
+	return r
+}
+
+// TestYAMLParses checks every YAML file of test/kind and deploy/daemonset:
+// each document parses, names its apiVersion and kind, and — for the
+// Kubernetes kinds client-go knows — decodes strictly (no unknown or
+// duplicate field). The kind cluster config and the kustomize files are
+// checked against their own minimal shape. CI has no Docker, so for
+// test/kind this is all that runs (README.md there).
+func TestYAMLParses(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"test/kind", "deploy/daemonset"} {
+		files = append(files, walk(t, dir, ".yaml", ".yml")...)
+	}
+	for _, f := range files {
+		t.Run(rel(t, f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(f, "-config.yaml") && !strings.HasSuffix(f, "kind-config.yaml") {
+				// A fenced configuration (a ConfigMap's content): loaded as
+				// the agent would load it.
+				if _, err := loadConfig(t, data, rel(t, f), bmcDir, nil); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			for i, doc := range splitDocs(t, data) {
+				var head struct {
+					APIVersion string `json:"apiVersion"`
+					Kind       string `json:"kind"`
+				}
+				if err := yaml.Unmarshal(doc, &head); err != nil || head.APIVersion == "" || head.Kind == "" {
+					t.Fatalf("document %d: no apiVersion/kind (%v)", i, err)
+				}
+				gv, err := schema.ParseGroupVersion(head.APIVersion)
+				if err != nil {
+					t.Fatalf("document %d: apiVersion %q: %v", i, head.APIVersion, err)
+				}
+				switch gv.Group {
+				case "kustomize.config.k8s.io":
+					checkKustomization(t, f, doc)
+				case "kind.x-k8s.io":
+					checkKindConfig(t, doc)
+				default:
+					if !scheme.Scheme.Recognizes(gv.WithKind(head.Kind)) {
+						t.Fatalf("document %d: %s %s is not a kind client-go knows", i, head.APIVersion, head.Kind)
+					}
+					decodeObjects(t, rel(t, f), doc)
+				}
+			}
+		})
+	}
+}
+
+// checkKustomization: the file names are kustomization.yaml, and every file
+// and directory it lists exists (kustomize would say so too, but only where
+// kubectl is available; this runs with -short).
+func checkKustomization(t *testing.T, file string, doc []byte) {
+	t.Helper()
+	if filepath.Base(file) != "kustomization.yaml" {
+		t.Fatalf("a kustomize document outside kustomization.yaml")
+	}
+	var k struct {
+		Resources          []string `json:"resources"`
+		Components         []string `json:"components"`
+		ConfigMapGenerator []struct {
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	if err := yaml.Unmarshal(doc, &k); err != nil {
+		t.Fatal(err)
+	}
+	refs := append(append([]string{}, k.Resources...), k.Components...)
+	for _, g := range k.ConfigMapGenerator {
+		for _, f := range g.Files {
+			_, src, ok := strings.Cut(f, "=")
+			if !ok {
+				src = f
+			}
+			refs = append(refs, src)
+		}
+	}
+	for _, r := range refs {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(file), r)); err != nil {
+			t.Errorf("lists %s: %v", r, err)
+		}
+	}
+}
+
+// checkKindConfig: the shape run-power-loss.sh and its README rely on.
+func checkKindConfig(t *testing.T, doc []byte) {
+	t.Helper()
+	var c struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		Nodes      []struct {
+			Role        string `json:"role"`
+			ExtraMounts []struct {
+				HostPath      string `json:"hostPath"`
+				ContainerPath string `json:"containerPath"`
+			} `json:"extraMounts"`
+		} `json:"nodes"`
+	}
+	// Strict on purpose (the fields this file uses, no others): kind
+	// ignores a misspelt field.
+	if err := yaml.UnmarshalStrict(doc, &c); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]int{}
+	for _, n := range c.Nodes {
+		roles[n.Role]++
+		if n.Role == "worker" && (len(n.ExtraMounts) != 1 || n.ExtraMounts[0].ContainerPath != "/var/fenced-shared") {
+			t.Errorf("worker without the shared mount at /var/fenced-shared (workload.yaml's volume): %+v", n.ExtraMounts)
+		}
+	}
+	if c.Kind != "Cluster" || roles["control-plane"] != 1 || roles["worker"] != 3 || len(c.Nodes) != 4 {
+		t.Errorf("kind config: kind %q, nodes by role %v; want a Cluster of 1 control-plane and 3 workers", c.Kind, roles)
+	}
+}
+
+// TestScriptsParse runs `bash -n` on every script of test/kind (the
+// scenario cannot run here) and checks they are executable, as the README
+// invokes them.
+func TestScriptsParse(t *testing.T) {
+	for _, f := range walk(t, "test/kind", ".sh") {
+		t.Run(rel(t, f), func(t *testing.T) {
+			if _, stderr, err := run(t, nil, "bash", "-n", f); err != nil {
+				t.Fatalf("bash -n: %v\n%s", err, stderr)
+			}
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o111 == 0 {
+				t.Errorf("not executable (chmod +x): mode %v", fi.Mode())
+			}
+		})
+	}
+}
+
+// TestKindDockerfile: a multi-stage build of ./cmd/fenced onto distroless
+// static, the base the DaemonSets' uid 65532 comes from.
+func TestKindDockerfile(t *testing.T) {
+	data := string(readFile(t, "test/kind/Dockerfile"))
+	var stages []string
+	for _, line := range strings.Split(data, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.EqualFold(f[0], "FROM") {
+			stages = append(stages, f[1])
+		}
+	}
+	if len(stages) != 2 || !strings.HasPrefix(stages[0], "golang:") || !strings.HasPrefix(stages[1], "gcr.io/distroless/static") {
+		t.Errorf("FROM lines %v; want a golang build stage and a distroless/static final stage", stages)
+	}
+	for _, want := range []string{"./cmd/fenced", "CGO_ENABLED=0", "USER 65532:65532"} {
+		if !strings.Contains(data, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
