@@ -1,4 +1,4 @@
-//go:build hollowkubelet
+//go:build ignore
 
 // Command hollow-kubelet is kubemark's hollow kubelet (real kubelet code,
 // fake container runtime, fake cAdvisor) with three changes the fenced test

@@ -361,10 +361,13 @@ func (d *decider) unresponsive() bool {
 
 // responsiveSince reports whether the node answers on both channels and
 // came back after t: its Ready condition turned True after t, and its
-// gossip member (if it has one) is alive.
+// gossip member (if it has one) is alive. Condition times are stored with
+// one-second precision, so a node back within the second of t counts: a
+// fenced node that fenced itself switched on again (afterFence: on) can
+// report Ready within that second.
 func (d *decider) responsiveSince(t time.Time) bool {
 	o := d.o
-	if o.Node.Ready != ReadyTrue || !o.Node.ReadySince.After(t) {
+	if o.Node.Ready != ReadyTrue || o.Node.ReadySince.Before(t.Truncate(time.Second)) {
 		return false
 	}
 	return !o.Member.Known || o.Member.State == "alive" || o.Member.State == "suspect"

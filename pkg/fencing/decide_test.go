@@ -355,6 +355,23 @@ func TestStaleReadyDoesNotCountAsBack(t *testing.T) {
 	}
 }
 
+func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
+	// afterFence: on switched the node on 170 ms after the fence; the API
+	// stores the kubelet's Ready transition truncated to the second, which
+	// is before the fence's sub-second time. Found on the harness.
+	fenceAt := t0.Add(40 * time.Millisecond)
+	o := healthy()
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: fenceAt, BootID: "boot-1"}
+	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0, "boot-2"
+	o.Member.BootID, o.Member.Since = "boot-2", t0.Add(300*time.Millisecond)
+	o.Now = t0.Add(2 * time.Second)
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModePowerOff))
+	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
+		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
+	}
+}
+
 func TestUnknownBootIDKeepsTaint(t *testing.T) {
 	o := healthy()
 	o.Node.TaintedByFenced = true
