@@ -276,7 +276,7 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		m, known := f.cfg.Members.Member(n.Name)
 		gone := known && (m.State == heartbeat.StateDead || m.State == heartbeat.StateLeft)
 		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
-		if readyOf(n) != ReadyTrue || gone || fenced {
+		if ready, _ := readyCondition(n); ready != ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
 		}
 		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
@@ -318,12 +318,8 @@ func (f *Fencer) leaseActive(node string, now time.Time) string {
 
 // nodeObs reads what the core needs from a Node.
 func nodeObs(n *corev1.Node) NodeObs {
-	o := NodeObs{Exists: true, Ready: ReadyUnknown, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			o.Ready, o.ReadySince = Ready(c.Status), c.LastTransitionTime.Time
-		}
-	}
+	o := NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
+	o.Ready, o.ReadySince = readyCondition(n)
 	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
 	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
 		o.TaintedByFenced = true
@@ -334,13 +330,15 @@ func nodeObs(n *corev1.Node) NodeObs {
 	return o
 }
 
-func readyOf(n *corev1.Node) Ready {
+// readyCondition returns the status of the Node's Ready condition and
+// when it last changed; a Node without one counts as Unknown.
+func readyCondition(n *corev1.Node) (Ready, time.Time) {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return Ready(c.Status)
+			return Ready(c.Status), c.LastTransitionTime.Time
 		}
 	}
-	return ReadyUnknown
+	return ReadyUnknown, time.Time{}
 }
 
 // execute carries out one action for node name.

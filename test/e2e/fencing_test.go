@@ -115,13 +115,7 @@ func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.H
 	if err != nil || !ok || evidence.Method != taint.MethodBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 		t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 	}
-	must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
-	must(t, h.WaitNoVolumeAttachment(ctx, sts.PV, victim, podTimeout))
-	tVAGone := time.Now()
-	_, err = h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
-	must(t, err)
-	tRunning := time.Now()
-	waitWriter(t, h, sts.PV, spare, 3)
+	_, tVAGone, tRunning := requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
 	requireSafe(t, h, sts.PV)
 	t.Logf("timeline (power loss at 0): suspected %.1fs, tainted %.1fs, old VolumeAttachment gone %.1fs, pod Running on %s %.1fs",
 		secs(tSuspected, t0), secs(tTaint, t0), secs(tVAGone, t0), spare, secs(tRunning, t0))
@@ -277,11 +271,7 @@ func TestPowerOffFencing(t *testing.T) {
 			t.Fatalf("evidence %+v (killed fencer %s, boot before %s)", ev, holder, bootBefore)
 		}
 		requirePowerOffs(t, h, 1)
-		must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
-		must(t, h.WaitNoVolumeAttachment(ctx, sts.PV, victim, podTimeout))
-		_, err = h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
-		must(t, err)
-		waitWriter(t, h, sts.PV, spare, 3)
+		requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
 		// The hung writer was killed by the power-off: it never resumes.
 		time.Sleep(2 * time.Second)
 		requireSafe(t, h, sts.PV)

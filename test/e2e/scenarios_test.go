@@ -78,14 +78,7 @@ func powerLossAndManualCure(ctx context.Context, t *testing.T, h *harness.Harnes
 	// The manual cure: the power is verified off, so the taint is safe.
 	tTaint := time.Now()
 	must(t, h.TaintOutOfService(ctx, victim))
-	must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
-	tPodGone := time.Now()
-	must(t, h.WaitNoVolumeAttachment(ctx, sts.PV, victim, podTimeout))
-	tVAGone := time.Now()
-	_, err = h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
-	must(t, err)
-	tRunning := time.Now()
-	waitWriter(t, h, sts.PV, spare, 3)
+	tPodGone, tVAGone, tRunning := requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
 	requireSafe(t, h, sts.PV)
 
 	t.Logf("timeline (power loss at 0):\n"+
@@ -118,17 +111,15 @@ func hangAndUnsafeTaint(ctx context.Context, t *testing.T, h *harness.Harness, v
 
 	// Deliberately unsafe: taint a node whose BMC says it is on.
 	must(t, h.TaintOutOfService(ctx, victim))
-	must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
-	_, err := h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
-	must(t, err)
-	waitWriter(t, h, sts.PV, spare, 3)
+	requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
 	requireSafe(t, h, sts.PV) // not yet: the old writer is still frozen
 
 	// The node wakes up and its writer carries on: two writers, one disk.
 	must(t, m.Resume())
 	var report csi.Report
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		report, err = h.CheckVolume(sts.PV)
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		r, err := h.CheckVolume(sts.PV)
+		report = r
 		return err == nil && len(report.Overlaps) > 0, nil
 	})
 	if err != nil {
@@ -157,6 +148,22 @@ func partitionFromAPI(ctx context.Context, t *testing.T, h *harness.Harness, vic
 	must(t, m.Heal())
 	must(t, h.WaitNodeReady(ctx, victim, notReadyTimeout))
 	requireSafe(t, h, sts.PV)
+}
+
+// requireMoved waits until the StatefulSet's old pod is gone, victim's
+// VolumeAttachment is gone and the new pod runs on spare and writes, and
+// returns when each of the first three happened.
+func requireMoved(ctx context.Context, t *testing.T, h *harness.Harness, sts harness.StatefulSet, oldPodUID, victim, spare string) (podGone, vaGone, running time.Time) {
+	t.Helper()
+	must(t, h.WaitPodGone(ctx, sts.Namespace, sts.PodName(), oldPodUID, podTimeout))
+	podGone = time.Now()
+	must(t, h.WaitNoVolumeAttachment(ctx, sts.PV, victim, podTimeout))
+	vaGone = time.Now()
+	_, err := h.WaitPodRunning(ctx, sts.Namespace, sts.PodName(), spare, podTimeout)
+	must(t, err)
+	running = time.Now()
+	waitWriter(t, h, sts.PV, spare, 3)
+	return podGone, vaGone, running
 }
 
 // startWorkload creates a StatefulSet in namespace ns preferring first and
