@@ -6,13 +6,14 @@
 #   etcd-server  etcd for the local control plane (test/cluster)
 #   iproute2     `ip netns` / veth / bridge for per-node network namespaces
 #   systemd      systemd-analyze: test/deploy verifies deploy/systemd/fenced.service
+#   dbus-daemon  the private system bus of test/logind, each test machine's logind
 #
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
-readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd)
+readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

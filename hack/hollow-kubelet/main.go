@@ -1,7 +1,7 @@
 //go:build ignore
 
 // Command hollow-kubelet is kubemark's hollow kubelet (real kubelet code,
-// fake container runtime, fake cAdvisor) with three changes the fenced test
+// fake container runtime, fake cAdvisor) with four changes the fenced test
 // harness needs. hack/kube-binaries.sh builds it inside the throwaway module
 // that requires k8s.io/kubernetes; it is not part of fenced's own module.
 //
@@ -14,6 +14,12 @@
 //     was never off and check the BMC's identity.
 //  3. The root directory and the fake runtime's socket live under --root-dir
 //     instead of fresh /tmp directories, one per machine boot.
+//  4. Graceful node shutdown can be switched on (--shutdown-grace-period,
+//     --shutdown-grace-period-critical-pods): the kubelet's real node
+//     shutdown manager then takes a logind delay inhibitor lock on the system
+//     bus named by DBUS_SYSTEM_BUS_ADDRESS (test/logind on a test machine)
+//     and, on PrepareForShutdown, kills the pods and waits for their volumes
+//     to be unmounted before it releases the lock.
 package main
 
 import (
@@ -27,6 +33,7 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"go.opentelemetry.io/otel/trace/noop"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	remote "k8s.io/cri-client/pkg"
@@ -60,6 +67,8 @@ func main() {
 	port := flag.Int("kubelet-port", 10250, "kubelet server port")
 	bootID := flag.String("boot-id", "", "boot ID to report in status.nodeInfo.bootID")
 	systemUUID := flag.String("system-uuid", "", "system UUID to report in status.nodeInfo.systemUUID")
+	shutdownGrace := flag.Duration("shutdown-grace-period", 0, "KubeletConfiguration shutdownGracePeriod (0: graceful node shutdown off)")
+	shutdownGraceCritical := flag.Duration("shutdown-grace-period-critical-pods", 0, "KubeletConfiguration shutdownGracePeriodCriticalPods (part of --shutdown-grace-period)")
 	flag.Parse()
 	if *name == "" || *kubeconfig == "" || *rootDir == "" {
 		klog.Fatal("--name, --kubeconfig and --root-dir are required")
@@ -83,6 +92,13 @@ func main() {
 		}
 	}
 	c.EnableControllerAttachDetach = true
+	// The kubelet would silently run without a shutdown manager when the
+	// critical pods' share exceeds the whole period.
+	if *shutdownGraceCritical > *shutdownGrace {
+		klog.Fatal("--shutdown-grace-period-critical-pods must not exceed --shutdown-grace-period")
+	}
+	c.ShutdownGracePeriod = metav1.Duration{Duration: *shutdownGrace}
+	c.ShutdownGracePeriodCriticalPods = metav1.Duration{Duration: *shutdownGraceCritical}
 	klog.Infof("Using %s as root dir for hollow-kubelet", *rootDir)
 
 	// As kubemark does: heartbeats time out no later than the lease.

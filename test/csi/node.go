@@ -54,6 +54,18 @@ type Options struct {
 	VolumesDir string
 	// WriteInterval is the time between two records (default 100ms).
 	WriteInterval time.Duration
+	// Mount makes the mounts real: NodeStageVolume mounts a small tmpfs at
+	// the staging path and NodePublishVolume bind-mounts it onto the
+	// target, so that the kubelet's pods/…/kubernetes.io~csi/… and
+	// plugins/kubernetes.io/csi/… paths are mount points, as on a real
+	// node. The writers still write to VolumesDir. Only for a process in a
+	// mount namespace of its own (see PrivateMountNamespace): the mounts
+	// must vanish with the machine.
+	Mount bool
+	// HoldMountsFile is a fault switch: while a file exists at this path,
+	// NodeUnpublishVolume fails as a busy unmount does, leaving the mount
+	// and the writer in place. Empty: never.
+	HoldMountsFile string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -225,6 +237,8 @@ func (s *service) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitie
 	}}}, nil
 }
 
+// NodeStageVolume creates the staging directory and, with Options.Mount,
+// mounts the volume's tmpfs there.
 func (s *service) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	if req.VolumeId == "" || req.StagingTargetPath == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path are required")
@@ -232,15 +246,41 @@ func (s *service) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeR
 	if err := os.MkdirAll(req.StagingTargetPath, 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if s.p.opts.Mount {
+		mounted, err := mountTmpfs(TmpfsSource(req.VolumeId), req.StagingTargetPath)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if mounted {
+			s.p.log.Info("volume staged: tmpfs mounted", "volume", req.VolumeId, "staging", req.StagingTargetPath)
+		}
+	}
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
 
-func (s *service) NodeUnstageVolume(context.Context, *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+// NodeUnstageVolume unmounts the staging path (with Options.Mount).
+func (s *service) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+	if req.VolumeId == "" || req.StagingTargetPath == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path are required")
+	}
+	if s.p.opts.Mount {
+		unmounted, err := unmount(req.StagingTargetPath)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if unmounted {
+			s.p.log.Info("volume unstaged: tmpfs unmounted", "volume", req.VolumeId, "staging", req.StagingTargetPath)
+		}
+	}
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
 
-// NodePublishVolume creates the target directory (nothing is mounted: the
-// hollow kubelet's FakeMounter never looks inside) and starts the writer.
+// TmpfsSource is the source name of a volume's tmpfs in mountinfo.
+func TmpfsSource(volumeID string) string { return "fenced-test-" + volumeID }
+
+// NodePublishVolume creates the target directory, bind-mounts the staging
+// path onto it with Options.Mount (otherwise nothing is mounted: the hollow
+// kubelet's FakeMounter never looks inside) and starts the writer.
 func (s *service) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	p := s.p
 	if req.VolumeId == "" || req.TargetPath == "" {
@@ -263,10 +303,24 @@ func (s *service) NodePublishVolume(_ context.Context, req *csipb.NodePublishVol
 	if err := os.MkdirAll(req.TargetPath, 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if p.opts.Mount {
+		if req.StagingTargetPath == "" {
+			return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the volume must be staged first")
+		}
+		if staged, err := isMountPoint(req.StagingTargetPath); err != nil || !staged {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s (%v)", req.VolumeId, req.StagingTargetPath, err)
+		}
+		if _, err := bindMount(req.StagingTargetPath, req.TargetPath); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	pod, uid := podOf(req.VolumeContext, req.TargetPath)
 	rec := Record{Pod: pod, Node: p.opts.NodeName, Boot: p.opts.BootID, UID: uid}
 	w, err := startWriter(filepath.Join(p.opts.VolumesDir, req.VolumeId), req.VolumeId, rec, p.opts.WriteInterval, p.log)
 	if err != nil {
+		if p.opts.Mount {
+			_, _ = unmount(req.TargetPath)
+		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	p.writers[req.TargetPath] = w
@@ -274,13 +328,20 @@ func (s *service) NodePublishVolume(_ context.Context, req *csipb.NodePublishVol
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
 
-// NodeUnpublishVolume stops the writer and removes the target directory, as
-// the CSI spec asks of the plugin. Unknown targets are fine: the call must
-// be idempotent.
+// NodeUnpublishVolume stops the writer, unmounts the target (with
+// Options.Mount; not lazily, so a busy mount fails the call) and removes
+// the target directory, as the CSI spec asks of the plugin. Unknown targets
+// are fine: the call must be idempotent.
 func (s *service) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	p := s.p
 	if req.VolumeId == "" || req.TargetPath == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and target_path are required")
+	}
+	if hold := p.opts.HoldMountsFile; hold != "" {
+		if _, err := os.Stat(hold); err == nil {
+			p.log.Warn("volume unpublish refused: mounts held (test fault)", "volume", req.VolumeId, "target", req.TargetPath, "holdFile", hold)
+			return nil, status.Errorf(codes.Internal, "unmount %s: target is busy: held open (test fault: %s exists)", req.TargetPath, hold)
+		}
 	}
 	p.mu.Lock()
 	w, ok := p.writers[req.TargetPath]
@@ -289,6 +350,17 @@ func (s *service) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublis
 	if ok {
 		w.close()
 		p.log.Info("volume unpublished, writer stopped", "volume", req.VolumeId, "target", req.TargetPath)
+	}
+	if p.opts.Mount {
+		// RemoveAll below must never reach into a volume still mounted.
+		unmounted, err := unmount(req.TargetPath)
+		if err != nil {
+			p.log.Warn("volume unpublish failed", "volume", req.VolumeId, "target", req.TargetPath, "err", err)
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if unmounted {
+			p.log.Info("volume unpublished: target unmounted", "volume", req.VolumeId, "target", req.TargetPath)
+		}
 	}
 	if err := os.RemoveAll(req.TargetPath); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

@@ -44,6 +44,22 @@ type Options struct {
 	Extra func(m *Machine) [][]string
 	// Fencing, if set, runs fenced agents on every machine.
 	Fencing *Fencing
+	// Shutdown is every machine's graceful node shutdown configuration
+	// (nil: DefaultShutdown; &machine.Shutdown{} turns it off).
+	Shutdown *machine.Shutdown
+}
+
+// DefaultShutdown is how every machine is set up unless Options.Shutdown
+// says otherwise, as a bare-metal node with graceful node shutdown is: the
+// kubelet gets 15 s (10 s for ordinary pods, then 5 s for critical ones)
+// and logind waits up to 30 s for its delay locks. The 15 s beyond the
+// kubelet's period are the fenced agent's to wait for the last volume
+// unmounts; 30 s also keeps the kubelet from trying to raise logind's
+// limit, which it only does when the limit is below its grace period.
+var DefaultShutdown = machine.Shutdown{
+	GracePeriod:             15 * time.Second,
+	CriticalPodsGracePeriod: 5 * time.Second,
+	InhibitDelayMax:         30 * time.Second,
 }
 
 // Harness is a running test cluster.
@@ -150,8 +166,12 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 			t.Fatalf("harness: %v", err)
 		}
 	}
+	shutdown := DefaultShutdown
+	if o.Shutdown != nil {
+		shutdown = *o.Shutdown
+	}
 	for _, m := range h.Machines {
-		if err := h.powerOnFirstTime(m, launcher, extra); err != nil {
+		if err := h.powerOnFirstTime(m, launcher, extra, shutdown); err != nil {
 			t.Fatalf("harness: machine %s: %v", m.Name, err)
 		}
 	}
@@ -216,7 +236,7 @@ func (h *Harness) planMachine(name string, f *Fencing) (*Machine, error) {
 }
 
 // powerOnFirstTime starts the machine's BMC, which boots the machine.
-func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Machine) [][]string) error {
+func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Machine) [][]string, shutdown machine.Shutdown) error {
 	kubeconfig, err := h.Cluster.UserKubeconfig("system:node:"+m.Name, "system:nodes")
 	if err != nil {
 		return err
@@ -227,7 +247,10 @@ func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Mach
 		"--kubeconfig="+kubeconfig,
 		"--hollow-kubelet="+h.Cluster.HollowKubelet,
 		"--system-uuid="+m.SystemUUID,
-		"--volumes-dir="+h.VolumesDir)
+		"--volumes-dir="+h.VolumesDir,
+		"--shutdown-grace-period="+shutdown.GracePeriod.String(),
+		"--shutdown-grace-period-critical-pods="+shutdown.CriticalPodsGracePeriod.String(),
+		"--inhibit-delay-max="+shutdown.InhibitDelayMax.String())
 	if extra != nil {
 		if procs := extra(m); len(procs) > 0 {
 			argv = append(argv, "--extra="+jsonArgv(procs))

@@ -1,13 +1,24 @@
 // Package machine is the "computer" behind a simulated BMC: a process group
 // that ipmi_sim starts on power on and kills on power off.
 //
-// One boot of a machine runs a hollow kubelet (real kubelet code, fake
-// container runtime; see hack/hollow-kubelet), the test CSI node plugin (whose writers append
-// to the shared volume files while pods use them) and any extra processes
-// (later the fenced agent). Every boot gets a new boot ID. The launcher
-// leads its own process group, so the harness can SIGKILL the group (power
-// loss) or SIGSTOP it (a hung node); its children also die with it through
-// Pdeathsig, as if the power went.
+// One boot of a machine runs a stand-in for systemd-logind on a D-Bus
+// system bus of its own (package logind), a hollow kubelet (real kubelet
+// code, fake container runtime; see hack/hollow-kubelet), the test CSI node
+// plugin (whose writers append to the shared volume files while pods use
+// them) and any extra processes (the fenced agent). Every boot gets a new
+// boot ID. The launcher leads its own process group, so the harness can
+// SIGKILL the group (power loss) or SIGSTOP it (a hung node); its children
+// also die with it through Pdeathsig, as if the power went.
+//
+// A clean shutdown goes through logind, as `systemctl poweroff` does:
+// PowerOff on the machine's bus (BusAddress) makes logind announce
+// PrepareForShutdown, wait for the delay inhibitor locks (the kubelet's
+// graceful node shutdown, the fenced agent), and then the machine switches
+// itself off: every process dies and the launcher exits, so the BMC reads
+// off.
+//
+// `ip netns exec` gives every boot a mount namespace of its own, so the
+// CSI plugin's mounts are real there and vanish with the boot.
 package machine
 
 import (
@@ -24,6 +35,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/test/csi"
+	"fenced.io/fenced/test/logind"
 )
 
 // Options describe one machine. Paths are on the shared host file system.
@@ -43,16 +55,54 @@ type Options struct {
 	// VolumesDir is the shared directory whose files stand for volumes.
 	VolumesDir string
 	// Extra are further processes started at boot (argv); they get
-	// FENCED_BOOT_ID and FENCED_NODE_NAME in their environment.
+	// FENCED_BOOT_ID, FENCED_NODE_NAME and DBUS_SYSTEM_BUS_ADDRESS in
+	// their environment.
 	Extra [][]string
+	// Shutdown configures graceful node shutdown.
+	Shutdown Shutdown
+}
+
+// Shutdown configures a machine's graceful node shutdown: the kubelet's
+// KubeletConfiguration fields and logind's inhibit delay.
+type Shutdown struct {
+	// GracePeriod is the kubelet's shutdownGracePeriod; 0 leaves graceful
+	// node shutdown off (the kubelet takes no inhibitor lock).
+	GracePeriod time.Duration
+	// CriticalPodsGracePeriod is shutdownGracePeriodCriticalPods, the part
+	// of GracePeriod reserved for critical pods.
+	CriticalPodsGracePeriod time.Duration
+	// InhibitDelayMax is logind's InhibitDelayMaxSec: how long a shutdown
+	// waits for delay locks (default logind.DefaultInhibitDelayMax). The
+	// kubelet wants it at least GracePeriod, or it tries to raise it by
+	// writing /etc/systemd/logind.conf.d.
+	InhibitDelayMax time.Duration
 }
 
 // BootIDFile is the file in Options.Dir that holds the current boot ID.
 const BootIDFile = "boot_id"
 
+// KubeletRootDir is the kubelet's --root-dir on the machine whose
+// Options.Dir is dir. CSI volumes are mounted below it, in the machine's
+// mount namespace.
+func KubeletRootDir(dir string) string { return filepath.Join(dir, "tmp", "kubelet") }
+
+// BusAddress is the D-Bus system bus address (for DBUS_SYSTEM_BUS_ADDRESS)
+// of the machine whose Options.Dir is dir; its logind serves there. The
+// socket is a file, so it is reachable from outside the machine's network
+// namespace too.
+func BusAddress(dir string) string { return logind.Address(busDir(dir)) }
+
+func busDir(dir string) string { return filepath.Join(dir, "tmp", "dbus") }
+
+// HoldMountsFile is the fault switch of the machine whose Options.Dir is
+// dir: while it exists, the CSI plugin fails NodeUnpublishVolume as a busy
+// unmount does (see csi.Options.HoldMountsFile). It is outside tmp/, so it
+// survives reboots.
+func HoldMountsFile(dir string) string { return filepath.Join(dir, "hold-mounts") }
+
 // Run boots the machine and runs until ctx ends (the launcher maps SIGTERM
-// to that); then it kills every process of the boot at once, as a power
-// cut would, and returns.
+// to that) or until its logind has completed a clean shutdown; then it kills
+// every process of the boot at once, as a power cut would, and returns.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	bootID := newBootID()
 	log = log.With("machine", o.Name, "boot", bootID)
@@ -68,6 +118,25 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	log.Info("booting")
 
+	// logind's OnPowerOff ends the boot, as the power going off does.
+	ctx, powerOff := context.WithCancel(ctx)
+	defer powerOff()
+	cleanShutdown := make(chan struct{})
+	ld, err := logind.Start(ctx, logind.Options{
+		Dir:             busDir(o.Dir),
+		InhibitDelayMax: o.Shutdown.InhibitDelayMax,
+		OnPowerOff: func() {
+			close(cleanShutdown)
+			powerOff()
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("starting logind: %w", err)
+	}
+	defer ld.Stop()
+	env := []string{"FENCED_BOOT_ID=" + bootID, "FENCED_NODE_NAME=" + o.Name, "DBUS_SYSTEM_BUS_ADDRESS=" + ld.Address()}
+
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
@@ -77,27 +146,41 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			_ = p.Wait()
 		}
 	}()
-	rootDir := filepath.Join(tmp, "kubelet")
-	kubelet, err := startProcess(o, bootID, "kubelet", []string{o.HollowKubelet,
+	rootDir := KubeletRootDir(o.Dir)
+	kubeletArgv := []string{o.HollowKubelet,
 		"--name=" + o.Name,
 		"--kubeconfig=" + o.Kubeconfig,
 		"--root-dir=" + rootDir,
 		"--boot-id=" + bootID,
 		"--system-uuid=" + o.SystemUUID,
 		"--v=2",
-	})
+	}
+	if o.Shutdown.GracePeriod > 0 {
+		kubeletArgv = append(kubeletArgv,
+			"--shutdown-grace-period="+o.Shutdown.GracePeriod.String(),
+			"--shutdown-grace-period-critical-pods="+o.Shutdown.CriticalPodsGracePeriod.String())
+	}
+	kubelet, err := startProcess(o, bootID, "kubelet", kubeletArgv, env)
 	if err != nil {
 		return err
 	}
 	procs = append(procs, kubelet)
 	for i, argv := range o.Extra {
-		p, err := startProcess(o, bootID, fmt.Sprintf("extra-%d-%s", i, filepath.Base(argv[0])), argv)
+		p, err := startProcess(o, bootID, fmt.Sprintf("extra-%d-%s", i, filepath.Base(argv[0])), argv, env)
 		if err != nil {
 			return err
 		}
 		procs = append(procs, p)
 	}
 
+	// Real mounts only where they cannot leak: in the mount namespace that
+	// `ip netns exec` made for this boot.
+	mount, err := csi.PrivateMountNamespace()
+	if err != nil {
+		log.Warn("cannot tell the mount namespace; CSI mounts stay simulated", "err", err)
+	} else if !mount {
+		log.Warn("running in the host's mount namespace; CSI mounts stay simulated")
+	}
 	registry := filepath.Join(rootDir, "plugins_registry")
 	if err := waitForDir(ctx, registry, 2*time.Minute); err != nil {
 		return fmt.Errorf("waiting for the kubelet's plugin registry: %w", err)
@@ -109,15 +192,23 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		RegistryDir: registry,
 		VolumesDir:  o.VolumesDir,
 		Logger:      log,
+		Mount:       mount,
+		// Outside tmp/: a test holds the mounts across reboots.
+		HoldMountsFile: HoldMountsFile(o.Dir),
 	})
 	if err := plugin.Start(ctx); err != nil {
 		return fmt.Errorf("starting the CSI node plugin: %w", err)
 	}
 	defer plugin.Stop()
-	log.Info("booted", "pluginRegistry", registry)
+	log.Info("booted", "pluginRegistry", registry, "bus", ld.Address(), "csiMounts", mount)
 
 	<-ctx.Done()
-	log.Info("power off: killing every process of this boot")
+	select {
+	case <-cleanShutdown:
+		log.Info("shutdown complete: powering off, killing every process of this boot")
+	default:
+		log.Info("power off: killing every process of this boot")
+	}
 	return nil
 }
 
@@ -141,8 +232,9 @@ func waitForDir(ctx context.Context, dir string, timeout time.Duration) error {
 }
 
 // startProcess starts argv as a child that dies with the launcher, logging
-// to Dir/<name>.log (appended across boots, with a marker per boot).
-func startProcess(o Options, bootID, name string, argv []string) (*exec.Cmd, error) {
+// to Dir/<name>.log (appended across boots, with a marker per boot), with
+// env added to the launcher's environment.
+func startProcess(o Options, bootID, name string, argv, env []string) (*exec.Cmd, error) {
 	logFile, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -151,7 +243,7 @@ func startProcess(o Options, bootID, name string, argv []string) (*exec.Cmd, err
 	fmt.Fprintf(logFile, "==== boot %s at %s: %s\n", bootID, time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "FENCED_BOOT_ID="+bootID, "FENCED_NODE_NAME="+o.Name)
+	cmd.Env = append(os.Environ(), env...)
 	// No Setpgid: children stay in the launcher's group, so a signal to the
 	// group reaches the whole machine. Pdeathsig covers the launcher dying
 	// alone (SIGKILL from the BMC).

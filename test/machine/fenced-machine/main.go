@@ -27,6 +27,9 @@ func main() {
 	flag.StringVar(&o.HollowKubelet, "hollow-kubelet", "", "path of the hollow kubelet binary")
 	flag.StringVar(&o.SystemUUID, "system-uuid", "", "SMBIOS UUID the node reports")
 	flag.StringVar(&o.VolumesDir, "volumes-dir", "", "shared directory standing for the volumes' disks")
+	flag.DurationVar(&o.Shutdown.GracePeriod, "shutdown-grace-period", 0, "the kubelet's shutdownGracePeriod (0: graceful node shutdown off)")
+	flag.DurationVar(&o.Shutdown.CriticalPodsGracePeriod, "shutdown-grace-period-critical-pods", 0, "the kubelet's shutdownGracePeriodCriticalPods")
+	flag.DurationVar(&o.Shutdown.InhibitDelayMax, "inhibit-delay-max", 0, "logind's InhibitDelayMaxSec (0: logind's default)")
 	flag.StringVar(&extra, "extra", "", `JSON list of further argv lists to start at boot, e.g. [["fenced","agent"]]`)
 	flag.Parse()
 	if o.Name == "" || o.Dir == "" || o.Kubeconfig == "" || o.HollowKubelet == "" || o.VolumesDir == "" {
