@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/agent"
+	"fenced.io/fenced/pkg/shutdown"
 )
 
 // defaultMetricsAddress is where the agent serves /metrics, /healthz and
@@ -25,6 +26,7 @@ type agentFlags struct {
 	seeds           []string
 	insecureGossip  bool
 	metricsAddress  string
+	kubeletRootDir  string
 }
 
 func newAgentCommand(g *globals) *cobra.Command {
@@ -43,7 +45,16 @@ through their BMC, and taints them out-of-service only when the BMC reads off.
 The agent checks its configuration, gossip key, BMC credentials and Kubernetes
 credentials at start and exits non-zero, naming the problem, before it joins
 anything. It tells systemd when it is ready (Type=notify) and leaves the ring
-cleanly on SIGTERM or SIGINT.`,
+cleanly on SIGTERM or SIGINT.
+
+Clean shutdowns: the agent holds a systemd-logind shutdown delay lock (over the
+D-Bus system bus). When the host shuts down it announces "shutting-down", waits
+until no CSI volume is mounted under --kubelet-root-dir any more (the kubelet's
+graceful node shutdown unmounts them), announces "shutdown-complete" and leaves
+the ring; fencers then taint the node without asking its BMC. If volumes stay
+mounted until logind's InhibitDelayMaxSec runs out, it leaves without that
+announcement and fencers wait for the BMC as usual. Without logind the agent
+says so and works on (shutdown.announce: false turns this off).`,
 		Example: `  # as a systemd unit on a control-plane host (a fencer: its config has the BMC inventory)
   fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/fenced/kubeconfig
 
@@ -62,6 +73,7 @@ cleanly on SIGTERM or SIGINT.`,
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "extra host[:port] addresses to join the ring through (the Nodes' InternalIPs are always tried)")
 	fl.BoolVar(&f.insecureGossip, "insecure-gossip", false, "allow gossip without the encryption key (anyone on the network could join)")
 	fl.StringVar(&f.metricsAddress, "metrics-address", defaultMetricsAddress, `address for /metrics, /healthz and /readyz ("" disables)`)
+	fl.StringVar(&f.kubeletRootDir, "kubelet-root-dir", shutdown.DefaultKubeletRootDir, "the kubelet's --root-dir, where it mounts CSI volumes (watched during a clean shutdown)")
 	return cmd
 }
 
@@ -87,7 +99,8 @@ func runAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	opts := agent.Options{
 		Config: cfg, Version: version, NodeName: nodeName, BootID: bootID,
 		GossipBind: f.gossipBind, GossipAdvertise: f.gossipAdvertise, Seeds: f.seeds,
-		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, Logger: g.log,
+		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, KubeletRootDir: f.kubeletRootDir,
+		Logger: g.log,
 	}
 	rc, err := g.restConfig()
 	if err != nil {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,14 +16,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/test/cluster"
 	"fenced.io/fenced/test/ipmisim"
+	"fenced.io/fenced/test/logind"
 )
 
 // TestAgentRunsAgainstARealAPIServer starts a control plane, registers the
 // agent's Node, and runs `fenced agent` until it is stopped: it must join
-// the ring, notify systemd, serve health and metrics, and leave cleanly.
+// the ring, notify systemd, serve health and metrics, take a logind
+// shutdown delay lock, handle the host's shutdown (announce, leave,
+// release the lock) and stop cleanly.
 func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: starts a control plane")
@@ -42,6 +48,21 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	cfg := writeFile(t, dir, "config.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: test\n"+
 		"gossip: {port: "+strconv.Itoa(port)+", keyFile: "+key+"}\n")
 
+	// logind's stand-in on a private system bus (never the host's), started
+	// before NOTIFY_SOCKET is set: dbus-daemon would notify it too.
+	busDir, err := os.MkdirTemp("", "fa-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(busDir) })
+	poweredOff := make(chan struct{})
+	ld, err := logind.Start(ctx, logind.Options{Dir: busDir, InhibitDelayMax: 20 * time.Second,
+		OnPowerOff: func() { close(poweredOff) }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ld.Stop)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", ld.Address())
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -57,7 +78,8 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(runCtx, []string{"agent", "--config", cfg, "--kubeconfig", c.Kubeconfig, "--node-name", "node-a",
-			"--gossip-bind-address", "127.0.0.1", "--log-format", "json", "--metrics-address", "127.0.0.1:0"}, io.Discard, stderr)
+			"--gossip-bind-address", "127.0.0.1", "--log-format", "json", "--metrics-address", "127.0.0.1:0",
+			"--kubelet-root-dir", filepath.Join(dir, "kubelet")}, io.Discard, stderr)
 	}()
 
 	readNotify := func() string {
@@ -89,6 +111,32 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 		}
 	}
 
+	// The host shuts down: the agent holds a delay lock, announces, leaves
+	// (no CSI volume is mounted under its kubelet dir) and lets logind go on.
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		locks := ld.Inhibitors()
+		return len(locks) == 1 && locks[0].Who == "fenced" && locks[0].Mode == "delay", nil
+	})
+	if err != nil {
+		t.Fatalf("no logind lock of the agent: %v; agent log:\n%s", ld.Inhibitors(), stderr)
+	}
+	if err := logind.PowerOff(ctx, ld.Address()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-poweredOff:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("logind still held up by %v; agent log:\n%s", ld.Inhibitors(), stderr)
+	}
+	for !strings.Contains(strings.Join(notes, " "), "STATUS=host shutting down: announced shutdown-complete") {
+		notes = append(notes, readNotify())
+	}
+	if resp, err := http.Get("http://" + addr[1] + "/readyz"); err != nil || resp.StatusCode == 200 {
+		t.Errorf("/readyz after leaving the ring: %v %v, want not ready", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+
 	cancel() // what SIGTERM does through signal.NotifyContext
 	select {
 	case code := <-done:
@@ -102,7 +150,8 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 		notes = append(notes, readNotify())
 	}
 	log := stderr.String()
-	for _, want := range []string{`"msg":"agent started"`, `"role":"observer"`, `"boot":"boot-1"`, `"msg":"agent stopping"`} {
+	for _, want := range []string{`"msg":"agent started"`, `"role":"observer"`, `"boot":"boot-1"`, `"msg":"holding a logind shutdown delay lock"`,
+		`"msg":"no CSI volume mounted any more: announced shutdown-complete"`, `"msg":"agent stopping"`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %s:\n%s", want, log)
 		}

@@ -30,6 +30,7 @@ import (
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/metrics"
+	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/systemd"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -56,7 +57,12 @@ type Options struct {
 	InsecureGossip bool
 	// MetricsAddress serves /metrics, /healthz, /readyz ("" disables).
 	MetricsAddress string
-	Logger         *slog.Logger
+	// KubeletRootDir is where the kubelet mounts CSI volumes
+	// (shutdown.DefaultKubeletRootDir when empty).
+	KubeletRootDir string
+	// DialLogind reaches systemd-logind (shutdown.DialLogind when nil).
+	DialLogind func() (shutdown.Logind, error)
+	Logger     *slog.Logger
 }
 
 // Agent is a checked agent, ready to run.
@@ -173,7 +179,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("joining the gossip ring: %w", err)
 	}
+	var leftForShutdown bool // the shutdown watcher left the ring already
 	defer func() {
+		if leftForShutdown {
+			return
+		}
 		if err := ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
 			log.Warn("leaving the gossip ring", "err", err)
 		}
@@ -182,8 +192,34 @@ func (a *Agent) Run(ctx context.Context) error {
 	log.Info("agent started", "role", role, "node", o.NodeName, "boot", o.BootID, "gossip", ring.LocalAddr(),
 		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "version", o.Version)
 
+	// Clean-shutdown announcements: a logind delay lock, and on shutdown
+	// shutting-down → (no CSI mounts) shutdown-complete → leave.
+	var watcher *shutdown.Watcher
+	var shutdownLeft <-chan struct{}
+	watcherDone := make(chan error, 1)
+	if o.Config.Shutdown.Announce {
+		dial := o.DialLogind
+		if dial == nil {
+			dial = shutdown.DialLogind
+		}
+		root := o.KubeletRootDir
+		if root == "" {
+			root = shutdown.DefaultKubeletRootDir
+		}
+		watcher = shutdown.New(shutdown.Config{
+			Dial: dial, Ring: ring, Logger: log,
+			Mounts: shutdown.MountTable{Path: shutdown.DefaultMountInfo, KubeletRootDir: root},
+		})
+		shutdownLeft = watcher.Left()
+		go func() { watcherDone <- watcher.Run(ctx) }()
+	} else {
+		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
+	}
+
 	var fencer *fencing.Fencer
 	fencerDone := make(chan error, 1)
+	fencerCtx, stopFencer := context.WithCancel(ctx)
+	defer stopFencer()
 	if inv != nil {
 		defer inv.Close()
 		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
@@ -196,7 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Verify:        fencing.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			Metrics:       fencing.NewMetrics(reg), Logger: log,
 		})
-		go func() { fencerDone <- fencer.Run(ctx) }()
+		go func() { fencerDone <- fencer.Run(fencerCtx) }()
 	}
 
 	members := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -236,6 +272,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	alive := time.NewTicker(time.Second)
 	defer alive.Stop()
+	events := ring.Events()
+	fencerRunning := fencer != nil
+	watcherRunning := watcher != nil
 
 	for {
 		select {
@@ -244,21 +283,70 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			log.Info("agent stopping", "reason", "signal")
 			_, _ = systemd.Notify(systemd.Stopping)
-			if fencer != nil {
+			if watcherRunning {
+				// Stopped in the middle of the host's shutdown (a DaemonSet
+				// pod gets SIGTERM from the kubelet's graceful shutdown): the
+				// watcher takes a last look at the mounts, announces and
+				// leaves; the ring must not be left before that.
+				<-watcherDone
+				leftForShutdown = isClosed(watcher.Left())
+			}
+			if fencerRunning {
 				<-fencerDone
 			}
 			return nil
-		case m, ok := <-ring.Events():
+		case m, ok := <-events:
 			if !ok {
+				if watcher != nil && isClosed(watcher.Leaving()) {
+					// The watcher's leave closed the ring; its Left case
+					// follows.
+					events = nil
+					continue
+				}
 				return errors.New("gossip ring shut down")
 			}
 			update()
 			if fencer != nil {
 				fencer.Notify(m.Name)
 			}
+		case <-shutdownLeft:
+			// The host is shutting down and the watcher left the ring: stop
+			// fencing from here and wait to be stopped with the host.
+			shutdownLeft, events = nil, nil
+			leftForShutdown = true
+			joined.Store(false)
+			res := watcher.Result()
+			if fencerRunning {
+				stopFencer()
+				<-fencerDone
+				fencerRunning = false
+			}
+			log.Info("host shutting down: left the gossip ring; waiting to be stopped", "result", res.String())
+			_, _ = systemd.Notify(systemd.Status("host shutting down: " + res.String()))
+		case err := <-watcherDone:
+			watcherRunning = false
+			if err != nil {
+				_, _ = systemd.Notify(systemd.Stopping)
+				if fencerRunning {
+					stopFencer()
+					<-fencerDone
+				}
+				return err
+			}
 		case err := <-fencerDone:
+			fencerRunning = false
 			return fmt.Errorf("fencer stopped: %w", err)
 		}
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -269,6 +357,7 @@ func policyOf(c *config.Config) fencing.Policy {
 		Mode: fencing.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
 		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
+		ShutdownWait:   p.ShutdownWait,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
 	}
 }

@@ -212,18 +212,22 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Policy{Mode: "confirm-only", FenceAfter: DefaultFenceAfter, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
-		FenceDelay: DefaultFenceDelay, ForceDeletePods: true}
+		FenceDelay: DefaultFenceDelay, ForceDeletePods: true, ShutdownWait: DefaultShutdownWait}
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
 	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second}) {
 		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
 	}
+	if !cfg.Shutdown.Announce {
+		t.Errorf("default shutdown %+v, want announce", cfg.Shutdown)
+	}
 	cfg, err = Parse([]byte(header+`
 clusterName: prod
 gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
-policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false}
+policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s}
 fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s}
+shutdown: {announce: false}
 `), "t")
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +243,9 @@ fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s}
 	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute}) {
 		t.Errorf("fencer %+v", cfg.Fencer)
 	}
+	if cfg.Shutdown.Announce {
+		t.Errorf("shutdown %+v, want announce off", cfg.Shutdown)
+	}
 }
 
 func TestSectionErrors(t *testing.T) {
@@ -253,6 +260,9 @@ func TestSectionErrors(t *testing.T) {
 		"gossip: {suspicionMult: 50}":               "gossip: suspicionMult: 50 is out of range",
 		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
+		"policy: {shutdownWait: 2h}":                "policy: shutdownWait: 2h0m0s is out of range",
+		"shutdown: {announce: yes-please}":          "shutdown.announce",
+		"shutdown: {anounce: true}":                 `unknown field "anounce"`,
 	}
 	for yaml, want := range cases {
 		_, err := Parse([]byte(header+yaml+"\n"), "t")

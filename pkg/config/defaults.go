@@ -58,6 +58,13 @@ const (
 	// DefaultForceDeletePods: release volumes without waiting for the pod
 	// garbage collector.
 	DefaultForceDeletePods = true
+	// DefaultShutdownWait covers the kubelet's usual shutdownGracePeriod:
+	// a node that says it is shutting down is not read or switched off
+	// for this long while its agent is still in the ring.
+	DefaultShutdownWait = 5 * time.Minute
+	// DefaultShutdownAnnounce: agents announce clean shutdowns (it needs
+	// logind; without it the agent says so and works on).
+	DefaultShutdownAnnounce = true
 	// DefaultLeaseNamespace is where the power Leases live.
 	DefaultLeaseNamespace = "fenced-system"
 	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease

@@ -20,6 +20,7 @@ type Config struct {
 	Gossip      Gossip
 	Policy      Policy
 	Fencer      Fencer
+	Shutdown    Shutdown
 	// BMCs holds one resolved entry per node of the inventory, in file order.
 	BMCs []ResolvedBMC
 }
@@ -44,6 +45,12 @@ type Policy struct {
 	FenceDelay                time.Duration
 	PowerOnAfterFence         bool
 	ForceDeletePods           bool
+	ShutdownWait              time.Duration
+}
+
+// Shutdown is the resolved shutdown section.
+type Shutdown struct {
+	Announce bool
 }
 
 // Fencer is the resolved fencer section.
@@ -150,6 +157,10 @@ func Parse(data []byte, source string) (*Config, error) {
 	cfg.Gossip = resolveGossip(&fe, raw.Gossip)
 	cfg.Policy = resolvePolicy(&fe, raw.Policy)
 	cfg.Fencer = resolveFencer(&fe, raw.Fencer)
+	cfg.Shutdown = Shutdown{Announce: DefaultShutdownAnnounce}
+	if raw.Shutdown.Announce != nil {
+		cfg.Shutdown.Announce = *raw.Shutdown.Announce
+	}
 	bmcs, err := resolveInventory(raw.BMC)
 	if err := errors.Join(fe.err(), err); err != nil {
 		return nil, fmt.Errorf("config %s: %w", source, err)

@@ -47,6 +47,7 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 		MaxConcurrentPowerActions: first(p.MaxConcurrentPowerActions, DefaultMaxConcurrentPowerActions),
 		FenceDelay:                duration(p.FenceDelay, DefaultFenceDelay),
 		ForceDeletePods:           DefaultForceDeletePods,
+		ShutdownWait:              duration(p.ShutdownWait, DefaultShutdownWait),
 	}
 	switch r.Mode {
 	case "confirm-only", "power-off":
@@ -75,6 +76,9 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 		r.PowerOnAfterFence = true
 	default:
 		fe.add("policy", "afterFence", "%q: want off or on", p.AfterFence)
+	}
+	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
+		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)
 	}
 	if p.ForceDeletePods != nil {
 		r.ForceDeletePods = *p.ForceDeletePods

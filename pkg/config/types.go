@@ -42,6 +42,8 @@ type Configuration struct {
 	Policy PolicySpec `json:"policy,omitempty"`
 	// Fencer holds settings only fencers use.
 	Fencer FencerSpec `json:"fencer,omitempty"`
+	// Shutdown configures the clean-shutdown announcement of every agent.
+	Shutdown ShutdownSpec `json:"shutdown,omitempty"`
 	// BMC is the inventory of baseboard management controllers. Only
 	// fencers need it: nodes without an inventory run as observers.
 	BMC BMCInventory `json:"bmc,omitempty"`
@@ -84,6 +86,18 @@ type PolicySpec struct {
 	// ForceDeletePods deletes a fenced node's pods at once instead of
 	// waiting for the pod garbage collector's 20 s tick.
 	ForceDeletePods *bool `json:"forceDeletePods,omitempty"`
+	// ShutdownWait is how long fencers leave a node alone that is shutting
+	// down cleanly while its agent is still in the ring (no BMC read, no
+	// power action), waiting for its shutdown-complete announcement.
+	ShutdownWait *metav1.Duration `json:"shutdownWait,omitempty"`
+}
+
+// ShutdownSpec configures how an agent announces its host's shutdown.
+type ShutdownSpec struct {
+	// Announce: hold a logind shutdown delay lock and, when the host shuts
+	// down, announce shutdown-complete once no CSI volume is mounted, so
+	// fencers can taint the node without its BMC.
+	Announce *bool `json:"announce,omitempty"`
 }
 
 // FencerSpec holds fencer-only settings.

@@ -72,6 +72,11 @@ type Policy struct {
 	// RecheckPoweredOn is how often a node that is unresponsive but powered
 	// on is read again (it may be switched off by a person meanwhile).
 	RecheckPoweredOn time.Duration
+	// ShutdownWait is how long a node that is shutting down cleanly (its
+	// agent announced it, or its kubelet reports it) while its agent is
+	// still in the ring is left alone — no BMC read, no power action —
+	// waiting for its shutdown-complete announcement. 0: not at all.
+	ShutdownWait time.Duration
 }
 
 // Ready is the status of a Node's Ready condition.
@@ -99,6 +104,9 @@ type NodeObs struct {
 	Evidence        *FenceRecord
 	// VolumeAttachments of this node that still exist.
 	VolumeAttachments int
+	// ShuttingDown: the kubelet reports a graceful node shutdown in
+	// progress (its Ready condition says "node is shutting down").
+	ShuttingDown bool
 }
 
 // MemberObs is what gossip says about the node's agent.
@@ -219,6 +227,7 @@ type Action struct {
 // Event reasons (stable: tests, alerts and runbooks match on them).
 const (
 	ReasonSuspected                  = "NodeSuspected"
+	ReasonShuttingDown               = "NodeShuttingDown"
 	ReasonSuspicionCleared           = "NodeResponsive"
 	ReasonCannotConfirmPowerState    = "CannotConfirmPowerState"
 	ReasonUnresponsiveButPoweredOn   = "NodeUnresponsiveButPoweredOn"
@@ -400,6 +409,19 @@ func (d *decider) detect() {
 	// and then left the ring. No BMC needed.
 	if ev, ok := d.cleanShutdown(); ok {
 		d.fenceWith(ev)
+		return
+	}
+	// A node shutting down cleanly, with its agent still in the ring, is
+	// neither dead nor off: a BMC read would say on, and a power action
+	// would cut the shutdown short. Wait for its announcement; waiting
+	// never taints, and ShutdownWait bounds it.
+	if d.shuttingDown() {
+		until := t.suspectSince.Add(d.p.ShutdownWait)
+		d.enter(PhaseSuspect, "shutting down: waiting for its shutdown-complete announcement")
+		d.notice("shutting-down", "Normal", ReasonShuttingDown, fmt.Sprintf(
+			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
+			d.shutdownSource(), d.p.ShutdownWait))
+		d.requeue(until.Sub(o.Now))
 		return
 	}
 	if !o.BMC.Configured {
@@ -684,6 +706,29 @@ func (d *decider) fenced() {
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
 			Message: "volumes released: switching the node on again (afterFence: on)"})
 	}
+}
+
+// shuttingDown reports whether the node is in a clean shutdown that is
+// still going on: its agent is in the ring and it (or its kubelet) said
+// so, and ShutdownWait since the suspicion began has not passed.
+func (d *decider) shuttingDown() bool {
+	o := d.o
+	if d.p.ShutdownWait <= 0 || !o.Member.Known || (o.Member.State != "alive" && o.Member.State != "suspect") {
+		return false
+	}
+	announced := o.Member.Announced == "shutting-down" || o.Member.Announced == "shutdown-complete"
+	if !announced && !o.Node.ShuttingDown {
+		return false
+	}
+	return o.Now.Before(d.t.suspectSince.Add(d.p.ShutdownWait))
+}
+
+// shutdownSource says who reported the shutdown.
+func (d *decider) shutdownSource() string {
+	if a := d.o.Member.Announced; a == "shutting-down" || a == "shutdown-complete" {
+		return "its agent announced " + a
+	}
+	return "its kubelet reports it"
 }
 
 // cleanShutdown returns clean-shutdown evidence when the member announced

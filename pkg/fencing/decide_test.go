@@ -21,6 +21,7 @@ func testPolicy(mode Mode) Policy {
 		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
 		FenceDelay: 5 * time.Second, ForceDeletePods: true,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+		ShutdownWait: 2 * time.Minute,
 	}
 }
 
@@ -212,6 +213,14 @@ func TestNeverTaintsWithoutEvidence(t *testing.T) {
 			o.Member.State, o.Member.Announced = "alive", "shutdown-complete"
 			o.Node.Ready = ReadyUnknown
 		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		{"shutting down, left without shutdown-complete (mounts remained), BMC times out", func(o *Observation) {
+			o.Member.State, o.Member.Announced = "left", "shutting-down"
+			o.Node.Ready, o.Node.ShuttingDown = ReadyFalse, true
+		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		{"shutting down, agent alive, BMC reads on", func(o *Observation) {
+			o.Member.State, o.Member.Announced = "alive", "shutting-down"
+			o.Node.Ready, o.Node.ShuttingDown = ReadyFalse, true
+		}, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonShuttingDown},
 	}
 	for _, mode := range []Mode{ModeConfirmOnly, ModePowerOff} {
 		for _, tc := range cases {
@@ -292,6 +301,102 @@ func TestCleanShutdownIsEvidence(t *testing.T) {
 	}
 	if has(d.Actions, ActReadPower) {
 		t.Fatal("read the BMC although the node proved its clean shutdown")
+	}
+}
+
+// TestShuttingDownWaitsForTheAnnouncement: a node in a clean shutdown
+// whose agent is still in the ring gets no BMC read and no power action
+// (in power-off mode with the Lease granted and FenceAfter long past),
+// until its agent leaves; then its announcement decides: shutdown-complete
+// is evidence, anything else sends the fencer to the BMC.
+func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
+	starts := []struct {
+		name  string
+		setup func(*Observation)
+	}{
+		{"agent announced shutting-down", func(o *Observation) { o.Member.Announced = "shutting-down" }},
+		{"kubelet reports the shutdown before the announcement arrives", func(o *Observation) { o.Node.ShuttingDown = true }},
+		{"agent announced shutdown-complete, not yet left", func(o *Observation) { o.Member.Announced = "shutdown-complete" }},
+	}
+	ends := []struct {
+		name      string
+		announced string
+		wantTaint bool
+	}{
+		{"leaves after shutdown-complete", "shutdown-complete", true},
+		{"leaves while still shutting-down (mounts remained)", "shutting-down", false},
+	}
+	for _, mode := range []Mode{ModeConfirmOnly, ModePowerOff} {
+		for _, st := range starts {
+			for _, end := range ends {
+				t.Run(string(mode)+"/"+st.name+"/"+end.name, func(t *testing.T) {
+					p := testPolicy(mode)
+					tgt := &Target{Name: "node-a"}
+					o := healthy()
+					o.Node.Ready, o.Node.ReadySince = ReadyFalse, t0
+					o.Cluster.LeaseHeld = true
+					st.setup(&o)
+					var seen []string
+					for i := 0; i < 100; i++ { // 100 s: past FenceAfter, within ShutdownWait
+						o.Now = t0.Add(time.Duration(i) * time.Second)
+						d := tgt.Step(o, p)
+						for _, k := range []ActionKind{ActReadPower, ActPowerOff, ActApplyTaint} {
+							if has(d.Actions, k) {
+								t.Fatalf("step %d (%s): %s while the node shuts down with its agent in the ring", i, d.Phase, k)
+							}
+						}
+						if i == 0 && !has(d.Actions, ActRequeue) {
+							t.Fatalf("no requeue for the end of the wait: %v", kinds(d.Actions))
+						}
+						seen = append(seen, events(d.Actions)...)
+					}
+					if n := strings.Count(strings.Join(seen, ","), ReasonShuttingDown); n != 1 {
+						t.Fatalf("%s events: %d in %v, want 1", ReasonShuttingDown, n, seen)
+					}
+
+					o.Now = t0.Add(101 * time.Second)
+					o.Member.State, o.Member.Since, o.Member.Announced = "left", o.Now, end.announced
+					d := tgt.Step(o, p)
+					a := find(d.Actions, ActApplyTaint)
+					if end.wantTaint {
+						if a == nil || a.Evidence.Method != EvidenceCleanShutdown || has(d.Actions, ActReadPower) {
+							t.Fatalf("after leaving with shutdown-complete: %s %v", d.Phase, kinds(d.Actions))
+						}
+						return
+					}
+					if a != nil || !has(d.Actions, ActReadPower) {
+						t.Fatalf("after leaving without shutdown-complete: want a BMC read and no taint, got %s %v", d.Phase, kinds(d.Actions))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestShutdownWaitIsBounded: a node that says it shuts down but stays in
+// the ring longer than ShutdownWait is handled like any silent node.
+func TestShutdownWaitIsBounded(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	tgt := &Target{Name: "node-a"}
+	o := healthy()
+	o.Node.Ready, o.Node.ReadySince, o.Node.ShuttingDown = ReadyFalse, t0, true
+	var firstRead time.Time
+	for i := 0; i < 300 && firstRead.IsZero(); i++ {
+		o.Now = t0.Add(time.Duration(i) * time.Second)
+		if d := tgt.Step(o, p); has(d.Actions, ActReadPower) {
+			firstRead = o.Now
+		}
+	}
+	if want := t0.Add(p.ShutdownWait); !firstRead.Equal(want) {
+		t.Fatalf("first BMC read at %s, want at %s (ShutdownWait after the suspicion)", firstRead.Sub(t0), want.Sub(t0))
+	}
+
+	// ShutdownWait 0 turns the wait off.
+	p.ShutdownWait = 0
+	tgt = &Target{Name: "node-a"}
+	o.Now = t0
+	if d := tgt.Step(o, p); !has(d.Actions, ActReadPower) {
+		t.Fatalf("with ShutdownWait 0: %v, want a BMC read at once", kinds(d.Actions))
 	}
 }
 
@@ -635,6 +740,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Member.State, o.Member.Since = states[rng.IntN(len(states))], o.Now
 			case 1:
 				o.Node.Ready, o.Node.ReadySince = readies[rng.IntN(len(readies))], o.Now
+				o.Node.ShuttingDown = o.Node.Ready != ReadyTrue && rng.IntN(3) == 0
 			case 2:
 				o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
 				o.BMC.Reading.AfterPowerOff = rng.IntN(4) == 0

@@ -320,6 +320,7 @@ func (f *Fencer) leaseActive(node string, now time.Time) string {
 func nodeObs(n *corev1.Node) NodeObs {
 	o := NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
 	o.Ready, o.ReadySince = readyCondition(n)
+	o.ShuttingDown = kubeletShuttingDown(n)
 	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
 	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
 		o.TaintedByFenced = true
@@ -339,6 +340,17 @@ func readyCondition(n *corev1.Node) (Ready, time.Time) {
 		}
 	}
 	return ReadyUnknown, time.Time{}
+}
+
+// kubeletShuttingDown reports whether the kubelet's graceful node
+// shutdown manager marked the node NotReady because it is shutting down.
+func kubeletShuttingDown(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down")
+		}
+	}
+	return false
 }
 
 // execute carries out one action for node name.

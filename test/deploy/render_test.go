@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/shutdown"
 )
 
 // kustomization is one directory `kubectl kustomize` renders.
@@ -337,8 +338,16 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 				errorf("mounts %s, which the render lacks", ref)
 			}
 		case v.HostPath != nil:
-			if v.HostPath.Path != "/proc/sys/kernel/random/boot_id" {
-				errorf("hostPath %s: the agent needs the boot ID and nothing else of the host", v.HostPath.Path)
+			switch v.HostPath.Path {
+			case "/proc/sys/kernel/random/boot_id", "/run/dbus":
+			case shutdown.DefaultKubeletRootDir:
+				// Without propagation the agent would see the CSI mounts
+				// as they were at its start, and never see them go.
+				if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+					errorf("hostPath %s mounted without mountPropagation: HostToContainer", v.HostPath.Path)
+				}
+			default:
+				errorf("hostPath %s: the agent needs the boot ID, the D-Bus system bus and the kubelet directory, nothing else of the host", v.HostPath.Path)
 			}
 		default:
 			errorf("volume %s of an unexpected type", m.Name)
@@ -350,6 +359,19 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 	if m, v, ok := mountOf(bootID); !ok || m.MountPath != bootID || v.HostPath == nil ||
 		v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathFile {
 		errorf("--boot-id-file=%q is not a hostPath File mount of the host's boot ID", bootID)
+	}
+
+	// Clean-shutdown announcements: logind's bus at its standard path, and
+	// the kubelet directory where --kubelet-root-dir says (its default).
+	root := flag("kubelet-root-dir")
+	if root == "" {
+		root = shutdown.DefaultKubeletRootDir
+	}
+	if m, v, ok := mountOf(root); !ok || m.MountPath != root || v.HostPath == nil || v.HostPath.Path != root {
+		errorf("the kubelet directory %s is not mounted from the host at the same path", root)
+	}
+	if _, v, ok := mountOf("/run/dbus/system_bus_socket"); !ok || v.HostPath == nil || v.HostPath.Path != "/run/dbus" {
+		errorf("the host's D-Bus system bus (/run/dbus) is not mounted: no clean-shutdown announcements")
 	}
 
 	// Probes on the metrics port.

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/test/machine"
 )
 
 // Fencing runs `fenced agent` on every machine.
@@ -142,6 +143,7 @@ func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
 		"--config=" + config,
 		"--kubeconfig=" + kubeconfig,
 		"--node-name=" + m.Name,
+		"--kubelet-root-dir=" + machine.KubeletRootDir(m.Dir),
 		"--metrics-address=" + m.Host.Addr.String() + ":" + strconv.Itoa(MetricsPort),
 		"-v",
 	}, nil
