@@ -147,15 +147,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	nodes := factory.Core().V1().Nodes()
 	nodeLister := nodes.Lister()
 	nodeInformer := nodes.Informer()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// The informers stop with informerCtx: cancelled before Shutdown waits
+	// for them, also when Run returns with an error and ctx still runs.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	factory.Start(informerCtx.Done())
+	defer func() { stopInformers(); factory.Shutdown() }()
 	log.Info("waiting for the Node list", "node", o.NodeName)
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
 		return ctx.Err()
 	}
 	advertise := o.GossipAdvertise
 	if advertise == "" {
-		if advertise, err = waitInternalIP(ctx, nodeLister, o.NodeName, log); err != nil {
+		if advertise, err = waitInternalIP(ctx, nodeInformer, nodeLister, o.NodeName, log); err != nil {
 			return err
 		}
 	}
@@ -387,11 +390,30 @@ func internalIP(n *corev1.Node) string {
 }
 
 // waitInternalIP waits for this host's Node to appear with an InternalIP
-// (an agent may start before its kubelet registers the node).
-func waitInternalIP(ctx context.Context, nodes corelisters.NodeLister, name string, log *slog.Logger) (string, error) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for waited := 0; ; waited++ {
+// (an agent may start before its kubelet registers the node). It wakes on
+// the informer's events for that Node, not on a timer.
+func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nodes corelisters.NodeLister, name string, log *slog.Logger) (string, error) {
+	changed := make(chan struct{}, 1)
+	poke := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == name {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    poke,
+		UpdateFunc: func(_, obj any) { poke(obj) },
+	})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = informer.RemoveEventHandler(reg) }()
+	// A reminder in the log while waiting; the wait itself is event-driven.
+	remind := time.NewTicker(10 * time.Second)
+	defer remind.Stop()
+	for first := true; ; first = false {
 		n, err := nodes.Get(name)
 		if err == nil {
 			if ip := internalIP(n); ip != "" {
@@ -400,13 +422,15 @@ func waitInternalIP(ctx context.Context, nodes corelisters.NodeLister, name stri
 		} else if !apierrors.IsNotFound(err) {
 			return "", err
 		}
-		if waited%10 == 0 {
+		if first {
 			log.Info("waiting for this host's Node and its InternalIP (or pass --gossip-advertise-address)", "node", name)
 		}
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
-		case <-tick.C:
+		case <-changed:
+		case <-remind.C:
+			log.Info("still waiting for this host's Node and its InternalIP (or pass --gossip-advertise-address)", "node", name)
 		}
 	}
 }
