@@ -120,6 +120,22 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no logind lock of the agent: %v; agent log:\n%s", ld.Inhibitors(), stderr)
 	}
+	requireMetric := func(want string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			resp, err := http.Get("http://" + addr[1] + "/metrics")
+			if err != nil {
+				return false, err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return strings.Contains(string(body), "\n"+want+"\n"), nil
+		})
+		if err != nil {
+			t.Errorf("/metrics lacks %q: %v", want, err)
+		}
+	}
+	requireMetric("fenced_shutdown_lock_held 1")
 	if err := logind.PowerOff(ctx, ld.Address()); err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +147,7 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	for !strings.Contains(strings.Join(notes, " "), "STATUS=host shutting down: announced shutdown-complete") {
 		notes = append(notes, readNotify())
 	}
+	requireMetric("fenced_shutdown_lock_held 0")
 	if resp, err := http.Get("http://" + addr[1] + "/readyz"); err != nil || resp.StatusCode == 200 {
 		t.Errorf("/readyz after leaving the ring: %v %v, want not ready", resp.StatusCode, err)
 	} else {

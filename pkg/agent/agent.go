@@ -209,8 +209,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		if root == "" {
 			root = shutdown.DefaultKubeletRootDir
 		}
+		lockHeld := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_shutdown_lock_held",
+			Help: "1 while the agent holds its logind shutdown delay lock (needed to announce a clean shutdown), else 0.",
+		})
+		reg.MustRegister(lockHeld)
 		watcher = shutdown.New(shutdown.Config{
 			Dial: dial, Ring: ring, Logger: log,
+			OnLock: func(held bool) {
+				if held {
+					lockHeld.Set(1)
+				} else {
+					lockHeld.Set(0)
+				}
+			},
 			Mounts: shutdown.MountTable{Path: shutdown.DefaultMountInfo, KubeletRootDir: root},
 		})
 		shutdownLeft = watcher.Left()

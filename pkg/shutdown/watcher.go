@@ -71,7 +71,10 @@ type Config struct {
 	// RetryInterval is the pause between attempts to reach logind
 	// (DefaultRetryInterval).
 	RetryInterval time.Duration
-	Logger        *slog.Logger
+	// OnLock, if set, is told when the shutdown delay lock is taken and
+	// released (for a metric: without the lock there is no announcement).
+	OnLock func(held bool)
+	Logger *slog.Logger
 }
 
 // Result is how the Watcher handled a shutdown of the host.
@@ -173,10 +176,12 @@ func (w *Watcher) session(ctx context.Context, l Logind) (done bool, err error) 
 	if err != nil {
 		return false, err
 	}
+	w.lockHeld(true)
 	release := func() {
 		if lock != nil {
 			_ = lock.Close()
 			lock = nil
+			w.lockHeld(false)
 		}
 	}
 	defer release()
@@ -209,6 +214,12 @@ func (w *Watcher) session(ctx context.Context, l Logind) (done bool, err error) 
 			}
 			// Cancelled before leaving: the lock is still held; carry on.
 		}
+	}
+}
+
+func (w *Watcher) lockHeld(held bool) {
+	if w.c.OnLock != nil {
+		w.c.OnLock(held)
 	}
 }
 

@@ -139,6 +139,13 @@ func startRig(t *testing.T, delay time.Duration, mounts ...string) *rig {
 		done: make(chan error, 1)}
 	r.w = New(Config{
 		Dial: func() (Logind, error) { return r.logind, nil }, Ring: fakeRing{j}, Mounts: r.mounts,
+		OnLock: func(held bool) {
+			if held {
+				j.add("on-lock held")
+			} else {
+				j.add("on-lock released")
+			}
+		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -187,12 +194,12 @@ func TestCleanShutdown(t *testing.T) {
 	r.logind.signals <- true
 	r.j.waitFor(t, "announce "+heartbeat.AnnounceShuttingDown)
 	time.Sleep(100 * time.Millisecond) // mounts still there: nothing more may happen
-	if got := r.j.list(); len(got) != 2 {
+	if got := r.j.list(); len(got) != 3 {
 		t.Fatalf("with a CSI volume still mounted the Watcher went on: %q", got)
 	}
 	r.mounts.set(nil)
 	res := r.waitLeft(t)
-	want := []string{"lock", "announce shutting-down", "announce shutdown-complete", "leave", "release"}
+	want := []string{"lock", "on-lock held", "announce shutting-down", "announce shutdown-complete", "leave", "release", "on-lock released"}
 	if got := r.j.list(); !slices.Equal(got, want) {
 		t.Fatalf("journal %q, want %q", got, want)
 	}
@@ -235,7 +242,7 @@ func TestShutdownWithoutCompletion(t *testing.T) {
 				r.cancel()
 			}
 			res := r.waitLeft(t)
-			want := []string{"lock", "announce shutting-down", "leave", "release"}
+			want := []string{"lock", "on-lock held", "announce shutting-down", "leave", "release", "on-lock released"}
 			if got := r.j.list(); !slices.Equal(got, want) {
 				t.Fatalf("journal %q, want %q", got, want)
 			}
@@ -346,13 +353,22 @@ func TestLogindConnectionLost(t *testing.T) {
 	r.w.c.RetryInterval = 10 * time.Millisecond
 	close(first.signals)
 	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(strings.Join(r.j.list(), ","), "lock") < 2 {
+	countLocks := func() int {
+		n := 0
+		for _, e := range r.j.list() {
+			if e == "lock" {
+				n++
+			}
+		}
+		return n
+	}
+	for countLocks() < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no second lock: %q", r.j.list())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := r.j.list(); !slices.Equal(got[:3], []string{"lock", "release", "lock"}) {
+	if got := r.j.list(); !slices.Equal(got[:5], []string{"lock", "on-lock held", "release", "on-lock released", "lock"}) {
 		t.Errorf("journal %q", got)
 	}
 }
