@@ -45,6 +45,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"fenced.io/fenced/test/ports"
 )
 
 // Component names, as used for log files (LogsDir/<name>.log) and messages.
@@ -764,25 +766,10 @@ func (c *Cluster) markFailed() {
 	c.mu.Unlock()
 }
 
-// freePorts returns n distinct free TCP ports on addr. The listeners are
-// held until all n are chosen so the kernel cannot hand out one twice; a
-// port can still be taken by someone else before the component binds it,
-// which shows up as a clear "address already in use" in its log.
+// freePorts returns n distinct free TCP ports on addr, below the
+// ephemeral range (package test/ports says why). A port can still be taken
+// by another test's server before the component binds it, which shows up
+// as a clear "address already in use" in its log.
 func freePorts(addr string, n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return ports.Free("tcp", addr, n)
 }

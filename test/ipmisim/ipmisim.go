@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/test/ports"
 )
 
 // Options configures one simulated BMC. Zero values get test-friendly defaults.
@@ -285,25 +286,14 @@ func (s *Sim) ToolPowerState() (string, error) {
 	return "", fmt.Errorf("unexpected ipmitool output %q", out)
 }
 
-// FreePort returns a port that was free on addr for network "tcp" or "udp".
+// FreePort returns a port that was free on addr for network "tcp" or
+// "udp" (see package test/ports).
 func FreePort(network, addr string) (int, error) {
-	switch network {
-	case "udp":
-		c, err := net.ListenPacket("udp", net.JoinHostPort(addr, "0"))
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port, nil
-	case "tcp":
-		l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-		if err != nil {
-			return 0, err
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
+	p, err := ports.Free(network, addr, 1)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("unknown network %q", network)
+	return p[0], nil
 }
 
 // smbiosGUIDBytes encodes a UUID the way SMBIOS stores it (first three
