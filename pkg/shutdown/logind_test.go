@@ -133,6 +133,11 @@ func TestWatcherWithLogind(t *testing.T) {
 	if got := j.list(); !slices.Equal(got, want) {
 		t.Fatalf("journal %q, want %q", got, want)
 	}
+	select {
+	case <-w.Left():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Watcher did not report that it left")
+	}
 	if res := w.Result(); !res.Complete {
 		t.Fatalf("result %+v", res)
 	}

@@ -295,6 +295,10 @@ func (w *Watcher) shutdown(ctx context.Context, signals <-chan bool, wait, leave
 		res.Complete = true
 		w.log.Info("no CSI volume mounted any more: announced shutdown-complete", "waited", res.Waited.Round(time.Millisecond))
 	}
+	// The result is in place before anything below lets the host go on.
+	w.mu.Lock()
+	w.result = res
+	w.mu.Unlock()
 	close(w.leaving)
 	if err := w.c.Ring.Leave(leave); err != nil {
 		w.log.Warn("leaving the gossip ring", "err", err)
@@ -303,9 +307,6 @@ func (w *Watcher) shutdown(ctx context.Context, signals <-chan bool, wait, leave
 	// stop this process at any moment.
 	w.log.Info("left the gossip ring; releasing the shutdown lock so that the shutdown goes on")
 	release()
-	w.mu.Lock()
-	w.result = res
-	w.mu.Unlock()
 	close(w.left)
 
 	for {

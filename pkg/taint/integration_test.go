@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"fenced.io/fenced/test/cluster"
 )
@@ -295,10 +296,15 @@ func integrationMarkNotReady(ctx context.Context, t *testing.T, c *cluster.Clust
 
 	// From Unknown (what the lifecycle controller writes for a silent
 	// kubelet) as well.
-	n = getLive(ctx, t, client, "notready")
-	n.Status.Conditions[readyIndex(n)].Status = corev1.ConditionUnknown
-	n.Status.Conditions[readyIndex(n)].Reason = "NodeStatusUnknown"
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// The lifecycle controller writes the same Node: retry on conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getLive(ctx, t, client, "notready")
+		n.Status.Conditions[readyIndex(n)].Status = corev1.ConditionUnknown
+		n.Status.Conditions[readyIndex(n)].Reason = "NodeStatusUnknown"
+		_, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := tn.MarkNotReady(ctx, "notready", "off"); err != nil || !changed {

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/machine"
@@ -152,17 +153,20 @@ func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
 // markControlPlane labels and taints a fencer machine's Node the way
 // kubeadm does for control-plane nodes.
 func (h *Harness) markControlPlane(ctx context.Context, name string) error {
-	n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	// The kubelet and the lifecycle controller write the Node too.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
+		_, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
-	}
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	n.Labels["node-role.kubernetes.io/control-plane"] = ""
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
-	_, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 // Metrics returns the machine's agent's /metrics text.

@@ -62,6 +62,12 @@ var DefaultShutdown = machine.Shutdown{
 	InhibitDelayMax:         30 * time.Second,
 }
 
+// BootDelay is how long a machine takes from power on to starting its
+// kubelet: firmware and OS boot. Real servers take minutes; without any
+// delay a machine switched on again after a fence is Ready within 0.3 s,
+// before the scheduler has placed the fenced node's replacement pods.
+const BootDelay = 3 * time.Second
+
 // Harness is a running test cluster.
 type Harness struct {
 	Cluster    *cluster.Cluster
@@ -250,7 +256,8 @@ func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Mach
 		"--volumes-dir="+h.VolumesDir,
 		"--shutdown-grace-period="+shutdown.GracePeriod.String(),
 		"--shutdown-grace-period-critical-pods="+shutdown.CriticalPodsGracePeriod.String(),
-		"--inhibit-delay-max="+shutdown.InhibitDelayMax.String())
+		"--inhibit-delay-max="+shutdown.InhibitDelayMax.String(),
+		"--boot-delay="+BootDelay.String())
 	if extra != nil {
 		if procs := extra(m); len(procs) > 0 {
 			argv = append(argv, "--extra="+jsonArgv(procs))

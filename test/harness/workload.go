@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/test/csi"
@@ -186,13 +187,16 @@ func (h *Harness) WaitNoVolumeAttachment(ctx context.Context, pv, node string, t
 // TaintOutOfService applies the out-of-service taint to node, as an
 // operator does with kubectl taint.
 func (h *Harness) TaintOutOfService(ctx context.Context, node string) error {
-	n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
+	// The lifecycle controller writes the Node's taints too.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, OutOfServiceTaint)
+		_, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
-	}
-	n.Spec.Taints = append(n.Spec.Taints, OutOfServiceTaint)
-	_, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 // VolumeFile is the file standing for pv's disk.

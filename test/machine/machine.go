@@ -60,6 +60,9 @@ type Options struct {
 	Extra [][]string
 	// Shutdown configures graceful node shutdown.
 	Shutdown Shutdown
+	// BootDelay passes between power on and the start of the machine's
+	// processes, as firmware and OS boot do.
+	BootDelay time.Duration
 }
 
 // Shutdown configures a machine's graceful node shutdown: the kubelet's
@@ -117,6 +120,11 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("booting")
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(o.BootDelay):
+	}
 
 	// logind's OnPowerOff ends the boot, as the power going off does.
 	ctx, powerOff := context.WithCancel(ctx)

@@ -30,6 +30,7 @@ func main() {
 	flag.DurationVar(&o.Shutdown.GracePeriod, "shutdown-grace-period", 0, "the kubelet's shutdownGracePeriod (0: graceful node shutdown off)")
 	flag.DurationVar(&o.Shutdown.CriticalPodsGracePeriod, "shutdown-grace-period-critical-pods", 0, "the kubelet's shutdownGracePeriodCriticalPods")
 	flag.DurationVar(&o.Shutdown.InhibitDelayMax, "inhibit-delay-max", 0, "logind's InhibitDelayMaxSec (0: logind's default)")
+	flag.DurationVar(&o.BootDelay, "boot-delay", 0, "time from power on to starting the kubelet (firmware and OS boot)")
 	flag.StringVar(&extra, "extra", "", `JSON list of further argv lists to start at boot, e.g. [["fenced","agent"]]`)
 	flag.Parse()
 	if o.Name == "" || o.Dir == "" || o.Kubeconfig == "" || o.HollowKubelet == "" || o.VolumesDir == "" {
