@@ -107,6 +107,10 @@ type NodeObs struct {
 	// ShuttingDown: the kubelet reports a graceful node shutdown in
 	// progress (its Ready condition says "node is shutting down").
 	ShuttingDown bool
+	// NeverReady: the node has not been Ready since it registered — it is
+	// joining the cluster, not gone. Nothing that needs fencing can run
+	// there: pods with volumes are only scheduled to Ready nodes.
+	NeverReady bool
 }
 
 // MemberObs is what gossip says about the node's agent.
@@ -394,6 +398,12 @@ func (d *decider) detect() {
 			return
 		}
 		d.enter(PhaseHealthy, "responsive")
+		return
+	}
+	if (t.Phase == PhaseHealthy || t.Phase == "") && o.Node.NeverReady {
+		// A node registering is not Ready yet: no suspicion, no BMC read,
+		// no Warning on every node that joins.
+		d.enter(PhaseHealthy, "joining: not Ready since it registered")
 		return
 	}
 	if t.Phase == PhaseHealthy || t.Phase == "" {

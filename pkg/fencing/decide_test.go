@@ -373,6 +373,32 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 	}
 }
 
+// TestJoiningNodeIsNotSuspected: a node that registered and has not been
+// Ready yet is joining: no suspicion, no BMC read, no Event. Once it was
+// Ready, losing Ready is suspicious again.
+func TestJoiningNodeIsNotSuspected(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	tgt := &Target{Name: "node-a"}
+	o := healthy()
+	o.Node.Ready, o.Node.ReadySince, o.Node.NeverReady = ReadyFalse, t0, true
+	o.Member = MemberObs{} // its agent joins only after the Node exists
+	for i := 0; i < 120; i++ {
+		o.Now = t0.Add(time.Duration(i) * time.Second)
+		if i == 60 {
+			o.Member = MemberObs{Known: true, State: "alive", Since: o.Now, BootID: "boot-1", Announced: "running"}
+		}
+		if d := tgt.Step(o, p); d.Phase != PhaseHealthy || len(d.Actions) > 0 {
+			t.Fatalf("step %d: joining node went %s with %v (%s)", i, d.Phase, kinds(d.Actions), d.Reason)
+		}
+	}
+	// Ready once, then not: a suspect like any other.
+	o.Node.NeverReady = false
+	o.Node.ReadySince = o.Now
+	if d := tgt.Step(o, p); d.Phase == PhaseHealthy || !has(d.Actions, ActReadPower) {
+		t.Fatalf("node not Ready after it was: %s %v, want a suspicion and a BMC read", d.Phase, kinds(d.Actions))
+	}
+}
+
 // TestShutdownWaitIsBounded: a node that says it shuts down but stays in
 // the ring longer than ShutdownWait is handled like any silent node.
 func TestShutdownWaitIsBounded(t *testing.T) {
@@ -741,6 +767,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			case 1:
 				o.Node.Ready, o.Node.ReadySince = readies[rng.IntN(len(readies))], o.Now
 				o.Node.ShuttingDown = o.Node.Ready != ReadyTrue && rng.IntN(3) == 0
+				o.Node.NeverReady = o.Node.Ready != ReadyTrue && rng.IntN(5) == 0
 			case 2:
 				o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
 				o.BMC.Reading.AfterPowerOff = rng.IntN(4) == 0

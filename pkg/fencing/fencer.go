@@ -321,6 +321,7 @@ func nodeObs(n *corev1.Node) NodeObs {
 	o := NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
 	o.Ready, o.ReadySince = readyCondition(n)
 	o.ShuttingDown = kubeletShuttingDown(n)
+	o.NeverReady = neverReady(n)
 	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
 	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
 		o.TaintedByFenced = true
@@ -340,6 +341,23 @@ func readyCondition(n *corev1.Node) (Ready, time.Time) {
 		}
 	}
 	return ReadyUnknown, time.Time{}
+}
+
+// joinGrace bounds the time between a Node's creation and its kubelet's
+// first status report: a Ready condition that last changed within it of
+// the creation never changed since, so the node was never Ready.
+const joinGrace = 30 * time.Second
+
+// neverReady reports whether the node has not been Ready since it
+// registered: no Ready condition yet, or a not-Ready one whose last
+// transition came with the registration.
+func neverReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue && c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < joinGrace
+		}
+	}
+	return true
 }
 
 // kubeletShuttingDown reports whether the kubelet's graceful node

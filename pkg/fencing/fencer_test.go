@@ -2,8 +2,10 @@ package fencing
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestKubeletShuttingDown reads the kubelet's graceful-shutdown report from
@@ -35,6 +37,38 @@ func TestKubeletShuttingDown(t *testing.T) {
 			}
 			if got := nodeObs(tt.n).ShuttingDown; got != tt.want {
 				t.Errorf("nodeObs.ShuttingDown = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNeverReady tells a joining node (not Ready since it registered) from
+// one that was Ready and stopped.
+func TestNeverReady(t *testing.T) {
+	created := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	node := func(status corev1.ConditionStatus, changedAfter time.Duration) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+				LastTransitionTime: metav1.NewTime(created.Add(changedAfter))}}},
+		}
+	}
+	tests := []struct {
+		name string
+		n    *corev1.Node
+		want bool
+	}{
+		{"registered, not Ready yet", node(corev1.ConditionFalse, time.Second), true},
+		{"registered, no status yet", &corev1.Node{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}, true},
+		{"Ready", node(corev1.ConditionTrue, time.Second), false},
+		{"was Ready, kubelet reports not Ready", node(corev1.ConditionFalse, time.Hour), false},
+		{"was Ready, kubelet silent", node(corev1.ConditionUnknown, time.Hour), false},
+		{"never posted status: the lifecycle controller's Unknown", node(corev1.ConditionUnknown, 50*time.Second), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := neverReady(tt.n); got != tt.want {
+				t.Errorf("neverReady = %v, want %v", got, tt.want)
 			}
 		})
 	}
