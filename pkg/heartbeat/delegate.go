@@ -70,6 +70,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	r := (*Ring)(d)
 	r.mu.Lock()
 	delete(r.leaving, n.Name) // a notice belongs to the previous life
+	r.cancelPendingDeadLocked(n.Name)
 	if n.Name == r.self {
 		r.localAddr = n.Address()
 	}
@@ -80,6 +81,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	r := (*Ring)(d)
 	r.mu.Lock()
+	r.cancelPendingDeadLocked(n.Name)
 	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive)
 }
 
@@ -102,7 +104,49 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	case noticed && hint.bootID == r.bootIDLocked(n) && time.Since(hint.at) < leaveNoticeTTL:
 		state = StateLeft
 	}
+	if state == StateDead && n.Name != r.self && r.announcedShutdownLocked(n) {
+		r.holdDeadLocked(n.Name, n.Address(), append([]byte(nil), n.Meta...))
+		r.mu.Unlock()
+		return
+	}
 	r.observeLocked(n.Name, n.Address(), n.Meta, state)
+}
+
+// announcedShutdownLocked reports whether n's last metadata announced a
+// shutdown (shutting-down or shutdown-complete).
+func (r *Ring) announcedShutdownLocked(n *memberlist.Node) bool {
+	state := ""
+	if meta, err := DecodeMeta(n.Meta); err == nil {
+		state = meta.State
+	} else if m, ok := r.members[n.Name]; ok {
+		state = m.Meta.State
+	}
+	return state == AnnounceShuttingDown || state == AnnounceShutdownComplete
+}
+
+// holdDeadLocked reports the member dead after leaveNoticeGrace unless its
+// leave notice (NotifyMsg) or its return (NotifyJoin) comes first.
+func (r *Ring) holdDeadLocked(name, addr string, rawMeta []byte) {
+	r.cancelPendingDeadLocked(name)
+	var timer *time.Timer
+	timer = time.AfterFunc(leaveNoticeGrace, func() {
+		r.mu.Lock()
+		if r.pendingDead[name] != timer {
+			r.mu.Unlock()
+			return
+		}
+		delete(r.pendingDead, name)
+		r.observeLocked(name, addr, rawMeta, StateDead)
+	})
+	r.pendingDead[name] = timer
+}
+
+// cancelPendingDeadLocked drops a held-back dead verdict on name.
+func (r *Ring) cancelPendingDeadLocked(name string) {
+	if t, ok := r.pendingDead[name]; ok {
+		t.Stop()
+		delete(r.pendingDead, name)
+	}
 }
 
 // bootIDLocked is the boot ID of n's metadata, or the last one seen.
@@ -197,9 +241,15 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	}
 	r.mu.Lock()
 	m, known := r.members[name]
+	_, held := r.pendingDead[name]
 	switch {
 	case !known || name == r.self:
 		r.mu.Unlock()
+	case held && m.Meta.BootID == boot:
+		// memberlist reported it gone a moment ago and the notice was
+		// late (holdDeadLocked): it left, and was never reported dead.
+		r.cancelPendingDeadLocked(name)
+		r.observeLocked(name, m.Addr, nil, StateLeft)
 	case m.State == StateAlive:
 		// The usual order: remember it until memberlist reports the
 		// member gone (NotifyLeave).

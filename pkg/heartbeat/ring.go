@@ -56,6 +56,14 @@ const maxLeaveNotices = 16
 // real failure much later into a clean leave.
 const leaveNoticeTTL = 2 * time.Minute
 
+// leaveNoticeGrace is how long a member that announced a shutdown and
+// then vanished without our having its leave notice yet is still reported
+// alive: the notice travels over TCP, memberlist's leave broadcast over UDP
+// gossip, and the broadcast can win by a few milliseconds. Reporting dead
+// first would send fencers to the BMC of a node that is shutting down
+// cleanly. Members that announced nothing are reported dead at once.
+const leaveNoticeGrace = time.Second
+
 // leaveHint is a received leave notice.
 type leaveHint struct {
 	bootID string
@@ -119,12 +127,15 @@ type Ring struct {
 
 	// mu guards the member view. memberlist calls the delegates with its
 	// node lock held, so nothing may call into memberlist while holding mu.
-	mu        sync.Mutex
-	members   map[string]*Member
-	leaving   map[string]leaveHint // leave notices received, by member name
-	rejected  map[string]struct{}  // names refused so far, to log each once
-	localAddr string
-	selfLeft  bool // set when this agent starts to leave
+	mu      sync.Mutex
+	members map[string]*Member
+	leaving map[string]leaveHint // leave notices received, by member name
+	// pendingDead holds back the dead verdict on members that announced a
+	// shutdown, for leaveNoticeGrace, in case their leave notice is late.
+	pendingDead map[string]*time.Timer
+	rejected    map[string]struct{} // names refused so far, to log each once
+	localAddr   string
+	selfLeft    bool // set when this agent starts to leave
 
 	events *eventQueue
 	// lonely is signalled when this agent becomes the only alive member,
@@ -162,21 +173,22 @@ func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 		base = slog.Default()
 	}
 	r := &Ring{
-		self:      cfg.NodeName,
-		port:      mc.BindPort,
-		log:       base.With("component", "heartbeat"),
-		isNode:    opts.IsNode,
-		seeds:     opts.Seeds,
-		retryMin:  mc.ProbeInterval,
-		retryMax:  30 * mc.ProbeInterval,
-		meta:      meta,
-		metaBytes: metaBytes,
-		members:   make(map[string]*Member),
-		leaving:   make(map[string]leaveHint),
-		rejected:  make(map[string]struct{}),
-		events:    newEventQueue(),
-		lonely:    make(chan struct{}, 1),
-		done:      make(chan struct{}),
+		self:        cfg.NodeName,
+		port:        mc.BindPort,
+		log:         base.With("component", "heartbeat"),
+		isNode:      opts.IsNode,
+		seeds:       opts.Seeds,
+		retryMin:    mc.ProbeInterval,
+		retryMax:    30 * mc.ProbeInterval,
+		meta:        meta,
+		metaBytes:   metaBytes,
+		members:     make(map[string]*Member),
+		leaving:     make(map[string]leaveHint),
+		rejected:    make(map[string]struct{}),
+		pendingDead: make(map[string]*time.Timer),
+		events:      newEventQueue(),
+		lonely:      make(chan struct{}, 1),
+		done:        make(chan struct{}),
 	}
 	d := (*delegate)(r)
 	mc.Events = d

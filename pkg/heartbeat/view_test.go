@@ -12,15 +12,16 @@ import (
 // callbacks directly in the order a test needs.
 func newViewRing(t *testing.T, isNode func(string) bool) *Ring {
 	return &Ring{
-		self:     "self",
-		log:      testLogger(t, "self"),
-		isNode:   isNode,
-		members:  make(map[string]*Member),
-		leaving:  make(map[string]leaveHint),
-		rejected: make(map[string]struct{}),
-		events:   newEventQueue(),
-		lonely:   make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		self:        "self",
+		log:         testLogger(t, "self"),
+		isNode:      isNode,
+		members:     make(map[string]*Member),
+		leaving:     make(map[string]leaveHint),
+		rejected:    make(map[string]struct{}),
+		pendingDead: make(map[string]*time.Timer),
+		events:      newEventQueue(),
+		lonely:      make(chan struct{}, 1),
+		done:        make(chan struct{}),
 	}
 }
 
@@ -172,4 +173,76 @@ func TestNotifyAlive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLateNoticeAfterAnnouncedShutdown: a member that announced a shutdown
+// and vanishes is not reported dead while its leave notice may still be on
+// its way; the notice makes it left, its absence dead after the grace.
+func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
+	announced := func(t *testing.T, state string) *memberlist.Node {
+		t.Helper()
+		b, err := Meta{Version: MetaVersion, Node: "x", BootID: "boot-1", Role: RoleObserver, State: state}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: b}
+	}
+	state := func(r *Ring) MemberState {
+		m, _ := r.Member("x")
+		return m.State
+	}
+	t.Run("late notice: left, never dead", func(t *testing.T) {
+		r := newViewRing(t, nil)
+		d := (*delegate)(r)
+		n := announced(t, AnnounceShutdownComplete)
+		d.NotifyJoin(n)
+		d.NotifyLeave(n)
+		if s := state(r); s != StateAlive {
+			t.Fatalf("right after the leave: %s, want still alive (held back)", s)
+		}
+		d.NotifyMsg(encodeLeaveNotice("x", "boot-1"))
+		if s := state(r); s != StateLeft {
+			t.Fatalf("after the late notice: %s, want left", s)
+		}
+		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
+		if s := state(r); s != StateLeft {
+			t.Fatalf("after the grace: %s, want still left", s)
+		}
+	})
+	t.Run("no notice: dead after the grace", func(t *testing.T) {
+		r := newViewRing(t, nil)
+		d := (*delegate)(r)
+		n := announced(t, AnnounceShuttingDown)
+		d.NotifyJoin(n)
+		d.NotifyLeave(n)
+		deadline := time.Now().Add(10 * time.Second)
+		for state(r) != StateDead {
+			if time.Now().After(deadline) {
+				t.Fatalf("still %s long after the grace", state(r))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("back before the grace: alive, never dead", func(t *testing.T) {
+		r := newViewRing(t, nil)
+		d := (*delegate)(r)
+		n := announced(t, AnnounceShutdownComplete)
+		d.NotifyJoin(n)
+		d.NotifyLeave(n)
+		d.NotifyJoin(mlNode(t, "x", "boot-2"))
+		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
+		if m, _ := r.Member("x"); m.State != StateAlive || m.Meta.BootID != "boot-2" {
+			t.Fatalf("x is %+v, want alive with boot-2", m)
+		}
+	})
+	t.Run("nothing announced: dead at once", func(t *testing.T) {
+		r := newViewRing(t, nil)
+		d := (*delegate)(r)
+		n := mlNode(t, "x", "boot-1")
+		d.NotifyJoin(n)
+		d.NotifyLeave(n)
+		if s := state(r); s != StateDead {
+			t.Fatalf("%s, want dead at once (power loss must not wait)", s)
+		}
+	})
 }
