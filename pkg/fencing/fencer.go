@@ -335,10 +335,8 @@ func nodeObs(n *corev1.Node) NodeObs {
 // readyCondition returns the status of the Node's Ready condition and
 // when it last changed; a Node without one counts as Unknown.
 func readyCondition(n *corev1.Node) (Ready, time.Time) {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return Ready(c.Status), c.LastTransitionTime.Time
-		}
+	if c := taint.ReadyCondition(n); c != nil {
+		return Ready(c.Status), c.LastTransitionTime.Time
 	}
 	return ReadyUnknown, time.Time{}
 }
@@ -352,23 +350,15 @@ const joinGrace = 30 * time.Second
 // registered: no Ready condition yet, or a not-Ready one whose last
 // transition came with the registration.
 func neverReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status != corev1.ConditionTrue && c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < joinGrace
-		}
-	}
-	return true
+	c := taint.ReadyCondition(n)
+	return c == nil || c.Status != corev1.ConditionTrue && c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < joinGrace
 }
 
 // kubeletShuttingDown reports whether the kubelet's graceful node
 // shutdown manager marked the node NotReady because it is shutting down.
 func kubeletShuttingDown(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down")
-		}
-	}
-	return false
+	c := taint.ReadyCondition(n)
+	return c != nil && c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down")
 }
 
 // execute carries out one action for node name.

@@ -153,7 +153,7 @@ func alreadyTainted(w io.Writer, n *corev1.Node) error {
 }
 
 func (o *Operator) readyText(n *corev1.Node) string {
-	c := readyOf(n)
+	c := taint.ReadyCondition(n)
 	if c == nil {
 		return "no Ready condition"
 	}

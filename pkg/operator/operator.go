@@ -125,16 +125,6 @@ func refused(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
 }
 
-// readyOf returns the node's Ready condition, or nil.
-func readyOf(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // age is a duration as kubectl prints ages ("3m", "5h2m"), or "-".
 func age(t time.Time, now time.Time) string {
 	if t.IsZero() {

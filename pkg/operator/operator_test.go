@@ -299,7 +299,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	if n.Annotations[taint.AnnotationAppliedBy] != "fenced-confirm/alice" {
 		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
 	}
-	if c := readyOf(n); c.Status != corev1.ConditionFalse || c.Reason != taint.ReasonPoweredOff {
+	if c := taint.ReadyCondition(n); c.Status != corev1.ConditionFalse || c.Reason != taint.ReasonPoweredOff {
 		t.Errorf("Ready = %+v", c)
 	}
 	if _, err := e.cs.CoreV1().Pods("app").Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

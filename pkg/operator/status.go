@@ -97,7 +97,7 @@ func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, err
 
 func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 	ns := NodeStatus{Name: n.Name, BootID: n.Status.NodeInfo.BootID}
-	if c := readyOf(n); c != nil {
+	if c := taint.ReadyCondition(n); c != nil {
 		ns.Ready = string(c.Status)
 		if t := c.LastTransitionTime.Time; !t.IsZero() {
 			ns.ReadySince = &t

@@ -110,7 +110,7 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 // unfenceChecks evaluates the recovery conditions without acting on them.
 func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev taint.Evidence, evErr error) []check {
 	ready := check{name: "ready", detail: o.readyText(n)}
-	if c := readyOf(n); c != nil && c.Status == corev1.ConditionTrue {
+	if c := taint.ReadyCondition(n); c != nil && c.Status == corev1.ConditionTrue {
 		ready.ok = true
 	}
 

@@ -281,7 +281,7 @@ func integrationMarkNotReady(ctx context.Context, t *testing.T, c *cluster.Clust
 		t.Fatalf("MarkNotReady = %v, %v", changed, err)
 	}
 	n := getLive(ctx, t, client, "notready")
-	cond := n.Status.Conditions[readyIndex(n)]
+	cond := *ReadyCondition(n)
 	// The node lifecycle controller may have turned False into Unknown
 	// already; it must not have been our write that failed.
 	if cond.Status == corev1.ConditionTrue {
@@ -299,8 +299,8 @@ func integrationMarkNotReady(ctx context.Context, t *testing.T, c *cluster.Clust
 	// The lifecycle controller writes the same Node: retry on conflict.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getLive(ctx, t, client, "notready")
-		n.Status.Conditions[readyIndex(n)].Status = corev1.ConditionUnknown
-		n.Status.Conditions[readyIndex(n)].Reason = "NodeStatusUnknown"
+		ReadyCondition(n).Status = corev1.ConditionUnknown
+		ReadyCondition(n).Reason = "NodeStatusUnknown"
 		_, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -554,7 +554,7 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		})
 	}
 	// The refused operations must not have changed anything.
-	if n := getLive(ctx, t, admin, "rbac-clean"); HasTaint(n) || n.Status.Conditions[readyIndex(n)].Reason == ReasonPoweredOff {
+	if n := getLive(ctx, t, admin, "rbac-clean"); HasTaint(n) || ReadyCondition(n).Reason == ReasonPoweredOff {
 		t.Errorf("a refused operation changed rbac-clean: %+v %+v", n.Spec.Taints, n.Status.Conditions)
 	}
 	if _, err := admin.CoreV1().Pods("rbac").Get(ctx, "fenced-0", metav1.GetOptions{}); err != nil {

@@ -32,9 +32,9 @@ func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string)
 			return err
 		}
 		now := metav1.NewTime(t.now())
-		i := readyIndex(n)
+		c := ReadyCondition(n)
 		switch {
-		case i < 0:
+		case c == nil:
 			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{
 				Type:               corev1.NodeReady,
 				Status:             corev1.ConditionFalse,
@@ -42,10 +42,9 @@ func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string)
 				Message:            message,
 				LastTransitionTime: now,
 			})
-		case n.Status.Conditions[i].Status == corev1.ConditionFalse:
+		case c.Status == corev1.ConditionFalse:
 			return nil
 		default:
-			c := &n.Status.Conditions[i]
 			c.Status = corev1.ConditionFalse
 			c.Reason = ReasonPoweredOff
 			c.Message = message
@@ -63,13 +62,15 @@ func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string)
 	return changed, nil
 }
 
-func readyIndex(n *corev1.Node) int {
-	for i, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return i
+// ReadyCondition returns the Node's Ready condition (a pointer into n, so
+// that a caller may change it before an update), or nil when it has none.
+func ReadyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
 		}
 	}
-	return -1
+	return nil
 }
 
 // podPageSize bounds one List of a node's pods. A node runs at most a few

@@ -435,7 +435,7 @@ func TestMarkNotReady(t *testing.T) {
 				t.Errorf("%d updates of the Node itself, want only the status subresource", got)
 			}
 			n := getNode(t, cs, "n1")
-			c := n.Status.Conditions[readyIndex(n)]
+			c := *ReadyCondition(n)
 			if c.Status != corev1.ConditionFalse {
 				t.Fatalf("Ready = %s", c.Status)
 			}

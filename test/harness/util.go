@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"fenced.io/fenced/pkg/taint"
 )
 
 // WaitNodeReady waits until node's Ready condition is True.
@@ -44,10 +46,8 @@ func (h *Harness) waitNodeCondition(ctx context.Context, node string, want corev
 
 // NodeReady returns the status of the node's Ready condition ("absent" if none).
 func NodeReady(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
+	if c := taint.ReadyCondition(n); c != nil {
+		return c.Status
 	}
 	return "absent"
 }
