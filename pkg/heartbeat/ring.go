@@ -150,6 +150,23 @@ type Ring struct {
 	wg     sync.WaitGroup
 }
 
+// newRing returns a Ring with an empty member view and no memberlist yet:
+// what Join starts from, and what the delegate tests drive directly.
+func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
+	return &Ring{
+		self:        self,
+		log:         log,
+		isNode:      isNode,
+		members:     make(map[string]*Member),
+		leaving:     make(map[string]leaveHint),
+		rejected:    make(map[string]struct{}),
+		pendingDead: make(map[string]*time.Timer),
+		events:      newEventQueue(),
+		lonely:      make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+}
+
 // Join creates this agent's memberlist and joins the ring through
 // opts.Seeds. Not reaching any seed is not an error: the agent is then a
 // ring of one and keeps trying in the background (logged). Join waits for
@@ -172,24 +189,10 @@ func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 	if base == nil {
 		base = slog.Default()
 	}
-	r := &Ring{
-		self:        cfg.NodeName,
-		port:        mc.BindPort,
-		log:         base.With("component", "heartbeat"),
-		isNode:      opts.IsNode,
-		seeds:       opts.Seeds,
-		retryMin:    mc.ProbeInterval,
-		retryMax:    30 * mc.ProbeInterval,
-		meta:        meta,
-		metaBytes:   metaBytes,
-		members:     make(map[string]*Member),
-		leaving:     make(map[string]leaveHint),
-		rejected:    make(map[string]struct{}),
-		pendingDead: make(map[string]*time.Timer),
-		events:      newEventQueue(),
-		lonely:      make(chan struct{}, 1),
-		done:        make(chan struct{}),
-	}
+	r := newRing(cfg.NodeName, base.With("component", "heartbeat"), opts.IsNode)
+	r.port, r.seeds = mc.BindPort, opts.Seeds
+	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
+	r.meta, r.metaBytes = meta, metaBytes
 	d := (*delegate)(r)
 	mc.Events = d
 	mc.Alive = d

@@ -192,14 +192,7 @@ func waitWriter(t *testing.T, h *harness.Harness, pv, node string, n int) {
 // waitPower waits until ipmitool reads the machine's power as want.
 func waitPower(t *testing.T, m *harness.Machine, want string) {
 	t.Helper()
-	var got string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		got, _ = m.BMC.ToolPowerState()
-		return got == want, nil
-	})
-	if err != nil {
-		t.Fatalf("BMC of %s reads %q, want %q", m.Name, got, want)
-	}
+	must(t, m.WaitPower(context.Background(), want, 30*time.Second))
 }
 
 func requireAttachedTo(ctx context.Context, t *testing.T, h *harness.Harness, pv, node string) {
