@@ -182,10 +182,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("joining the gossip ring: %w", err)
 	}
-	var leftForShutdown bool // the shutdown watcher left the ring already
+	var watcher *shutdown.Watcher
 	defer func() {
-		if leftForShutdown {
-			return
+		if watcher != nil && isClosed(watcher.Leaving()) {
+			return // the shutdown watcher left the ring already
 		}
 		if err := ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
 			log.Warn("leaving the gossip ring", "err", err)
@@ -197,7 +197,6 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// Clean-shutdown announcements: a logind delay lock, and on shutdown
 	// shutting-down → (no CSI mounts) shutdown-complete → leave.
-	var watcher *shutdown.Watcher
 	var shutdownLeft <-chan struct{}
 	watcherDone := make(chan error, 1)
 	if o.Config.Shutdown.Announce {
@@ -304,7 +303,6 @@ func (a *Agent) Run(ctx context.Context) error {
 				// watcher takes a last look at the mounts, announces and
 				// leaves; the ring must not be left before that.
 				<-watcherDone
-				leftForShutdown = isClosed(watcher.Left())
 			}
 			if fencerRunning {
 				<-fencerDone
@@ -328,7 +326,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			// The host is shutting down and the watcher left the ring: stop
 			// fencing from here and wait to be stopped with the host.
 			shutdownLeft, events = nil, nil
-			leftForShutdown = true
 			joined.Store(false)
 			res := watcher.Result()
 			if fencerRunning {

@@ -726,8 +726,7 @@ func (d *decider) shuttingDown() bool {
 	if d.p.ShutdownWait <= 0 || !o.Member.Known || (o.Member.State != "alive" && o.Member.State != "suspect") {
 		return false
 	}
-	announced := o.Member.Announced == "shutting-down" || o.Member.Announced == "shutdown-complete"
-	if !announced && !o.Node.ShuttingDown {
+	if !o.Member.announcedShutdown() && !o.Node.ShuttingDown {
 		return false
 	}
 	return o.Now.Before(d.t.suspectSince.Add(d.p.ShutdownWait))
@@ -735,10 +734,16 @@ func (d *decider) shuttingDown() bool {
 
 // shutdownSource says who reported the shutdown.
 func (d *decider) shutdownSource() string {
-	if a := d.o.Member.Announced; a == "shutting-down" || a == "shutdown-complete" {
-		return "its agent announced " + a
+	if d.o.Member.announcedShutdown() {
+		return "its agent announced " + d.o.Member.Announced
 	}
 	return "its kubelet reports it"
+}
+
+// announcedShutdown reports whether the member's agent announced that its
+// host is shutting down (or has finished with its volumes).
+func (m MemberObs) announcedShutdown() bool {
+	return m.Announced == "shutting-down" || m.Announced == "shutdown-complete"
 }
 
 // cleanShutdown returns clean-shutdown evidence when the member announced
