@@ -77,6 +77,13 @@ type Policy struct {
 	// still in the ring is left alone — no BMC read, no power action —
 	// waiting for its shutdown-complete announcement. 0: not at all.
 	ShutdownWait time.Duration
+	// ChallengeInterval is how often the agent of a node that may be
+	// switched off is asked for a proof of life.
+	ChallengeInterval time.Duration
+	// StormWindow is how far back clean-shutdown fences count for the
+	// storm guard: more than MaxUnhealthy of the nodes tainted on their own
+	// word within it stops that kind of evidence.
+	StormWindow time.Duration
 }
 
 // Ready is the status of a Node's Ready condition.
@@ -113,7 +120,9 @@ type NodeObs struct {
 	NeverReady bool
 }
 
-// MemberObs is what gossip says about the node's agent.
+// MemberObs is what gossip says about the node's agent. Any holder of the
+// gossip key can say any of it in any member's name, except what Signed
+// vouches for.
 type MemberObs struct {
 	Known bool
 	// State is "alive", "suspect", "dead" or "left".
@@ -122,6 +131,26 @@ type MemberObs struct {
 	// BootID and Announced come from the member's metadata.
 	BootID    string
 	Announced string
+	// Signed: Announced and BootID (and, for a left member, its leave
+	// notice) are signed with the key the node itself published for that
+	// boot, and are not a replay of an older statement. Only then is the
+	// announcement the node's own word.
+	Signed bool
+}
+
+// AgentObs is what the node's agent proved to this fencer: answers to
+// liveness challenges sent to the node's address from the Kubernetes API.
+// Unlike gossip state, silence here cannot be forged for a live node, nor
+// an answer for a dead one.
+type AgentObs struct {
+	// LastProof is when the agent last answered a challenge.
+	LastProof time.Time
+	// SilentSince is when the first of the current run of unanswered
+	// challenges was sent, LastSilent when the latest one was; both are
+	// zero after an answer.
+	SilentSince, LastSilent time.Time
+	// Challenging: a challenge is waiting for its answer.
+	Challenging bool
 }
 
 // BMCObs is what fenced knows from the node's BMC.
@@ -170,6 +199,9 @@ type ClusterObs struct {
 	ControlPlaneDown int
 	// LeaseHeld: this fencer holds the target's Lease.
 	LeaseHeld bool
+	// CleanShutdownFences counts other nodes tainted with clean-shutdown
+	// evidence within the policy's StormWindow.
+	CleanShutdownFences int
 }
 
 // Observation is the input of one Step.
@@ -177,6 +209,7 @@ type Observation struct {
 	Now     time.Time
 	Node    NodeObs
 	Member  MemberObs
+	Agent   AgentObs
 	BMC     BMCObs
 	Cluster ClusterObs
 }
@@ -214,6 +247,7 @@ const (
 	ActEvent           ActionKind = "Event"           // a Kubernetes Event on the Node
 	ActSafetyAlarm     ActionKind = "SafetyAlarm"     // evidence proved wrong: Event, metric, error log
 	ActRequeue         ActionKind = "Requeue"         // call Step again after After
+	ActChallenge       ActionKind = "Challenge"       // ask the node's agent for a proof of life
 )
 
 // Action is one thing to do.
@@ -244,6 +278,7 @@ const (
 	ReasonCannotVerifyReboot         = "CannotVerifyReboot"
 	ReasonRecovered                  = "NodeRecovered"
 	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
+	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
 )
 
 // taintRetry is how long the core waits to see its own taint on the Node
@@ -269,6 +304,7 @@ type Target struct {
 	powerOffSent  bool
 	poweredOnSent bool
 	alarmed       bool
+	stormAlarmed  bool      // the clean-shutdown storm alarm was raised
 	taintSeen     bool      // our taint has been observed on the Node
 	taintSent     time.Time // when ApplyTaint was last returned
 	fence         *FenceRecord
@@ -415,11 +451,15 @@ func (d *decider) detect() {
 			Message: "node stopped answering (" + d.channels() + "); confirming its power state before any action"})
 	}
 
-	// Evidence 2: the node announced a clean shutdown of its current boot
-	// and then left the ring. No BMC needed.
+	// Evidence 2: the node announced, in its own signed word, a clean
+	// shutdown of its current boot and then left the ring. No BMC needed —
+	// unless too many nodes said so at once (storm guard): then only a
+	// power device's reading or an operator counts.
 	if ev, ok := d.cleanShutdown(); ok {
-		d.fenceWith(ev)
-		return
+		if !d.cleanShutdownStorm() {
+			d.fenceWith(ev)
+			return
+		}
 	}
 	// A node shutting down cleanly, with its agent still in the ring, is
 	// neither dead nor off: a BMC read would say on, and a power action
@@ -493,6 +533,25 @@ func (d *decider) scheduleRead(afterFailure bool) {
 	t.nextRead = o.Now.Add(max(t.readBackoff, p.ReadBackoffMin))
 }
 
+// cleanShutdownStorm reports whether tainting one more node on its own
+// clean-shutdown word would make more than MaxUnhealthy of the nodes
+// fenced that way within StormWindow. So many at once means something is
+// wrong (a leaked key, a bug): raise the alarm once and take no node's
+// word; power devices and operators still can fence.
+func (d *decider) cleanShutdownStorm() bool {
+	c, p := d.o.Cluster, d.p
+	if float64(c.CleanShutdownFences+1) <= p.MaxUnhealthy*float64(c.Nodes) {
+		return false
+	}
+	if !d.t.stormAlarmed {
+		d.t.stormAlarmed = true
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonCleanShutdownStorm, Message: fmt.Sprintf(
+			"SAFETY: %d node(s) were tainted on their own clean-shutdown announcement within %s and this one would make %d of %d, more than maxUnhealthy %.0f%%: not taking this node's word. Its power device is asked instead; an operator can run fenced confirm.",
+			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
+	}
+	return true
+}
+
 // poweredOn handles a fresh "on" reading of an unresponsive node.
 func (d *decider) poweredOn(r *Reading) {
 	o, t, p := d.o, d.t, d.p
@@ -503,6 +562,7 @@ func (d *decider) poweredOn(r *Reading) {
 			"node is unresponsive but its BMC %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
 			r.Endpoint))
 	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
+		d.challengeIfDue()
 		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
 		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its BMC %s reads on; not switching it off: %s", r.Endpoint, blocked))
@@ -517,6 +577,9 @@ func (d *decider) poweredOn(r *Reading) {
 	} else {
 		t.poweringFrom, t.powerOffSent = o.Now, false
 		d.enter(PhasePoweringOff, "powered on and unresponsive on both channels: switching off")
+		// Ask its agent once more during the fence delay: the switch
+		// happens only if this challenge, too, goes unanswered.
+		d.challenge()
 		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPoweringOff, Message: fmt.Sprintf(
 			"node unresponsive on both channels for %s and its BMC reads on: switching it off in %s (power-off mode)",
 			p.FenceAfter, p.FenceDelay)})
@@ -542,17 +605,28 @@ func (d *decider) poweredOn(r *Reading) {
 
 // powerOffBlocked returns why a power action is not allowed now ("" if it
 // is), and, when the only obstacle is time, how long until it clears.
+//
+// "Unresponsive on both channels" rests only on what no other node can
+// forge: the kubelet's Ready condition (written under NodeRestriction) and
+// the agent's silence to this fencer's liveness challenges (sent to the
+// node's address from the API; a live agent answers them whatever gossip
+// says). Gossip's own dead or alive plays no part.
 func (d *decider) powerOffBlocked() (string, time.Duration) {
 	o, p := d.o, d.p
-	c := o.Cluster
-	waited := min(o.Now.Sub(o.Member.Since), o.Now.Sub(o.Node.ReadySince))
+	c, a := o.Cluster, o.Agent
 	switch {
 	case !o.Member.Known:
-		return "the node has no gossip member, so it is not unresponsive on both channels", 0
-	case o.Member.State != "dead" && o.Member.State != "left":
-		return "gossip still sees the node (" + o.Member.State + ")", 0
+		return "the node's agent never joined the gossip ring, so it is not unresponsive on both channels", 0
 	case o.Node.Ready == ReadyTrue:
 		return "Kubernetes still sees the node Ready", 0
+	case a.SilentSince.IsZero():
+		if a.LastProof.After(d.t.suspectSince) {
+			return "its agent answers liveness challenges", 0
+		}
+		return "asking its agent for a proof of life", p.ChallengeInterval
+	}
+	waited := min(o.Now.Sub(a.SilentSince), o.Now.Sub(o.Node.ReadySince))
+	switch {
 	case waited < p.FenceAfter:
 		return fmt.Sprintf("not yet unresponsive on both channels for fenceAfter (%s)", p.FenceAfter), p.FenceAfter - waited
 	case c.Nodes == 0 || 2*c.GossipAlive <= c.Nodes:
@@ -567,6 +641,33 @@ func (d *decider) powerOffBlocked() (string, time.Duration) {
 	return "", 0
 }
 
+// challengeIfDue asks the node's agent for a proof of life when the last
+// answer (or silence) is older than ChallengeInterval or than the
+// suspicion: only in power-off mode, where its silence is half of what a
+// power action needs.
+func (d *decider) challengeIfDue() {
+	o, p := d.o, d.p
+	if p.Mode != ModePowerOff || !o.Member.Known {
+		return
+	}
+	last := o.Agent.LastProof
+	if o.Agent.LastSilent.After(last) {
+		last = o.Agent.LastSilent
+	}
+	if last.After(d.t.suspectSince) && o.Now.Sub(last) < p.ChallengeInterval {
+		return
+	}
+	d.challenge()
+}
+
+// challenge asks the node's agent for a proof of life unless a challenge
+// is waiting for its answer already.
+func (d *decider) challenge() {
+	if !d.o.Agent.Challenging {
+		d.do(Action{Kind: ActChallenge})
+	}
+}
+
 // poweringOff handles the PoweringOff phase.
 func (d *decider) poweringOff() {
 	o, t, p := d.o, d.t, d.p
@@ -577,7 +678,7 @@ func (d *decider) poweringOff() {
 				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
 		return
 	}
-	if d.responsiveSince(t.suspectSince) || o.Member.State == "alive" {
+	if d.responsiveSince(t.suspectSince) || o.Agent.LastProof.After(t.poweringFrom) {
 		d.do(Action{Kind: ActReleaseLease})
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
 			Message: "node answers again before it was switched off: power-off cancelled"})
@@ -607,6 +708,13 @@ func (d *decider) poweringOff() {
 		return
 	}
 	if !t.powerOffSent && !o.BMC.InFlight {
+		// The agent must have stayed silent to a challenge sent during
+		// the fence delay: a node that came back answers it.
+		if !o.Agent.LastSilent.After(t.poweringFrom) {
+			d.challenge()
+			d.reason = "fence delay over: waiting for the agent's answer to the last challenge"
+			return
+		}
 		// The guards held when the fence delay started; check them again
 		// now, right before the switch: quorum may be lost, a storm may
 		// have begun, another fencer may have started a power action.
@@ -669,8 +777,10 @@ func (d *decider) fenced() {
 		return
 	}
 	bootNow := d.bootID()
-	memberBackSameBoot := o.Member.State == "alive" && o.Member.BootID != "" && o.Member.BootID == fence.BootID &&
-		o.Member.Since.After(fence.At)
+	// Only the member's own signed word counts here: a forged alive with
+	// the fenced boot ID must not raise a false alarm.
+	memberBackSameBoot := o.Member.State == "alive" && o.Member.Signed && o.Member.BootID != "" &&
+		o.Member.BootID == fence.BootID && o.Member.Since.After(fence.At)
 	if d.responsiveSince(fence.At) || memberBackSameBoot {
 		if fence.BootID != "" && bootNow == fence.BootID {
 			if !t.alarmed {
@@ -740,17 +850,19 @@ func (d *decider) shutdownSource() string {
 	return "its kubelet reports it"
 }
 
-// announcedShutdown reports whether the member's agent announced that its
-// host is shutting down (or has finished with its volumes).
+// announcedShutdown reports whether the member's agent announced, in its
+// own signed word, that its host is shutting down (or has finished with
+// its volumes). An unsigned announcement could be anyone's: it would hold
+// back the BMC read for ShutdownWait, so it counts for nothing.
 func (m MemberObs) announcedShutdown() bool {
-	return m.Announced == "shutting-down" || m.Announced == "shutdown-complete"
+	return m.Signed && (m.Announced == "shutting-down" || m.Announced == "shutdown-complete")
 }
 
 // cleanShutdown returns clean-shutdown evidence when the member announced
 // shutdown-complete for the node's current boot and has left the ring.
 func (d *decider) cleanShutdown() (FenceRecord, bool) {
 	m, n := d.o.Member, d.o.Node
-	if !m.Known || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID == "" {
+	if !m.Known || !m.Signed || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID == "" {
 		return FenceRecord{}, false
 	}
 	// The announcement must be about the boot the API knows; an old
@@ -759,7 +871,7 @@ func (d *decider) cleanShutdown() (FenceRecord, bool) {
 		return FenceRecord{}, false
 	}
 	return FenceRecord{Method: EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
-		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s and left the ring at %s",
+		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s, signed with its own key, and left the ring at %s",
 			m.BootID, m.Since.UTC().Format(time.RFC3339))}, true
 }
 

@@ -21,7 +21,7 @@ func testPolicy(mode Mode) Policy {
 		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
 		FenceDelay: 5 * time.Second, ForceDeletePods: true,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
-		ShutdownWait: 2 * time.Minute,
+		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
 	}
 }
 
@@ -31,7 +31,7 @@ func healthy() Observation {
 		Now: t0,
 		Node: NodeObs{Exists: true, Ready: ReadyTrue, ReadySince: t0.Add(-time.Hour),
 			BootID: "boot-1", SystemUUID: nodeUUID},
-		Member:  MemberObs{Known: true, State: "alive", Since: t0.Add(-time.Hour), BootID: "boot-1", Announced: "running"},
+		Member:  MemberObs{Known: true, State: "alive", Since: t0.Add(-time.Hour), BootID: "boot-1", Announced: "running", Signed: true},
 		BMC:     BMCObs{Configured: true},
 		Cluster: ClusterObs{Nodes: 5, Unhealthy: 0, GossipAlive: 5},
 	}
@@ -524,11 +524,14 @@ func suspected(p Policy) *Target {
 }
 
 // hung is a node that stopped on both channels at t0+6s and whose BMC
-// reads on, in a 5-node cluster, everything else allowing a power action.
+// reads on, in a 5-node cluster, everything else allowing a power action:
+// its agent has left every liveness challenge unanswered since t0+7s, the
+// latest one just now.
 func hung(at time.Duration) Observation {
 	o := powerLoss(healthy(), t0.Add(at))
 	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(50*time.Second)
 	o.BMC.Reading = reading(PowerOn, t0.Add(at), nodeUUID)
+	o.Agent = AgentObs{SilentSince: t0.Add(7 * time.Second), LastSilent: t0.Add(at)}
 	return o
 }
 
@@ -540,10 +543,14 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 			phase: PhaseConfirming, notWant: []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint}, event: ReasonUnresponsiveButPoweredOn},
 		{name: "fenceAfter passed: take the lease", at: 81 * time.Second, change: func(o *Observation) { o.BMC.Reading.At = o.Now },
 			phase: PhaseConfirming, want: []ActionKind{ActAcquireLease}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
-		{name: "lease held: fence delay starts", at: 82 * time.Second, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
-			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}, event: ReasonPoweringOff},
+		{name: "lease held: fence delay starts, one more challenge", at: 82 * time.Second, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
+			phase: PhasePoweringOff, want: []ActionKind{ActChallenge}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}, event: ReasonPoweringOff},
 		{name: "during fence delay", at: 84 * time.Second, phase: PhasePoweringOff, want: []ActionKind{ActRequeue}, notWant: []ActionKind{ActPowerOff}},
-		{name: "fence delay over", at: 87 * time.Second, phase: PhasePoweringOff, want: []ActionKind{ActPowerOff}, notWant: []ActionKind{ActApplyTaint}},
+		{name: "fence delay over, the last challenge still out", at: 87 * time.Second, change: func(o *Observation) { o.Agent.Challenging = true },
+			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
+		{name: "fence delay over, the last challenge unanswered", at: 87500 * time.Millisecond, change: func(o *Observation) {
+			o.Agent.Challenging, o.Agent.LastSilent = false, o.Now
+		}, phase: PhasePoweringOff, want: []ActionKind{ActPowerOff}, notWant: []ActionKind{ActApplyTaint}},
 		{name: "power-off running", at: 88 * time.Second, change: func(o *Observation) { o.BMC.InFlight = true },
 			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
 		{name: "confirmed off", at: 90 * time.Second, change: func(o *Observation) {
@@ -568,8 +575,10 @@ func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
 		{"storm", func(o *Observation) { o.Cluster.Unhealthy = 3 }, "storm"},
 		{"another power action running", func(o *Observation) { o.Cluster.PowerActions = 1 }, "already running"},
 		{"second control-plane node", func(o *Observation) { o.Node.ControlPlane, o.Cluster.ControlPlaneDown = true, 1 }, "control-plane"},
-		{"gossip still sees it", func(o *Observation) { o.Member.State = "alive" }, "gossip still sees"},
-		{"no gossip member at all", func(o *Observation) { o.Member = MemberObs{} }, "no gossip member"},
+		{"its agent answers challenges", func(o *Observation) { o.Agent = AgentObs{LastProof: o.Now} }, "answers liveness challenges"},
+		{"its agent was never challenged", func(o *Observation) { o.Agent = AgentObs{} }, "proof of life"},
+		{"agent silent for less than fenceAfter", func(o *Observation) { o.Agent.SilentSince = o.Now.Add(-29 * time.Second) }, "not yet unresponsive"},
+		{"its agent never joined the ring", func(o *Observation) { o.Member = MemberObs{} }, "never joined"},
 		{"Kubernetes still sees it Ready", func(o *Observation) { o.Node.Ready = ReadyTrue }, "Ready"},
 	}
 	for _, tc := range cases {
@@ -595,7 +604,7 @@ func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
 					found = true
 				}
 			}
-			if !found && tc.name != "gossip still sees it" && tc.name != "Kubernetes still sees it Ready" {
+			if !found && tc.name != "Kubernetes still sees it Ready" {
 				t.Fatalf("no event explaining %q: %+v", tc.reason, events(seen))
 			}
 		})
@@ -630,7 +639,7 @@ func TestPowerOffAbortedWhenNodeAnswersDuringFenceDelay(t *testing.T) {
 		t.Fatalf("phase %s", d.Phase)
 	}
 	o.Now = o.Now.Add(2 * time.Second)
-	o.Member.State, o.Member.Since = "alive", o.Now
+	o.Agent = AgentObs{LastProof: o.Now}
 	d := tgt.Step(o, p)
 	if has(d.Actions, ActPowerOff) || !has(d.Actions, ActReleaseLease) || !slices.Contains(events(d.Actions), ReasonPowerOffAborted) {
 		t.Fatalf("actions %v", kinds(d.Actions))
@@ -659,6 +668,7 @@ func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
 			o.Cluster.LeaseHeld = true
 			tgt.Step(o, p)
 			o.Now = o.Now.Add(p.FenceDelay)
+			o.Agent.LastSilent = o.Now
 			if d := tgt.Step(o, p); !has(d.Actions, ActPowerOff) {
 				t.Fatalf("no power-off after the delay: %v", kinds(d.Actions))
 			}
@@ -752,7 +762,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []string{"alive", "suspect", "dead", "left"}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints := 0
+	taints, powerOffs := 0, 0
 	for walk := 0; walk < 2000; walk++ {
 		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
 		p := testPolicy(mode)
@@ -761,7 +771,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 		suspectSince := time.Time{}
 		for i := 0; i < 60; i++ {
 			o.Now = o.Now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
-			switch rng.IntN(8) {
+			switch rng.IntN(11) {
 			case 0:
 				o.Member.State, o.Member.Since = states[rng.IntN(len(states))], o.Now
 			case 1:
@@ -780,8 +790,28 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			case 6:
 				o.Member.Announced = []string{"running", "shutting-down", "shutdown-complete"}[rng.IntN(3)]
 				o.Member.BootID = []string{"boot-1", "boot-0"}[rng.IntN(2)]
+				// A hostile member forges announcements it cannot sign.
+				o.Member.Signed = rng.IntN(3) != 0
 			case 7:
 				o.Cluster.GossipAlive = rng.IntN(6)
+			case 8:
+				switch rng.IntN(3) {
+				case 0:
+					o.Agent = AgentObs{LastProof: o.Now}
+				case 1:
+					o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Duration(rng.IntN(120)) * time.Second), LastSilent: o.Now}
+				case 2:
+					o.Agent.Challenging = !o.Agent.Challenging
+				}
+			case 9:
+				o.Cluster.CleanShutdownFences = rng.IntN(4)
+			case 10:
+				// A node hung for a minute, everything allowing a power
+				// action: the walk must reach power-offs to test them.
+				o.Node.Ready, o.Node.ReadySince = ReadyUnknown, o.Now.Add(-time.Minute)
+				o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Minute), LastSilent: o.Now}
+				o.BMC.Reading, o.BMC.InFlight = reading(PowerOn, o.Now, nodeUUID), false
+				o.Cluster.GossipAlive, o.Cluster.LeaseHeld = 5, true
 			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
@@ -792,8 +822,18 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				taints++
 				checkEvidence(t, o, a.Evidence, suspectSince)
 			}
+			if has(d.Actions, ActPowerOff) {
+				powerOffs++
+			}
 			if has(d.Actions, ActPowerOff) && (mode != ModePowerOff || !o.Cluster.LeaseHeld || 2*o.Cluster.GossipAlive <= o.Cluster.Nodes) {
 				t.Fatalf("walk %d step %d: power-off in mode %s, lease %v, alive %d/%d", walk, i, mode, o.Cluster.LeaseHeld, o.Cluster.GossipAlive, o.Cluster.Nodes)
+			}
+			// Down on both channels, by signals no other node can forge:
+			// the kubelet not Ready and the agent silent to challenges,
+			// each for fenceAfter; gossip's own state plays no part.
+			if a := o.Agent; has(d.Actions, ActPowerOff) && (o.Node.Ready == ReadyTrue || a.SilentSince.IsZero() ||
+				o.Now.Sub(a.SilentSince) < p.FenceAfter || o.Now.Sub(o.Node.ReadySince) < p.FenceAfter) {
+				t.Fatalf("walk %d step %d: power-off with Ready=%s since %s, agent %+v", walk, i, o.Node.Ready, o.Node.ReadySince, a)
 			}
 			if d.Phase == PhaseFenced {
 				// Model the API: our taint is now on the node.
@@ -803,10 +843,10 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 {
-		t.Fatal("the walk never reached a taint; it tests nothing")
+	if taints == 0 || powerOffs == 0 {
+		t.Fatalf("the walk reached %d taints and %d power-offs; it tests nothing", taints, powerOffs)
 	}
-	t.Logf("%d taints applied across the walks, each with valid evidence", taints)
+	t.Logf("%d taints applied across the walks, each with valid evidence; %d power-offs, each on a node down on both channels", taints, powerOffs)
 }
 
 func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince time.Time) {
@@ -822,10 +862,113 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		}
 	case EvidenceCleanShutdown:
 		m := o.Member
-		if m.State != "left" || m.Announced != "shutdown-complete" || m.BootID != o.Node.BootID {
+		if !m.Signed || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID != o.Node.BootID {
 			t.Fatalf("clean-shutdown taint with member %+v, node boot %s", m, o.Node.BootID)
+		}
+		if c := o.Cluster; float64(c.CleanShutdownFences+1) > 0.5*float64(c.Nodes) {
+			t.Fatalf("clean-shutdown taint past the storm guard: %d of %d nodes already fenced on their word", c.CleanShutdownFences, c.Nodes)
 		}
 	default:
 		t.Fatalf("taint with method %q", ev.Method)
+	}
+}
+
+// TestGossipAloneNeverDecides: what any holder of the gossip key can say
+// in a node's name — announcements it cannot sign, dead, alive — never
+// makes a taint or a power action, and never holds off the BMC read.
+func TestGossipAloneNeverDecides(t *testing.T) {
+	t.Run("unsigned shutdown-complete and leave: BMC read, no taint", func(t *testing.T) {
+		o := healthy()
+		o.Now = t0.Add(10 * time.Second)
+		o.Member.State, o.Member.Since, o.Member.Announced, o.Member.Signed = "left", t0.Add(9*time.Second), "shutdown-complete", false
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) {
+			t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
+		}
+	})
+	t.Run("unsigned shutting-down holds off nothing", func(t *testing.T) {
+		o := powerLoss(healthy(), t0.Add(6*time.Second))
+		o.Member.State, o.Member.Announced, o.Member.Signed = "alive", "shutting-down", false
+		o.Node.Ready = ReadyUnknown
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+		if !has(d.Actions, ActReadPower) || slices.Contains(events(d.Actions), ReasonShuttingDown) {
+			t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
+		}
+	})
+	t.Run("gossip alive does not hold off a power-off of a silent node", func(t *testing.T) {
+		p := testPolicy(ModePowerOff)
+		tgt := suspected(p)
+		o := hung(100 * time.Second)
+		o.Member.State, o.Member.Since = "alive", o.Now // forged: the agent does not answer challenges
+		o.Cluster.LeaseHeld = true
+		if d := tgt.Step(o, p); d.Phase != PhasePoweringOff {
+			t.Fatalf("phase %s (reason %q)", d.Phase, d.Reason)
+		}
+		o.Now = o.Now.Add(p.FenceDelay)
+		o.Agent.LastSilent = o.Now
+		if d := tgt.Step(o, p); !has(d.Actions, ActPowerOff) {
+			t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+	})
+	t.Run("gossip dead does not make a power-off of a node whose agent answers", func(t *testing.T) {
+		p := testPolicy(ModePowerOff)
+		tgt := suspected(p)
+		for i := 0; i < 120; i++ {
+			o := hung(100*time.Second + time.Duration(i)*time.Second)
+			o.Cluster.LeaseHeld = true
+			o.Agent = AgentObs{LastProof: o.Now.Add(-time.Second)} // it answers: only gossip says dead
+			if d := tgt.Step(o, p); has(d.Actions, ActPowerOff) || has(d.Actions, ActApplyTaint) {
+				t.Fatalf("step %d: %v (reason %q)", i, kinds(d.Actions), d.Reason)
+			}
+		}
+	})
+	t.Run("forged alive with the fenced boot raises no alarm", func(t *testing.T) {
+		o := healthy()
+		o.Node.TaintedByFenced = true
+		o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+		o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
+		o.Member.State, o.Member.Since, o.Member.Signed = "alive", t0.Add(30*time.Second), false
+		o.Now = t0.Add(time.Minute)
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+		if has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) {
+			t.Fatalf("actions %v", kinds(d.Actions))
+		}
+	})
+}
+
+// TestCleanShutdownStormGuard: more than maxUnhealthy of the nodes tainted
+// on their own clean-shutdown word within the window stops that evidence,
+// raises one alarm, and sends the fencer to the power device instead.
+func TestCleanShutdownStormGuard(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	cleanlyDown := func(fencedAlready int) Observation {
+		o := healthy()
+		o.Now = t0.Add(10 * time.Second)
+		o.Member.State, o.Member.Since, o.Member.Announced = "left", t0.Add(9*time.Second), "shutdown-complete"
+		o.Cluster.CleanShutdownFences = fencedAlready
+		return o
+	}
+	// 5 nodes, maxUnhealthy 50 %: the second one is still fine...
+	if d := (&Target{Name: "node-a"}).Step(cleanlyDown(1), p); !has(d.Actions, ActApplyTaint) {
+		t.Fatalf("second clean shutdown not fenced: %v (reason %q)", kinds(d.Actions), d.Reason)
+	}
+	// ...the third is not.
+	tgt := &Target{Name: "node-a"}
+	o := cleanlyDown(2)
+	d := tgt.Step(o, p)
+	if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActSafetyAlarm) || !has(d.Actions, ActReadPower) ||
+		!slices.Contains(events(d.Actions), ReasonCleanShutdownStorm) {
+		t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
+	}
+	o.Now = o.Now.Add(2 * time.Second)
+	if d := tgt.Step(o, p); has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActApplyTaint) {
+		t.Fatalf("alarm or taint repeated: %v", kinds(d.Actions))
+	}
+	// The power device still fences it.
+	o.Now = o.Now.Add(time.Second)
+	o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+	d = tgt.Step(o, p)
+	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence.Method != EvidenceBMCPowerOff {
+		t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,10 +29,12 @@ import (
 	"fenced.io/fenced/pkg/taint"
 )
 
-// MemberSource is the gossip view the fencer reads (a *heartbeat.Ring).
+// MemberSource is the gossip view the fencer reads and the way it asks an
+// agent for a proof of life (a *heartbeat.Ring).
 type MemberSource interface {
 	Member(name string) (heartbeat.Member, bool)
 	Alive() int
+	Challenge(ctx context.Context, name, addr string) (heartbeat.Proof, error)
 }
 
 // FencerConfig wires a Fencer.
@@ -51,7 +54,12 @@ type FencerConfig struct {
 	// while a power action runs, so a dead fencer's Lease lapses quickly.
 	LeaseDuration time.Duration
 	// Verify controls how power actions are confirmed.
-	Verify  VerifyOptions
+	Verify VerifyOptions
+	// GossipPort is where agents listen for gossip, and so for liveness
+	// challenges (at their Node's InternalIP).
+	GossipPort int
+	// ChallengeTimeout bounds the wait for a proof of life.
+	ChallengeTimeout time.Duration
 	Metrics *Metrics
 	Logger  *slog.Logger
 	// Now is the clock (tests); default time.Now.
@@ -74,7 +82,18 @@ type Fencer struct {
 	mu      sync.Mutex
 	targets map[string]*Target
 	bmc     map[string]*BMCObs
+	agents  map[string]*AgentObs          // liveness challenges and their answers
 	renew   map[string]context.CancelFunc // Lease renewals running
+	seqs    map[string]seqSeen            // latest signed statement per node (replays)
+	forged  map[string]struct{}           // forgeries counted, to count each once
+	// cleanFences remembers this fencer's own clean-shutdown taints (the
+	// storm guard must count them before the informer shows them).
+	cleanFences map[string]time.Time
+
+	// policyOK: the admission policy binding agent keys to nodes is in
+	// force (checkPolicy); policyChecked: it was checked once.
+	policyOK      atomic.Bool
+	policyChecked bool
 
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
@@ -95,13 +114,23 @@ func NewFencer(cfg FencerConfig) *Fencer {
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = 15 * time.Second
 	}
+	if cfg.GossipPort == 0 {
+		cfg.GossipPort = heartbeat.DefaultBindPort
+	}
+	if cfg.ChallengeTimeout <= 0 {
+		cfg.ChallengeTimeout = 2 * time.Second
+	}
 	return &Fencer{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		targets: map[string]*Target{},
-		bmc:     map[string]*BMCObs{},
-		renew:   map[string]context.CancelFunc{},
+		bmc:         map[string]*BMCObs{},
+		agents:      map[string]*AgentObs{},
+		renew:       map[string]context.CancelFunc{},
+		seqs:        map[string]seqSeen{},
+		forged:      map[string]struct{}{},
+		cleanFences: map[string]time.Time{},
 	}
 }
 
@@ -148,7 +177,12 @@ func (f *Fencer) Run(ctx context.Context) error {
 			}
 			return ""
 		}},
-		{leaseInf.Informer(), func(o any) string { return strings.TrimPrefix(metaName(o), LeasePrefix) }},
+		{leaseInf.Informer(), func(o any) string {
+			if l, ok := unwrap(o).(*coordinationv1.Lease); ok {
+				return leaseTarget(l)
+			}
+			return ""
+		}},
 	}
 	for _, h := range handlers {
 		name := h.name
@@ -167,6 +201,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 
 	cluster.Start(ctx.Done())
 	inNS.Start(ctx.Done())
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.checkPolicy(ctx)
+	}()
 	defer func() {
 		f.queue.ShutDown()
 		cluster.Shutdown()
@@ -256,12 +295,24 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		node = nil
 	}
 	if m, ok := f.cfg.Members.Member(name); ok {
-		o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State}
+		o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+			Signed: f.signed(name, m)}
 	}
 	_, configured := f.cfg.Inventory.BMC(name)
 	f.mu.Lock()
 	if b, ok := f.bmc[name]; ok {
 		o.BMC = *b
+	}
+	if a, ok := f.agents[name]; ok {
+		o.Agent = *a
+	}
+	cleanFences := map[string]bool{}
+	for n, at := range f.cleanFences {
+		if now.Sub(at) < f.cfg.Policy.StormWindow {
+			cleanFences[n] = true
+		} else {
+			delete(f.cleanFences, n)
+		}
 	}
 	f.mu.Unlock()
 	o.BMC.Configured = configured
@@ -278,6 +329,12 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
 		if ready, _ := readyCondition(n); ready != ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
+		}
+		if fenced {
+			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == EvidenceCleanShutdown &&
+				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
+				cleanFences[n.Name] = true
+			}
 		}
 		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
 		if n.Name != name && isCP && (fenced || f.leaseActive(n.Name, now) != "") {
@@ -298,6 +355,8 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		}
 	}
 	o.Cluster.LeaseHeld = f.leaseActive(name, now) == f.cfg.Identity
+	delete(cleanFences, name)
+	o.Cluster.CleanShutdownFences = len(cleanFences)
 	return o, node, nil
 }
 
@@ -384,6 +443,11 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.queue.AddAfter(name, taintRetry)
 			return err
 		}
+		if applied && ev.Method == EvidenceCleanShutdown {
+			f.mu.Lock()
+			f.cleanFences[name] = f.cfg.Now()
+			f.mu.Unlock()
+		}
 		if applied {
 			if !suspectSince.IsZero() {
 				f.cfg.Metrics.DetectionToTaint.Observe(f.cfg.Now().Sub(suspectSince).Seconds())
@@ -413,8 +477,10 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		if node != nil {
 			f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
 		}
+	case ActChallenge:
+		f.startChallenge(ctx, name, node)
 	case ActSafetyAlarm:
-		f.cfg.Metrics.SafetyAlarms.Inc()
+		f.cfg.Metrics.SafetyAlarms.WithLabelValues(a.Reason).Inc()
 		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)
 		if node != nil {
 			f.cfg.Recorder.Event(node, corev1.EventTypeWarning, a.Reason, a.Message)

@@ -21,8 +21,12 @@ type Metrics struct {
 	TaintsRemoved prometheus.Counter
 	// DetectionToTaint is the time from suspicion to the taint.
 	DetectionToTaint prometheus.Histogram
-	// SafetyAlarms counts fenced nodes that came back with the same boot ID.
-	SafetyAlarms prometheus.Counter
+	// SafetyAlarms counts safety alarms by reason: a fenced node back with
+	// the same boot ID, a storm of clean-shutdown claims.
+	SafetyAlarms *prometheus.CounterVec
+	// Forgeries counts gossip claims in a node's name that its own key did
+	// not sign, by kind (see forgery kinds in verify.go).
+	Forgeries *prometheus.CounterVec
 }
 
 // NewMetrics registers the fencer's metrics with reg.
@@ -54,12 +58,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from suspecting a node to applying its out-of-service taint.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300},
 		}),
-		SafetyAlarms: prometheus.NewCounter(prometheus.CounterOpts{
+		SafetyAlarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_safety_alarms_total",
-			Help: "Fenced nodes that answered again with the boot ID they had when fenced: the evidence was wrong.",
-		}),
+			Help: "Safety alarms by reason: FencedNodeBackWithSameBootID (the evidence was wrong), CleanShutdownStorm (too many nodes fenced on their own word).",
+		}, []string{"reason"}),
+		Forgeries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_gossip_forgeries_total",
+			Help: "Claims made over gossip in a node's name that the node's own key did not sign (rejected), by kind.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms)
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries)
 	return m
 }
 

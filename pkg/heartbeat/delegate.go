@@ -74,7 +74,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	if n.Name == r.self {
 		r.localAddr = n.Address()
 	}
-	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive)
+	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive, LeaveNotice{})
 }
 
 // NotifyUpdate is a member whose metadata changed.
@@ -82,7 +82,7 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	r := (*Ring)(d)
 	r.mu.Lock()
 	r.cancelPendingDeadLocked(n.Name)
-	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive)
+	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive, LeaveNotice{})
 }
 
 // NotifyLeave is a member that memberlist declared dead or that left.
@@ -101,15 +101,19 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 		state = StateLeft
 	case n.State == memberlist.StateLeft:
 		state = StateLeft
-	case noticed && hint.bootID == r.bootIDLocked(n) && time.Since(hint.at) < leaveNoticeTTL:
+	case noticed && hint.notice.BootID == r.bootIDLocked(n) && time.Since(hint.at) < leaveNoticeTTL:
 		state = StateLeft
+	}
+	var notice LeaveNotice
+	if state == StateLeft && noticed {
+		notice = hint.notice
 	}
 	if state == StateDead && n.Name != r.self && r.announcedShutdownLocked(n) {
 		r.holdDeadLocked(n.Name, n.Address(), append([]byte(nil), n.Meta...))
 		r.mu.Unlock()
 		return
 	}
-	r.observeLocked(n.Name, n.Address(), n.Meta, state)
+	r.observeLocked(n.Name, n.Address(), n.Meta, state, notice)
 }
 
 // announcedShutdownLocked reports whether n's last metadata announced a
@@ -136,7 +140,7 @@ func (r *Ring) holdDeadLocked(name, addr string, rawMeta []byte) {
 			return
 		}
 		delete(r.pendingDead, name)
-		r.observeLocked(name, addr, rawMeta, StateDead)
+		r.observeLocked(name, addr, rawMeta, StateDead, LeaveNotice{})
 	})
 	r.pendingDead[name] = timer
 }
@@ -161,9 +165,9 @@ func (r *Ring) bootIDLocked(n *memberlist.Node) string {
 }
 
 // observeLocked records a member's address, metadata (kept as it was
-// when rawMeta does not decode) and state, then unlocks r.mu, queues an
-// event and logs the change.
-func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberState) {
+// when rawMeta does not decode), state and the leave notice that made it
+// left, then unlocks r.mu, queues an event and logs the change.
+func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberState, notice LeaveNotice) {
 	now := time.Now()
 	m, known := r.members[name]
 	if !known {
@@ -179,6 +183,7 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberStat
 		m.State = state
 		m.Since = now
 	}
+	m.Leave = notice
 	cur := *m
 	wakeJoin := known && prev.State == StateAlive && state != StateAlive &&
 		name != r.self && r.aliveLocked() <= 1
@@ -231,14 +236,37 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return append([]byte(nil), r.metaBytes...)
 }
 
-// NotifyMsg receives the user messages of this package: leave notices.
+// NotifyMsg receives the user messages of this package: leave notices,
+// liveness challenges and proofs. Every byte of them may come from any
+// holder of the gossip key.
 func (d *delegate) NotifyMsg(buf []byte) {
 	r := (*Ring)(d)
-	name, boot, ok := decodeLeaveNotice(buf)
-	if !ok {
-		r.log.Debug("ignored unknown gossip message", "len", len(buf))
+	if len(buf) == 0 {
 		return
 	}
+	switch buf[0] {
+	case msgLeaveNotice:
+		if notice, ok := decodeLeaveNotice(buf); ok {
+			r.leaveNoticed(notice)
+			return
+		}
+	case msgChallenge:
+		if c, ok := decodeChallenge(buf); ok {
+			r.answerChallenge(c)
+			return
+		}
+	case msgProof:
+		if p, ok := decodeProof(buf); ok {
+			r.proofReceived(p)
+			return
+		}
+	}
+	r.log.Debug("ignored unknown gossip message", "len", len(buf))
+}
+
+// leaveNoticed records a member's leave notice.
+func (r *Ring) leaveNoticed(notice LeaveNotice) {
+	name, boot := notice.Node, notice.BootID
 	r.mu.Lock()
 	m, known := r.members[name]
 	_, held := r.pendingDead[name]
@@ -249,18 +277,18 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		// memberlist reported it gone a moment ago and the notice was
 		// late (holdDeadLocked): it left, and was never reported dead.
 		r.cancelPendingDeadLocked(name)
-		r.observeLocked(name, m.Addr, nil, StateLeft)
+		r.observeLocked(name, m.Addr, nil, StateLeft, notice)
 	case m.State == StateAlive:
 		// The usual order: remember it until memberlist reports the
 		// member gone (NotifyLeave).
-		r.leaving[name] = leaveHint{bootID: boot, at: time.Now()}
+		r.leaving[name] = leaveHint{notice: notice, at: time.Now()}
 		r.mu.Unlock()
 	case m.State == StateDead && m.Meta.BootID == boot:
 		// The notice and memberlist's leave broadcast travel on different
 		// paths (TCP and UDP gossip) and the broadcast won. A member that
 		// sends a leave notice is up and leaving on purpose, so dead was
 		// a misreading: correct it.
-		r.observeLocked(name, m.Addr, nil, StateLeft)
+		r.observeLocked(name, m.Addr, nil, StateLeft, notice)
 	default:
 		r.mu.Unlock()
 	}
@@ -275,27 +303,37 @@ func (d *delegate) LocalState(join bool) []byte { return nil }
 // MergeRemoteState is unused, see LocalState.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
 
-// msgLeaveNotice tags a leave notice; other first bytes are reserved for
-// future messages and ignored.
-const msgLeaveNotice byte = 1
+// Message tags: the first byte of every user message of this package.
+// Other values are reserved for future messages and ignored.
+const (
+	msgLeaveNotice byte = 1
+	msgChallenge   byte = 2
+	msgProof       byte = 3
+)
 
-type leaveNotice struct {
-	Node   string `json:"node"`
-	BootID string `json:"boot"`
+// maxMessage bounds the user messages this package decodes: its own are
+// far smaller, and a forged one must not make the decoder work hard.
+const maxMessage = 4096
+
+func encodeMessage(tag byte, v any) []byte {
+	b, _ := json.Marshal(v) // cannot fail: plain structs of strings, numbers and bytes
+	return append([]byte{tag}, b...)
 }
 
-func encodeLeaveNotice(node, bootID string) []byte {
-	b, _ := json.Marshal(leaveNotice{Node: node, BootID: bootID}) // cannot fail: two strings
-	return append([]byte{msgLeaveNotice}, b...)
+// decodeMessage decodes a user message tagged tag into v.
+func decodeMessage(buf []byte, tag byte, v any) bool {
+	if len(buf) < 2 || len(buf) > maxMessage || buf[0] != tag {
+		return false
+	}
+	return json.Unmarshal(buf[1:], v) == nil
 }
 
-func decodeLeaveNotice(buf []byte) (node, bootID string, ok bool) {
-	if len(buf) < 2 || buf[0] != msgLeaveNotice {
-		return "", "", false
+func encodeLeaveNotice(n LeaveNotice) []byte { return encodeMessage(msgLeaveNotice, n) }
+
+func decodeLeaveNotice(buf []byte) (LeaveNotice, bool) {
+	var n LeaveNotice
+	if !decodeMessage(buf, msgLeaveNotice, &n) || n.Node == "" {
+		return LeaveNotice{}, false
 	}
-	var n leaveNotice
-	if err := json.Unmarshal(buf[1:], &n); err != nil || n.Node == "" {
-		return "", "", false
-	}
-	return n.Node, n.BootID, true
+	return n, true
 }

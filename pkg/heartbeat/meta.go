@@ -1,11 +1,14 @@
 package heartbeat
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/pkg/identity"
 )
 
 // MetaVersion is the version of the Meta format this package writes.
@@ -53,12 +56,51 @@ type Meta struct {
 	// BootID is the host's boot ID (/proc/sys/kernel/random/boot_id): a new
 	// one after a member comes back means the host rebooted.
 	BootID string `json:"boot,omitempty"`
-	// Role is RoleObserver or RoleFencer.
+	// Role is RoleObserver or RoleFencer. It is for people reading `fenced
+	// status`: any key holder can claim any role, so nothing is decided on
+	// it (a fencer is a Node labelled as one).
 	Role string `json:"role,omitempty"`
 	// State is one of the Announce* values.
 	State string `json:"state,omitempty"`
 	// Agent is the fenced version string.
 	Agent string `json:"agent,omitempty"`
+	// Seq and Sig sign Node, BootID and State with the agent's own key
+	// (identity.KindState): the announcement is the node's own word only
+	// when Sig verifies against the key its node published. Seq grows with
+	// every statement the key signs, so an older one replayed is told from
+	// the latest. Sig is standard base64 (a string keeps Meta comparable).
+	Seq uint64 `json:"seq,omitempty"`
+	Sig string `json:"sig,omitempty"`
+}
+
+// Statement is what Sig signs.
+func (m Meta) Statement() identity.Statement {
+	return identity.Statement{Kind: identity.KindState, Node: m.Node, BootID: m.BootID, State: m.State, Seq: m.Seq}
+}
+
+// Signature decodes Sig (nil when absent or malformed).
+func (m Meta) Signature() []byte { return decodeSig(m.Sig) }
+
+// sign sets Seq and Sig with key; a nil key leaves the Meta unsigned.
+func (m *Meta) sign(key *identity.Key, seq uint64) {
+	if key == nil {
+		return
+	}
+	m.Seq = seq
+	m.Sig = encodeSig(key.Sign(m.Statement()))
+}
+
+func encodeSig(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+func decodeSig(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // Encode returns m in its wire form. It fails when m has no version or
@@ -104,8 +146,9 @@ func validAnnounce(s string) bool {
 	return false
 }
 
-// localMeta fills in the defaults of an agent's own Meta and checks it.
-func localMeta(m Meta, nodeName string) (Meta, []byte, error) {
+// localMeta fills in the defaults of an agent's own Meta, signs it with
+// key (when set) as statement seq, and checks it.
+func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []byte, error) {
 	m.Version = MetaVersion
 	if m.Node == "" {
 		m.Node = nodeName
@@ -125,6 +168,7 @@ func localMeta(m Meta, nodeName string) (Meta, []byte, error) {
 	if !validAnnounce(m.State) {
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
 	}
+	m.sign(key, seq)
 	b, err := m.Encode()
 	if err != nil {
 		return Meta{}, nil, err

@@ -88,7 +88,7 @@ func TestDecodeMeta(t *testing.T) {
 }
 
 func TestLocalMetaDefaults(t *testing.T) {
-	m, b, err := localMeta(Meta{Version: 9, BootID: "b"}, "node-a")
+	m, b, err := localMeta(Meta{Version: 9, BootID: "b"}, "node-a", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

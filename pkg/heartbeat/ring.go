@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/pkg/identity"
 )
 
 // MemberState of a ring member as this agent sees it.
@@ -66,11 +68,16 @@ const leaveNoticeGrace = time.Second
 
 // leaveHint is a received leave notice.
 type leaveHint struct {
-	bootID string
+	notice LeaveNotice
 	at     time.Time
 }
 
 // Member is one peer as seen by this agent.
+//
+// Everything in it is what gossip says, and any holder of the gossip key
+// can say anything in any member's name: the view is for suspicion and
+// display. What may lead to a taint or a power action must be checked
+// against the member's own key (Meta.Sig, Leave.Sig; see pkg/identity).
 type Member struct {
 	Name  string
 	Addr  string // host:port
@@ -79,7 +86,27 @@ type Member struct {
 	Meta Meta
 	// Since is when State last changed, by this agent's clock.
 	Since time.Time
+	// Leave is the leave notice that made the member StateLeft (zero when
+	// it is not left, or left without a notice).
+	Leave LeaveNotice
 }
+
+// LeaveNotice is what a member that leaves on purpose sends every other
+// member first, signed with its own key (identity.KindLeave).
+type LeaveNotice struct {
+	Node   string `json:"node"`
+	BootID string `json:"boot"`
+	Seq    uint64 `json:"seq,omitempty"`
+	Sig    string `json:"sig,omitempty"`
+}
+
+// Statement is what Sig signs.
+func (n LeaveNotice) Statement() identity.Statement {
+	return identity.Statement{Kind: identity.KindLeave, Node: n.Node, BootID: n.BootID, Seq: n.Seq}
+}
+
+// Signature decodes Sig (nil when absent or malformed).
+func (n LeaveNotice) Signature() []byte { return decodeSig(n.Sig) }
 
 // Options for Join.
 type Options struct {
@@ -104,6 +131,11 @@ type Options struct {
 	// Logger receives state changes at info and memberlist's own logs at
 	// debug. nil means slog.Default().
 	Logger *slog.Logger
+	// Key signs this agent's announcements, leave notice and liveness
+	// proofs, so that fencers can tell them from forgeries. nil: nothing
+	// is signed, and fencers take none of this agent's word (tests, and
+	// agents that could not publish a key).
+	Key *identity.Key
 }
 
 // Ring is this agent's membership in the gossip ring.
@@ -118,10 +150,13 @@ type Ring struct {
 	// retryMin and retryMax bound the backoff between join attempts.
 	retryMin, retryMax time.Duration
 
-	// metaMu guards the local Meta; memberlist reads it through NodeMeta.
+	// metaMu guards the local Meta and the statement counter; memberlist
+	// reads the Meta through NodeMeta.
 	metaMu    sync.Mutex
 	meta      Meta
 	metaBytes []byte
+	key       *identity.Key
+	seq       uint64 // the last statement number signed with key
 	// announceMu serialises Announce so updates go out in call order.
 	announceMu sync.Mutex
 
@@ -134,6 +169,10 @@ type Ring struct {
 	// shutdown, for leaveNoticeGrace, in case their leave notice is late.
 	pendingDead map[string]*time.Timer
 	rejected    map[string]struct{} // names refused so far, to log each once
+	// challenges are this agent's liveness challenges waiting for a proof,
+	// by nonce; proving limits the proofs this agent computes at once.
+	challenges map[string]chan Proof
+	proving    chan struct{}
 	localAddr   string
 	selfLeft    bool // set when this agent starts to leave
 
@@ -161,6 +200,8 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		leaving:     make(map[string]leaveHint),
 		rejected:    make(map[string]struct{}),
 		pendingDead: make(map[string]*time.Timer),
+		challenges:  make(map[string]chan Proof),
+		proving:     make(chan struct{}, maxConcurrentProofs),
 		events:      newEventQueue(),
 		lonely:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
@@ -181,7 +222,7 @@ func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName)
+	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName, opts.Key, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +233,7 @@ func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 	r := newRing(cfg.NodeName, base.With("component", "heartbeat"), opts.IsNode)
 	r.port, r.seeds = mc.BindPort, opts.Seeds
 	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
-	r.meta, r.metaBytes = meta, metaBytes
+	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
 	d := (*delegate)(r)
 	mc.Events = d
 	mc.Alive = d
@@ -302,9 +343,11 @@ func (r *Ring) Announce(state string) error {
 	r.metaMu.Lock()
 	meta := r.meta
 	meta.State = state
+	meta.sign(r.key, r.seq+1)
 	b, err := meta.Encode()
 	if err == nil {
 		r.meta, r.metaBytes = meta, b
+		r.seq = max(r.seq, meta.Seq)
 	}
 	r.metaMu.Unlock()
 	if err != nil {
@@ -361,7 +404,13 @@ func (r *Ring) Leave(timeout time.Duration) error {
 // sendLeaveNotices tells every alive member that this agent is leaving.
 func (r *Ring) sendLeaveNotices(deadline time.Time) error {
 	r.metaMu.Lock()
-	msg := encodeLeaveNotice(r.self, r.meta.BootID)
+	notice := LeaveNotice{Node: r.self, BootID: r.meta.BootID}
+	if r.key != nil {
+		r.seq++
+		notice.Seq = r.seq
+		notice.Sig = encodeSig(r.key.Sign(notice.Statement()))
+	}
+	msg := encodeLeaveNotice(notice)
 	r.metaMu.Unlock()
 
 	var peers []*memberlist.Node

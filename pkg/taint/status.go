@@ -73,6 +73,18 @@ func ReadyCondition(n *corev1.Node) *corev1.NodeCondition {
 	return nil
 }
 
+// InternalIP is the Node's first InternalIP address ("" when it has none).
+// The kubelet reports it under NodeRestriction, so no other node can move
+// it: fenced reaches a node's agent only there.
+func InternalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
 // podPageSize bounds one List of a node's pods. A node runs at most a few
 // hundred pods, so usually there is a single page.
 const podPageSize = 500

@@ -1,0 +1,170 @@
+package heartbeat
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"fenced.io/fenced/pkg/identity"
+)
+
+// Liveness challenges: gossip's own view of who is alive can be forged in
+// both directions by any key holder (a forged dead message for a live
+// member, a forged alive for a dead one). Before a power action, a fencer
+// therefore asks the member itself, at the address the Kubernetes API
+// gives for its node, to sign a fresh nonce with its own key. Only the
+// real agent can answer; no other member can answer for it or keep it from
+// answering.
+
+// nonceSize is the length of a challenge's nonce.
+const nonceSize = 16
+
+// maxConcurrentProofs bounds the proofs this agent computes and sends at
+// once, so that a flood of forged challenges costs it little.
+const maxConcurrentProofs = 4
+
+// challenge asks a member to prove it is alive.
+type challenge struct {
+	// From is the challenger's member name and ReplyTo its gossip address;
+	// the proof is sent only there, and only when From is an alive member
+	// at ReplyTo, so challenges cannot turn agents into reflectors.
+	From    string `json:"from"`
+	ReplyTo string `json:"reply"`
+	Nonce   []byte `json:"nonce"`
+}
+
+// Proof is a member's answer to a liveness challenge: its name, boot, the
+// state it announces, and the challenge's nonce, signed with its own key
+// (identity.KindProof). Sig is empty when the member has no key.
+type Proof struct {
+	Node   string `json:"node"`
+	BootID string `json:"boot"`
+	State  string `json:"state"`
+	Seq    uint64 `json:"seq"`
+	Nonce  []byte `json:"nonce"`
+	Sig    []byte `json:"sig,omitempty"`
+}
+
+// Statement is what Sig signs.
+func (p Proof) Statement() identity.Statement {
+	return identity.Statement{Kind: identity.KindProof, Node: p.Node, BootID: p.BootID, State: p.State, Seq: p.Seq, Nonce: p.Nonce}
+}
+
+func decodeChallenge(buf []byte) (challenge, bool) {
+	var c challenge
+	if !decodeMessage(buf, msgChallenge, &c) || c.From == "" || c.ReplyTo == "" || len(c.Nonce) != nonceSize {
+		return challenge{}, false
+	}
+	return c, true
+}
+
+func decodeProof(buf []byte) (Proof, bool) {
+	var p Proof
+	if !decodeMessage(buf, msgProof, &p) || p.Node == "" || len(p.Nonce) != nonceSize {
+		return Proof{}, false
+	}
+	return p, true
+}
+
+// ErrNoProof is wrapped by Challenge when no proof came in time.
+var ErrNoProof = errors.New("no proof of life")
+
+// Challenge asks the agent of node name, reached at addr ("ip:port": an
+// address the caller trusts for that node, such as its InternalIP from the
+// API, never one taken from gossip), to prove that it is alive, and waits
+// for its proof until ctx ends. The proof is returned as received: the
+// caller checks it against the node's published key. An error wrapping
+// ErrNoProof means no answer came: the agent is down, hung or cut off from
+// this one.
+func (r *Ring) Challenge(ctx context.Context, name, addr string) (Proof, error) {
+	node, err := nodeOf(name, addr)
+	if err != nil {
+		return Proof{}, fmt.Errorf("heartbeat: challenge %s: address %q: %w", name, addr, err)
+	}
+	nonce := make([]byte, nonceSize)
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	answer := make(chan Proof, 1)
+	r.mu.Lock()
+	r.challenges[string(nonce)] = answer
+	reply := r.localAddr
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.challenges, string(nonce))
+		r.mu.Unlock()
+	}()
+	msg := encodeMessage(msgChallenge, challenge{From: r.self, ReplyTo: reply, Nonce: nonce})
+	sent := make(chan error, 1)
+	// SendReliable dials TCP and may wait for memberlist's TCP timeout: do
+	// not hold the caller past ctx for it.
+	go func() { sent <- r.ml.SendReliable(node, msg) }()
+	for {
+		select {
+		case err := <-sent:
+			if err != nil {
+				return Proof{}, fmt.Errorf("heartbeat: challenge %s at %s: %w: %v", name, addr, ErrNoProof, err)
+			}
+			sent = nil
+		case p := <-answer:
+			// Whoever answered received the nonce at addr; the caller
+			// checks the name and signature against the node's key.
+			return p, nil
+		case <-ctx.Done():
+			return Proof{}, fmt.Errorf("heartbeat: challenge %s at %s: %w within the time allowed", name, addr, ErrNoProof)
+		}
+	}
+}
+
+// proofReceived hands a proof to the challenge waiting for its nonce.
+func (r *Ring) proofReceived(p Proof) {
+	r.mu.Lock()
+	answer, ok := r.challenges[string(p.Nonce)]
+	r.mu.Unlock()
+	if !ok {
+		r.log.Debug("ignored a proof of life nobody asked for", "node", p.Node)
+		return
+	}
+	select {
+	case answer <- p:
+	default: // answered already
+	}
+}
+
+// answerChallenge signs the challenge's nonce and sends the proof back to
+// the challenger, in the background: NotifyMsg must not block.
+func (r *Ring) answerChallenge(c challenge) {
+	r.mu.Lock()
+	m, ok := r.members[c.From]
+	r.mu.Unlock()
+	if !ok || c.From == r.self || m.State != StateAlive || m.Addr != c.ReplyTo {
+		r.log.Debug("ignored a liveness challenge from outside the ring", "from", c.From, "replyTo", c.ReplyTo)
+		return
+	}
+	select {
+	case r.proving <- struct{}{}:
+	default:
+		r.log.Debug("ignored a liveness challenge: too many at once", "from", c.From)
+		return
+	}
+	go func() {
+		defer func() { <-r.proving }()
+		r.metaMu.Lock()
+		p := Proof{Node: r.self, BootID: r.meta.BootID, State: r.meta.State, Nonce: c.Nonce}
+		if r.key != nil {
+			r.seq++
+			p.Seq = r.seq
+			p.Sig = r.key.Sign(p.Statement())
+		}
+		r.metaMu.Unlock()
+		node, err := nodeOf(c.From, c.ReplyTo)
+		if err != nil {
+			return
+		}
+		start := time.Now()
+		if err := r.ml.SendReliable(node, encodeMessage(msgProof, p)); err != nil {
+			r.log.Debug("proof of life not delivered", "to", c.From, "err", err, "after", time.Since(start))
+		}
+	}()
+}
