@@ -9,6 +9,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/test/cluster"
 )
 
@@ -69,7 +70,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	// whatever those groups are granted.
 	canI := func(t *testing.T, sa string, q query) bool {
 		t.Helper()
-		args := []string{"auth", "can-i", q.verb, q.resource,
+		res := q.resource
+		if q.name != "" {
+			res += "/" + q.name
+		}
+		args := []string{"auth", "can-i", q.verb, res,
 			"--as=system:serviceaccount:" + namespace + ":" + sa,
 			"--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:" + namespace,
 			"--as-group=system:authenticated"}
@@ -92,9 +97,9 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		return false
 	}
 
-	observerYes := queriesOf(observerRules(), "")
-	fencerYes := append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
-		queriesOf(leaseRules(), namespace)...)
+	observerYes := append(queriesOf(observerRules(), ""), queriesOf(agentLeaseRules(), namespace)...)
+	fencerYes := append(append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
+		queriesOf(leaseRules(), namespace)...), queriesOf(agentLeaseRules(), namespace)...)
 	// Verbs a fencer has that an observer must not.
 	var observerNo []query
 	for _, q := range fencerYes {
@@ -105,7 +110,10 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	// Never, for either: reading Secrets (the BMC passwords; the kubelet
 	// mounts them), creating pods, deleting or creating Nodes, patching
 	// where the code updates, evicting, Leases outside the lease
-	// namespace, minting tokens, changing its own DaemonSets or RBAC.
+	// namespace, minting tokens, changing its own DaemonSets or RBAC, and
+	// anything but reading the agent identity policy (changing or
+	// deleting it, or its binding, would let any agent publish a key in
+	// another node's name).
 	never := []query{
 		{verb: "list", resource: "secrets"},
 		{verb: "get", resource: "secrets", namespace: namespace},
@@ -131,6 +139,16 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "update", resource: "clusterroles.rbac.authorization.k8s.io"},
 		{verb: "create", resource: "clusterrolebindings.rbac.authorization.k8s.io"},
 		{verb: "delete", resource: "events", namespace: "default"},
+		{verb: "list", resource: "validatingadmissionpolicies.admissionregistration.k8s.io"},
+		{verb: "get", resource: "validatingadmissionpolicies.admissionregistration.k8s.io", name: "another-policy"},
+		{verb: "get", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io", name: "another-policy"},
+		{verb: "update", resource: "validatingadmissionpolicies.admissionregistration.k8s.io", name: publish.PolicyName},
+		{verb: "patch", resource: "validatingadmissionpolicies.admissionregistration.k8s.io", name: publish.PolicyName},
+		{verb: "delete", resource: "validatingadmissionpolicies.admissionregistration.k8s.io", name: publish.PolicyName},
+		{verb: "update", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io", name: publish.PolicyName},
+		{verb: "delete", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io", name: publish.PolicyName},
+		{verb: "create", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io"},
+		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: "kube-node-lease"},
 	}
 
 	for _, tc := range []struct {
@@ -156,11 +174,14 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 }
 
 // query is one `kubectl auth can-i` question; namespace "" asks across all
-// namespaces (what a ClusterRole grants).
-type query struct{ verb, resource, subresource, namespace string }
+// namespaces (what a ClusterRole grants), name "" about any object.
+type query struct{ verb, resource, subresource, namespace, name string }
 
 func (q query) String() string {
 	s := q.verb + " " + q.resource
+	if q.name != "" {
+		s += " " + q.name
+	}
 	if q.subresource != "" {
 		s += "/" + q.subresource
 	}
@@ -170,10 +191,15 @@ func (q query) String() string {
 	return s + " in " + q.namespace
 }
 
-// queriesOf expands rules into one query per verb and resource, in ns.
+// queriesOf expands rules into one query per verb, resource and resource
+// name (a rule without names: one query about any object), in ns.
 func queriesOf(rules []rbacv1.PolicyRule, ns string) []query {
 	var out []query
 	for _, r := range rules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				res, sub, _ := strings.Cut(res, "/")
@@ -181,7 +207,9 @@ func queriesOf(rules []rbacv1.PolicyRule, ns string) []query {
 					res += "." + g
 				}
 				for _, v := range r.Verbs {
-					out = append(out, query{verb: v, resource: res, subresource: sub, namespace: ns})
+					for _, n := range names {
+						out = append(out, query{verb: v, resource: res, subresource: sub, namespace: ns, name: n})
+					}
 				}
 			}
 		}

@@ -71,6 +71,12 @@ func TestYAMLParses(t *testing.T) {
 				}
 				return
 			}
+			if filepath.Base(f) == "kustomizeconfig.yaml" {
+				// kustomize transformer configuration (a kustomization's
+				// configurations:), which has no apiVersion or kind.
+				checkTransformerConfig(t, data)
+				return
+			}
 			for i, doc := range splitDocs(t, data) {
 				var head struct {
 					APIVersion string `json:"apiVersion"`
@@ -110,6 +116,7 @@ func checkKustomization(t *testing.T, file string, doc []byte) {
 	var k struct {
 		Resources          []string `json:"resources"`
 		Components         []string `json:"components"`
+		Configurations     []string `json:"configurations"`
 		ConfigMapGenerator []struct {
 			Files []string `json:"files"`
 		} `json:"configMapGenerator"`
@@ -117,7 +124,7 @@ func checkKustomization(t *testing.T, file string, doc []byte) {
 	if err := yaml.Unmarshal(doc, &k); err != nil {
 		t.Fatal(err)
 	}
-	refs := append(append([]string{}, k.Resources...), k.Components...)
+	refs := append(append(append([]string{}, k.Resources...), k.Components...), k.Configurations...)
 	for _, g := range k.ConfigMapGenerator {
 		for _, f := range g.Files {
 			_, src, ok := strings.Cut(f, "=")
@@ -130,6 +137,34 @@ func checkKustomization(t *testing.T, file string, doc []byte) {
 	for _, r := range refs {
 		if _, err := os.Stat(filepath.Join(filepath.Dir(file), r)); err != nil {
 			t.Errorf("lists %s: %v", r, err)
+		}
+	}
+}
+
+// checkTransformerConfig: a kustomize transformer configuration holds field
+// specs only (strictly: a misspelt key would be ignored by kustomize, and the
+// field it was meant to rewrite left as it is), each with a kind and a path.
+func checkTransformerConfig(t *testing.T, data []byte) {
+	t.Helper()
+	type fieldSpec struct {
+		Group              string `json:"group"`
+		Version            string `json:"version"`
+		Kind               string `json:"kind"`
+		Path               string `json:"path"`
+		CreateIfNotPresent bool   `json:"create"`
+	}
+	var c map[string][]fieldSpec
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c) == 0 {
+		t.Fatal("no field specs")
+	}
+	for name, specs := range c {
+		for i, fs := range specs {
+			if fs.Kind == "" || fs.Path == "" {
+				t.Errorf("%s[%d]: want a kind and a path, got %+v", name, i, fs)
+			}
 		}
 	}
 }

@@ -10,18 +10,24 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 )
 
 // The ServiceAccounts and RBAC objects of deploy/daemonset/base/rbac.yaml.
 const (
-	namespace   = "fenced-system"
-	observerSA  = "fenced-observer"
-	fencerSA    = "fenced-fencer"
-	observerCR  = "fenced-observer"
-	fencerCR    = "fenced-fencer"
-	leaseRole   = "fenced-fencer-leases"
-	rbacFile    = "deploy/daemonset/base/rbac.yaml"
+	namespace  = "fenced-system"
+	observerSA = "fenced-observer"
+	fencerSA   = "fenced-fencer"
+	observerCR = "fenced-observer"
+	fencerCR   = "fenced-fencer"
+	leaseRole  = "fenced-fencer-leases"
+	// Every agent's own key Lease (pkg/identity/publish).
+	agentLeaseRole = "fenced-agent-leases"
+	rbacFile       = "deploy/daemonset/base/rbac.yaml"
+	// The admission policy that lets only a node's own agent write its
+	// key Lease (publish.PolicyName).
+	policyFile  = "deploy/daemonset/base/agent-identity-policy.yaml"
 	fencerLabel = "node-restriction.kubernetes.io/fenced-fencer"
 	// Where the fencer DaemonSet mounts the BMC Secret.
 	bmcDir = "/etc/fenced/bmc"
@@ -37,12 +43,34 @@ func observerRules() []rbacv1.PolicyRule {
 
 // fencerRules: what pkg/taint needs (taint.PolicyRules, the single source)
 // plus pkg/fencing's VolumeAttachment informer (a taint is removed only once
-// no VolumeAttachment of the node is left). Nodes list/watch come with the
-// observer role, which fencers are bound to as well.
+// no VolumeAttachment of the node is left) and publish.PolicyInForce's reads
+// (policyCheckRules). Nodes list/watch come with the observer role, which
+// fencers are bound to as well.
 func fencerRules() []rbacv1.PolicyRule {
 	return append(taint.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
+		policyCheckRules()[0],
 	)
+}
+
+// policyCheckRules: publish.PolicyInForce gets the ValidatingAdmissionPolicy
+// and the binding named publish.PolicyName, nothing else (cluster-scoped).
+// TestAgentIdentityPolicy runs it with the fencer's own token.
+func policyCheckRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+			ResourceNames: []string{publish.PolicyName}, Verbs: []string{"get"}},
+	}
+}
+
+// agentLeaseRules: publish.Publish, which every agent (observer or fencer)
+// runs at start, gets its key Lease and creates or updates it, in the lease
+// namespace only. TestAgentIdentityPolicy runs it with the ServiceAccounts'
+// own tokens.
+func agentLeaseRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
 }
 
 // leaseRules: pkg/fencing's power Leases, in the lease namespace only
@@ -107,24 +135,29 @@ func TestRBACMatchesCode(t *testing.T) {
 	}
 	wantNames("ClusterRoles", keys(r.clusterRoles), observerCR, fencerCR)
 	wantNames("ClusterRoleBindings", keys(r.clusterRoleBindings), observerCR, fencerCR)
-	wantNames("Roles", keys(r.roles), leaseRole)
-	wantNames("RoleBindings", keys(r.roleBindings), leaseRole)
+	wantNames("Roles", keys(r.roles), leaseRole, agentLeaseRole)
+	wantNames("RoleBindings", keys(r.roleBindings), leaseRole, agentLeaseRole)
 
-	var leases []rbacv1.PolicyRule
-	if ro := r.roles[leaseRole]; ro != nil {
-		leases = ro.Rules
-		// The Role lives where the fencers look for their Leases.
-		if ro.Namespace != config.DefaultLeaseNamespace {
-			t.Errorf("Role %s is in namespace %q; fencer.leaseNamespace defaults to %q", leaseRole, ro.Namespace, config.DefaultLeaseNamespace)
+	roleRules := func(name string) []rbacv1.PolicyRule {
+		ro := r.roles[name]
+		if ro == nil {
+			return nil
 		}
+		// The Roles live where the agents write and the fencers look for
+		// their Leases.
+		if ro.Namespace != config.DefaultLeaseNamespace {
+			t.Errorf("Role %s is in namespace %q; fencer.leaseNamespace defaults to %q", name, ro.Namespace, config.DefaultLeaseNamespace)
+		}
+		return ro.Rules
 	}
 	for _, c := range []struct {
 		name      string
 		got, want []rbacv1.PolicyRule
 	}{
 		{"ClusterRole " + observerCR, rulesOf(r.clusterRoles[observerCR]), observerRules()},
-		{"ClusterRole " + fencerCR + " (taint.PolicyRules() + VolumeAttachments)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
-		{"Role " + leaseRole, leases, leaseRules()},
+		{"ClusterRole " + fencerCR + " (taint.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
+		{"Role " + leaseRole, roleRules(leaseRole), leaseRules()},
+		{"Role " + agentLeaseRole, roleRules(agentLeaseRole), agentLeaseRules()},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			g, _ := yaml.Marshal(c.got)
@@ -133,7 +166,8 @@ func TestRBACMatchesCode(t *testing.T) {
 		}
 	}
 
-	// Who gets what: the observer identity nothing beyond the observer role.
+	// Who gets what: the observer identity nothing beyond the observer role
+	// and its own key Lease.
 	type binding struct {
 		namespace string
 		roleRef   rbacv1.RoleRef
@@ -156,6 +190,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		"ClusterRoleBinding " + observerCR: {"", ref("ClusterRole", observerCR), []rbacv1.Subject{sa(observerSA), sa(fencerSA)}},
 		"ClusterRoleBinding " + fencerCR:   {"", ref("ClusterRole", fencerCR), []rbacv1.Subject{sa(fencerSA)}},
 		"RoleBinding " + leaseRole:         {namespace, ref("Role", leaseRole), []rbacv1.Subject{sa(fencerSA)}},
+		"RoleBinding " + agentLeaseRole:    {namespace, ref("Role", agentLeaseRole), []rbacv1.Subject{sa(observerSA), sa(fencerSA)}},
 	} {
 		if g := got[name]; !reflect.DeepEqual(g, want) {
 			t.Errorf("%s in %s = %+v, want %+v", name, rbacFile, g, want)

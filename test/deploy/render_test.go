@@ -3,12 +3,14 @@ package deploy
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/shutdown"
 )
 
@@ -95,10 +98,26 @@ type rendered struct {
 	daemonSets map[string]*appsv1.DaemonSet
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
+	// The agent identity policy (agent-identity-policy.yaml).
+	policy  *admissionregistrationv1.ValidatingAdmissionPolicy
+	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// policyNamespace is the namespace a binding of the agent identity policy
+// covers ("" if it does not select exactly one namespace by name).
+func policyNamespace(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) string {
+	if b == nil || b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil {
+		return ""
+	}
+	sel := b.Spec.MatchResources.NamespaceSelector
+	if len(sel.MatchExpressions) > 0 || len(sel.MatchLabels) != 1 {
+		return ""
+	}
+	return sel.MatchLabels[corev1.LabelMetadataName]
 }
 
 func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base rbacObjects) {
-	r := rendered{map[string]*appsv1.DaemonSet{}, map[string]*corev1.ConfigMap{}, map[string]*corev1.Secret{}}
+	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *appsv1.DaemonSet:
@@ -107,11 +126,22 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 			r.configMaps[o.Name] = o
 		case *corev1.Secret:
 			r.secrets[o.Name] = o
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			if o.Name == publish.PolicyName {
+				r.policy = o
+			}
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			if o.Name == publish.PolicyName {
+				r.binding = o
+			}
 		}
-		// Everything namespaced lives in fenced-system.
+		// Everything namespaced lives in fenced-system. (kustomize gives
+		// the admission policy objects a metadata.namespace too, not
+		// knowing they are cluster-scoped; the API server drops it.)
 		if m, ok := o.(interface{ GetNamespace() string }); ok {
 			switch o.(type) {
-			case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+			case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding,
+				*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 			default:
 				if m.GetNamespace() != namespace {
 					t.Errorf("%T %v is in namespace %q, want %s", o, name(o), m.GetNamespace(), namespace)
@@ -131,6 +161,15 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 		}
 	}
 
+	// Every install has the agent identity policy, covering the namespace
+	// the agents publish their keys in: without it fencers believe no
+	// node's signed word (publish.PolicyInForce).
+	if r.policy == nil || r.binding == nil {
+		t.Errorf("no ValidatingAdmissionPolicy and binding %s (%s)", publish.PolicyName, policyFile)
+	} else if ns := policyNamespace(r.binding); ns != namespace {
+		t.Errorf("the binding of %s covers namespace %q, want %s", publish.PolicyName, ns, namespace)
+	}
+
 	want := map[string]bool{"fenced-observer": k.observer, "fenced-fencer": k.fencer}
 	for n, w := range want {
 		if _, ok := r.daemonSets[n]; ok != w {
@@ -143,6 +182,10 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 		cfg := checkDaemonSet(t, k, r, ds, fencer)
 		if cfg != nil {
 			clusterNames = append(clusterNames, cfg.ClusterName)
+			// Every agent publishes its key Lease in fencer.leaseNamespace.
+			if ns := policyNamespace(r.binding); cfg.Fencer.LeaseNamespace != ns {
+				t.Errorf("DaemonSet %s: fencer.leaseNamespace %q, but the agent identity policy covers %q", ds.Name, cfg.Fencer.LeaseNamespace, ns)
+			}
 			if fencer && cfg.Fencer.LeaseNamespace != base.roles[leaseRole].Namespace {
 				t.Errorf("fencer.leaseNamespace %q, but the lease Role is in %q", cfg.Fencer.LeaseNamespace, base.roles[leaseRole].Namespace)
 			}
@@ -444,4 +487,58 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 		}
 	}
 	return cfg
+}
+
+// TestPolicyFollowsNamespace: an overlay that moves fenced to another
+// namespace moves the agent identity policy's binding with it
+// (base/kustomizeconfig.yaml), along with the Namespace object, the Roles
+// and their ServiceAccount subjects. Without that, the policy would guard
+// a namespace where no key Lease is written and leave the real one open.
+func TestPolicyFollowsNamespace(t *testing.T) {
+	kubectl := kubectlPath(t)
+	const other = "fenced-elsewhere"
+	dir := t.TempDir()
+	// kustomize refuses absolute paths for bases.
+	baseDir, err := filepath.Rel(dir, path(t, "deploy/daemonset/base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n  - %s\n", other, baseDir)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, nil, kubectl, "kustomize", dir)
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr)
+	}
+	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	var namespaces []string
+	roles := map[string]string{}
+	for _, o := range decodeObjects(t, "kubectl kustomize (overlay with namespace "+other+")", []byte(out)) {
+		switch o := o.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			binding = o
+		case *corev1.Namespace:
+			namespaces = append(namespaces, o.Name)
+		case *rbacv1.Role:
+			roles[o.Name] = o.Namespace
+		case *rbacv1.RoleBinding:
+			for _, s := range o.Subjects {
+				if s.Kind == rbacv1.ServiceAccountKind && s.Namespace != other {
+					t.Errorf("RoleBinding %s: subject %s in namespace %q, want %s", o.Name, s.Name, s.Namespace, other)
+				}
+			}
+		}
+	}
+	if ns := policyNamespace(binding); ns != other {
+		t.Errorf("binding %s covers namespace %q, want %s", publish.PolicyName, ns, other)
+	}
+	if !slices.Equal(namespaces, []string{other}) {
+		t.Errorf("Namespace objects %v, want [%s]", namespaces, other)
+	}
+	for _, r := range []string{leaseRole, agentLeaseRole} {
+		if roles[r] != other {
+			t.Errorf("Role %s in namespace %q, want %s", r, roles[r], other)
+		}
+	}
 }
