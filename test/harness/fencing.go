@@ -1,24 +1,33 @@
 package harness
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/machine"
 )
@@ -38,7 +47,10 @@ type Fencing struct {
 }
 
 // Agent identities and their RBAC: observers read Nodes; fencers do what
-// pkg/taint documents plus VolumeAttachments and their power Leases.
+// pkg/taint documents plus VolumeAttachments, their power Leases and
+// reading the agent identity policy; every agent writes its own key Lease.
+// Each agent's user name is AgentUser(machine), as a systemd-run agent's
+// host credential is (deploy/systemd/README.md).
 const (
 	agentGroup     = "fenced:agents"
 	fencerGroup    = "fenced:fencers"
@@ -48,14 +60,30 @@ const (
 	gossipPort  = 7946
 )
 
+// AgentUser is the user name of machine's agent: fenced:node:<machine>, the
+// form the agent identity policy binds to node <machine>.
+func AgentUser(machine string) string { return "fenced:node:" + machine }
+
+// agentIdentityPolicyFile is the ValidatingAdmissionPolicy (and binding) that
+// lets only a node's own agent write its key Lease; the harness installs the
+// very file the deployment ships.
+const agentIdentityPolicyFile = "deploy/daemonset/base/agent-identity-policy.yaml"
+
 func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 	client := h.Cluster.Client()
 	if _, err := h.Cluster.CreateNamespace(ctx, LeaseNamespace); err != nil {
 		return err
 	}
+	if err := installAgentIdentityPolicy(ctx, h); err != nil {
+		return err
+	}
 	fencerRules := append(taint.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
-		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}})
+		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
+		// publish.PolicyInForce.
+		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
+			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+			ResourceNames: []string{publish.PolicyName}, Verbs: []string{"get"}})
 	roles := []struct {
 		name  string
 		group string
@@ -76,19 +104,118 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 			return err
 		}
 	}
-	if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-leases"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	// In the lease namespace: the fencers' power Leases, and every agent's
+	// own key Lease (publish.Publish).
+	for _, r := range []struct {
+		name   string
+		verbs  []string
+		groups []string
+	}{
+		{"fenced-leases", []string{"get", "list", "watch", "create", "update", "delete"}, []string{fencerGroup}},
+		{"fenced-agent-leases", []string{"get", "create", "update"}, []string{agentGroup, fencerGroup}},
+	} {
+		if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: r.name},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: r.verbs}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		var subjects []rbacv1.Subject
+		for _, g := range r.groups {
+			subjects = append(subjects, rbacv1.Subject{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: g})
+		}
+		if _, err := client.RbacV1().RoleBindings(LeaseNamespace).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: r.name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: r.name},
+			Subjects:   subjects,
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installAgentIdentityPolicy creates the objects of agentIdentityPolicyFile,
+// its binding covering LeaseNamespace (as kustomize's namespace transformer
+// does for the deployment).
+func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
+	file, err := repoFile(agentIdentityPolicyFile)
+	if err != nil {
 		return err
 	}
-	_, err := client.RbacV1().RoleBindings(LeaseNamespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-leases"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "fenced-leases"},
-		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: fencerGroup}},
-	}, metav1.CreateOptions{})
-	return err
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	adm := h.Cluster.Client().AdmissionregistrationV1()
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var policies, bindings int
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		switch o := obj.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = adm.ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+			policies++
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil ||
+				o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "" {
+				return fmt.Errorf("%s: binding %s does not select a namespace by its %s label", file, o.Name, corev1.LabelMetadataName)
+			}
+			o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = LeaseNamespace
+			_, err = adm.ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+			bindings++
+		default:
+			return fmt.Errorf("%s: unexpected %T", file, obj)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+	}
+	if policies != 1 || bindings != 1 {
+		return fmt.Errorf("%s: %d policies and %d bindings, want one of each", file, policies, bindings)
+	}
+	return nil
+}
+
+// repoFile finds a file of this repository: next to this source file when
+// the binary was built from the repo (the usual case), else by walking up
+// from the working directory.
+func repoFile(rel string) (string, error) {
+	var tried []string
+	if _, src, _, ok := runtime.Caller(0); ok {
+		p := filepath.Join(filepath.Dir(src), "..", "..", rel)
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Clean(p), nil
+		}
+		tried = append(tried, p)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			p := filepath.Join(d, rel)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			tried = append(tried, p)
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("cannot find %s (tried %s)", rel, strings.Join(tried, ", "))
 }
 
 // writeFencingConfigs writes the gossip key, the observers' configuration
@@ -132,7 +259,7 @@ func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
 	if m.Fencer {
 		group = fencerGroup
 	}
-	kubeconfig, err := h.Cluster.UserKubeconfig("fenced:"+m.Name, group)
+	kubeconfig, err := h.Cluster.UserKubeconfig(AgentUser(m.Name), group)
 	if err != nil {
 		return nil, err
 	}
