@@ -328,7 +328,9 @@ func decodeMessage(buf []byte, tag byte, v any) bool {
 	return json.Unmarshal(buf[1:], v) == nil
 }
 
-func encodeLeaveNotice(n LeaveNotice) []byte { return encodeMessage(msgLeaveNotice, n) }
+// EncodeLeaveNotice is a leave notice in its wire form, as Leave sends it
+// (exported for tools and tests that speak the ring's messages).
+func EncodeLeaveNotice(n LeaveNotice) []byte { return encodeMessage(msgLeaveNotice, n) }
 
 func decodeLeaveNotice(buf []byte) (LeaveNotice, bool) {
 	var n LeaveNotice

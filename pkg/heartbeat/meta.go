@@ -81,8 +81,9 @@ func (m Meta) Statement() identity.Statement {
 // Signature decodes Sig (nil when absent or malformed).
 func (m Meta) Signature() []byte { return decodeSig(m.Sig) }
 
-// sign sets Seq and Sig with key; a nil key leaves the Meta unsigned.
-func (m *Meta) sign(key *identity.Key, seq uint64) {
+// Sign sets Seq and signs the Meta with key as statement seq; a nil key
+// leaves it unsigned.
+func (m *Meta) Sign(key *identity.Key, seq uint64) {
 	if key == nil {
 		return
 	}
@@ -168,7 +169,7 @@ func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []
 	if !validAnnounce(m.State) {
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
 	}
-	m.sign(key, seq)
+	m.Sign(key, seq)
 	b, err := m.Encode()
 	if err != nil {
 		return Meta{}, nil, err

@@ -108,6 +108,12 @@ func (n LeaveNotice) Statement() identity.Statement {
 // Signature decodes Sig (nil when absent or malformed).
 func (n LeaveNotice) Signature() []byte { return decodeSig(n.Sig) }
 
+// Sign sets Seq and signs the notice with key as statement seq.
+func (n *LeaveNotice) Sign(key *identity.Key, seq uint64) {
+	n.Seq = seq
+	n.Sig = encodeSig(key.Sign(n.Statement()))
+}
+
 // Options for Join.
 type Options struct {
 	// Meta is this agent's metadata. Defaults: Node = Config.NodeName,
@@ -343,7 +349,7 @@ func (r *Ring) Announce(state string) error {
 	r.metaMu.Lock()
 	meta := r.meta
 	meta.State = state
-	meta.sign(r.key, r.seq+1)
+	meta.Sign(r.key, r.seq+1)
 	b, err := meta.Encode()
 	if err == nil {
 		r.meta, r.metaBytes = meta, b
@@ -407,10 +413,9 @@ func (r *Ring) sendLeaveNotices(deadline time.Time) error {
 	notice := LeaveNotice{Node: r.self, BootID: r.meta.BootID}
 	if r.key != nil {
 		r.seq++
-		notice.Seq = r.seq
-		notice.Sig = encodeSig(r.key.Sign(notice.Statement()))
+		notice.Sign(r.key, r.seq)
 	}
-	msg := encodeLeaveNotice(notice)
+	msg := EncodeLeaveNotice(notice)
 	r.metaMu.Unlock()
 
 	var peers []*memberlist.Node

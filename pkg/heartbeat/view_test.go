@@ -33,29 +33,29 @@ func TestLeftOrDead(t *testing.T) {
 	}{
 		{"no notice", func(d *delegate, n *memberlist.Node) { d.NotifyLeave(n) }, StateDead},
 		{"notice then leave", func(d *delegate, n *memberlist.Node) {
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			d.NotifyLeave(n)
 		}, StateLeft},
 		{"leave then notice", func(d *delegate, n *memberlist.Node) {
 			d.NotifyLeave(n)
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 		}, StateLeft},
 		{"notice of another boot", func(d *delegate, n *memberlist.Node) {
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
 			d.NotifyLeave(n)
 		}, StateDead},
 		{"late notice of another boot", func(d *delegate, n *memberlist.Node) {
 			d.NotifyLeave(n)
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
 		}, StateDead},
 		{"notice forgotten when the member comes back", func(d *delegate, n *memberlist.Node) {
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			d.NotifyLeave(n)
 			d.NotifyJoin(n)
 			d.NotifyLeave(n)
 		}, StateDead},
 		{"stale notice", func(d *delegate, n *memberlist.Node) {
-			d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
+			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			r := (*Ring)(d)
 			r.mu.Lock()
 			h := r.leaving["x"]
@@ -189,7 +189,7 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 		if s := state(r); s != StateAlive {
 			t.Fatalf("right after the leave: %s, want still alive (held back)", s)
 		}
-		d.NotifyMsg(encodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
+		d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 		if s := state(r); s != StateLeft {
 			t.Fatalf("after the late notice: %s, want left", s)
 		}

@@ -1,0 +1,95 @@
+package identity
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestSignVerify(t *testing.T) {
+	k, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewKey()
+	s := Statement{Kind: KindState, Node: "worker-1", BootID: "boot-1", State: "shutdown-complete", Seq: 7}
+	sig := k.Sign(s)
+	if !k.Public().Verify(s, sig) {
+		t.Fatal("own signature does not verify")
+	}
+	changed := []struct {
+		name string
+		s    Statement
+	}{
+		{"kind", Statement{Kind: KindLeave, Node: "worker-1", BootID: "boot-1", State: "shutdown-complete", Seq: 7}},
+		{"node", Statement{Kind: KindState, Node: "worker-2", BootID: "boot-1", State: "shutdown-complete", Seq: 7}},
+		{"boot", Statement{Kind: KindState, Node: "worker-1", BootID: "boot-0", State: "shutdown-complete", Seq: 7}},
+		{"state", Statement{Kind: KindState, Node: "worker-1", BootID: "boot-1", State: "running", Seq: 7}},
+		{"seq", Statement{Kind: KindState, Node: "worker-1", BootID: "boot-1", State: "shutdown-complete", Seq: 8}},
+		{"nonce", Statement{Kind: KindState, Node: "worker-1", BootID: "boot-1", State: "shutdown-complete", Seq: 7, Nonce: []byte{1}}},
+		// Moving bytes between fields must not give the same encoding.
+		{"shifted", Statement{Kind: KindState, Node: "worker-1b", BootID: "oot-1", State: "shutdown-complete", Seq: 7}},
+	}
+	for _, c := range changed {
+		if k.Public().Verify(c.s, sig) {
+			t.Errorf("signature verifies for a statement with another %s", c.name)
+		}
+	}
+	if other.Public().Verify(s, sig) {
+		t.Error("signature verifies against another key")
+	}
+	for _, bad := range [][]byte{nil, sig[:10], append(bytes.Clone(sig), 0)} {
+		if k.Public().Verify(s, bad) {
+			t.Errorf("malformed signature of %d bytes verifies", len(bad))
+		}
+	}
+	if PublicKey(nil).Verify(s, sig) {
+		t.Error("empty key verifies")
+	}
+}
+
+func TestPublicKeyText(t *testing.T) {
+	k, _ := NewKey()
+	got, err := ParsePublicKey(k.Public().String())
+	if err != nil || !bytes.Equal(got, k.Public()) {
+		t.Fatalf("round trip: %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "ed25519:", "rsa:AAAA", "ed25519:!!!", "ed25519:AAAA", k.Public().String()[len("ed25519:"):]} {
+		if _, err := ParsePublicKey(bad); err == nil {
+			t.Errorf("ParsePublicKey(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzStatementBytes: the signed encoding is injective — two statements
+// that differ anywhere never share bytes, so a signature of one is never
+// a signature of another.
+func FuzzStatementBytes(f *testing.F) {
+	f.Add(uint8(1), "worker-1", "boot-1", "shutdown-complete", uint64(3), []byte(nil),
+		uint8(1), "worker-1b", "oot-1", "shutdown-complete", uint64(3), []byte(nil))
+	f.Fuzz(func(t *testing.T, k1 uint8, n1, b1, s1 string, q1 uint64, x1 []byte, k2 uint8, n2, b2, s2 string, q2 uint64, x2 []byte) {
+		a := Statement{Kind(k1), n1, b1, s1, q1, x1}
+		b := Statement{Kind(k2), n2, b2, s2, q2, x2}
+		same := a.Kind == b.Kind && a.Node == b.Node && a.BootID == b.BootID && a.State == b.State && a.Seq == b.Seq && bytes.Equal(a.Nonce, b.Nonce)
+		if bytes.Equal(a.Bytes(), b.Bytes()) != same {
+			t.Fatalf("%+v and %+v: equal encodings %v, equal statements %v", a, b, !same, same)
+		}
+	})
+}
+
+// FuzzParsePublicKey: a published key that parses is exactly 32 bytes and
+// prints back to its input.
+func FuzzParsePublicKey(f *testing.F) {
+	k, _ := NewKey()
+	f.Add(k.Public().String())
+	f.Add("ed25519:" + strings.Repeat("A", 44))
+	f.Fuzz(func(t *testing.T, s string) {
+		pub, err := ParsePublicKey(s)
+		if err != nil {
+			return
+		}
+		if len(pub) != 32 || pub.String() != s {
+			t.Fatalf("ParsePublicKey(%q) = %d bytes printing %q", s, len(pub), pub.String())
+		}
+	})
+}
