@@ -60,8 +60,8 @@ type FencerConfig struct {
 	GossipPort int
 	// ChallengeTimeout bounds the wait for a proof of life.
 	ChallengeTimeout time.Duration
-	Metrics *Metrics
-	Logger  *slog.Logger
+	Metrics          *Metrics
+	Logger           *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -121,10 +121,10 @@ func NewFencer(cfg FencerConfig) *Fencer {
 		cfg.ChallengeTimeout = 2 * time.Second
 	}
 	return &Fencer{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		targets: map[string]*Target{},
+		cfg:         cfg,
+		log:         cfg.Logger,
+		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		targets:     map[string]*Target{},
 		bmc:         map[string]*BMCObs{},
 		agents:      map[string]*AgentObs{},
 		renew:       map[string]context.CancelFunc{},

@@ -179,8 +179,8 @@ type Ring struct {
 	// by nonce; proving limits the proofs this agent computes at once.
 	challenges map[string]chan Proof
 	proving    chan struct{}
-	localAddr   string
-	selfLeft    bool // set when this agent starts to leave
+	localAddr  string
+	selfLeft   bool // set when this agent starts to leave
 
 	events *eventQueue
 	// lonely is signalled when this agent becomes the only alive member,
