@@ -89,6 +89,7 @@ type Fencer struct {
 	// cleanFences remembers this fencer's own clean-shutdown taints (the
 	// storm guard must count them before the informer shows them).
 	cleanFences map[string]time.Time
+	seenReady   map[string]bool // nodes seen Ready: not joining
 
 	// policyOK: the admission policy binding agent keys to nodes is in
 	// force (checkPolicy); policyChecked: it was checked once.
@@ -131,6 +132,7 @@ func NewFencer(cfg FencerConfig) *Fencer {
 		seqs:        map[string]seqSeen{},
 		forged:      map[string]struct{}{},
 		cleanFences: map[string]time.Time{},
+		seenReady:   map[string]bool{},
 	}
 }
 
@@ -261,6 +263,7 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	suspectSince := t.SuspectSince()
 	if d.Phase == PhaseHealthy && !o.Node.Exists {
 		delete(f.targets, name)
+		delete(f.seenReady, name)
 	}
 	f.mu.Unlock()
 
@@ -291,6 +294,17 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		o.Node = nodeObs(node)
 		vas, _ := f.vas.ByIndex(vaByNode, name)
 		o.Node.VolumeAttachments = len(vas)
+		// A node this fencer has seen Ready is not joining, however soon
+		// after its registration it stopped (the registration-time
+		// heuristic of neverReady is for nodes seen only after a restart).
+		f.mu.Lock()
+		if o.Node.Ready == ReadyTrue {
+			f.seenReady[name] = true
+		}
+		if f.seenReady[name] {
+			o.Node.NeverReady = false
+		}
+		f.mu.Unlock()
 	} else {
 		node = nil
 	}
@@ -407,9 +421,13 @@ const joinGrace = 30 * time.Second
 
 // neverReady reports whether the node has not been Ready since it
 // registered: no Ready condition yet, or a not-Ready one whose last
-// transition came with the registration.
+// transition came with the registration. A node whose kubelet reports a
+// graceful shutdown was running, however young it is.
 func neverReady(n *corev1.Node) bool {
 	c := taint.ReadyCondition(n)
+	if kubeletShuttingDown(n) {
+		return false
+	}
 	return c == nil || c.Status != corev1.ConditionTrue && c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < joinGrace
 }
 

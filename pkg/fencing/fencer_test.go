@@ -42,6 +42,11 @@ func TestKubeletShuttingDown(t *testing.T) {
 	}
 }
 
+func shuttingDownAt(n *corev1.Node) *corev1.Node {
+	n.Status.Conditions[0].Message = "node is shutting down"
+	return n
+}
+
 // TestNeverReady tells a joining node (not Ready since it registered) from
 // one that was Ready and stopped.
 func TestNeverReady(t *testing.T) {
@@ -64,6 +69,7 @@ func TestNeverReady(t *testing.T) {
 		{"was Ready, kubelet reports not Ready", node(corev1.ConditionFalse, time.Hour), false},
 		{"was Ready, kubelet silent", node(corev1.ConditionUnknown, time.Hour), false},
 		{"never posted status: the lifecycle controller's Unknown", node(corev1.ConditionUnknown, 50*time.Second), false},
+		{"Ready, then shutting down within the join grace", shuttingDownAt(node(corev1.ConditionFalse, 20*time.Second)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -168,7 +168,7 @@ func steadyState(ctx context.Context, t *testing.T, h *harness.Harness, auditLog
 	lines = append(lines, fmt.Sprintf("agent RSS MB: median %.1f, max %.1f", median(rss), slices.Max(rss)))
 	lines = append(lines, fmt.Sprintf("agent CPU %% of one core: median %.2f, max %.2f", median(cpu), slices.Max(cpu)))
 	for _, m := range h.Machines {
-		user := "fenced:" + m.Name
+		user := harness.AgentUser(m.Name)
 		lines = append(lines, fmt.Sprintf("API requests in the minute by %s: %d, watches opened: %d (before the window, at start-up: %d)",
 			user, requests[user], watches[user], startup[user]))
 	}

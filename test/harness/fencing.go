@@ -57,7 +57,10 @@ const (
 	LeaseNamespace = "fenced-system"
 	// MetricsPort is where every agent serves /metrics in its namespace.
 	MetricsPort = 9740
-	gossipPort  = 7946
+	// GossipPort is where every agent gossips in its namespace.
+	GossipPort = 7946
+	// ClusterName is the gossip label of the harness's ring.
+	ClusterName = "harness"
 )
 
 // AgentUser is the user name of machine's agent: fenced:node:<machine>, the
@@ -231,8 +234,8 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return "", "", err
 	}
-	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: harness\n"+
-		"gossip: {port: %d, keyFile: %s}\nfencer: {leaseNamespace: %s}\n", gossipPort, keyFile, LeaseNamespace)
+	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: %s\n"+
+		"gossip: {port: %d, keyFile: %s}\nfencer: {leaseNamespace: %s}\n", ClusterName, GossipPort, keyFile, LeaseNamespace)
 	if f.Policy != "" {
 		common += "policy: " + f.Policy + "\n"
 	}
@@ -251,6 +254,16 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	}
 	fencer = filepath.Join(dir, "fencer.yaml")
 	return observer, fencer, os.WriteFile(fencer, []byte(common+inv.String()), 0o600)
+}
+
+// GossipKey is the ring's shared key, which every agent holds: what a
+// compromised worker would have (for the hostile-member scenarios).
+func (h *Harness) GossipKey() ([]byte, error) {
+	raw, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
+	if err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
 }
 
 // agentArgv is the agent a machine runs at boot.
