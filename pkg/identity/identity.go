@@ -139,7 +139,7 @@ func ParsePublicKey(s string) (PublicKey, error) {
 	if len(s) < len(keyPrefix) || s[:len(keyPrefix)] != keyPrefix {
 		return nil, fmt.Errorf("%w: want %q and base64", ErrBadPublicKey, keyPrefix)
 	}
-	b, err := base64.StdEncoding.DecodeString(s[len(keyPrefix):])
+	b, err := base64.StdEncoding.Strict().DecodeString(s[len(keyPrefix):])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPublicKey, err)
 	}
