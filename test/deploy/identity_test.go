@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/test/cluster"
@@ -68,11 +69,29 @@ func TestAgentIdentityPolicyFile(t *testing.T) {
 	ops := slices.Clone(r.Operations)
 	slices.Sort(ops)
 	if !slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Resources, []string{"leases"}) ||
-		!slices.Equal(ops, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}) {
-		t.Errorf("matchConstraints rule %+v: want CREATE and UPDATE of coordination.k8s.io leases", r)
+		!slices.Equal(ops, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Delete, admissionregistrationv1.Update}) {
+		t.Errorf("matchConstraints rule %+v: want CREATE, UPDATE and DELETE of coordination.k8s.io leases", r)
 	}
-	if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+publish.LeasePrefix+"'") {
-		t.Errorf("matchConditions %+v: want one, on the name prefix %q", policy.Spec.MatchConditions, publish.LeasePrefix)
+	// One match condition, on the names of the agents' key Leases and of
+	// the fencers' power Leases: every other Lease is left alone.
+	if len(policy.Spec.MatchConditions) != 1 ||
+		!strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+publish.LeasePrefix+"'") ||
+		!strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+fencing.LeasePrefix+"'") {
+		t.Errorf("matchConditions %+v: want one, on the name prefixes %q and %q", policy.Spec.MatchConditions, publish.LeasePrefix, fencing.LeasePrefix)
+	}
+	// Fencers, for the power Leases: the ServiceAccount of the namespace
+	// the binding covers (whatever an overlay makes it) and the systemd
+	// fencers' group.
+	var fencer string
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "fencer" {
+			fencer = v.Expression
+		}
+	}
+	for _, want := range []string{"'system:serviceaccount:' + request.namespace + ':" + fencerSA + "'", "'" + hostGroup + "'"} {
+		if !strings.Contains(fencer, want) {
+			t.Errorf("variable fencer %q: want it to contain %s", fencer, want)
+		}
 	}
 }
 
@@ -81,8 +100,13 @@ func TestAgentIdentityPolicyFile(t *testing.T) {
 // identity may write that node's key Lease: a ServiceAccount token bound to
 // a Pod (or a Node) on that node, or a host credential named
 // fenced:node:<node>; and only with spec.holderIdentity = <node>. Every
-// other identity, cluster admins included, is refused. It also checks
-// publish.PolicyInForce before and after, with the fencer's own token.
+// other identity, cluster admins included, is refused. Likewise (f) only
+// fencers — the ServiceAccount fenced-fencer of fenced's namespace, or
+// group fenced:fencers — may create, update or delete the power Leases
+// fenced-power-*; observers, systemd observers, a fenced-fencer
+// ServiceAccount of another namespace and cluster admins may not. Other
+// Leases are left alone. It also checks publish.PolicyInForce before and
+// after, with the fencer's own token.
 func TestAgentIdentityPolicy(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -189,7 +213,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		return publish.Publish(ctx, cl, namespace, node, "boot-"+node, key.Public(), time.Now())
 	}
 	// admitted: node's identity creates its key Lease (after removing any
-	// earlier one: deletes are not the policy's business), then replaces
+	// earlier one: deleting a key Lease is not the policy's business), then replaces
 	// it, and the Lease reads back as node's key.
 	admitted := func(t *testing.T, cl kubernetes.Interface, node string) {
 		t.Helper()
@@ -354,14 +378,196 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		})
 	}
 
-	// The policy guards agent key Leases in fenced's namespace only: power
-	// Leases there and Leases elsewhere are not its business.
-	t.Run("outside-the-policy", func(t *testing.T) {
-		for _, w := range []struct{ ns, name string }{{namespace, "fenced-power-node-a"}, {"default", publish.LeaseName("node-a")}} {
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: w.name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone")}}
-			if _, err := admin.CoordinationV1().Leases(w.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
-				t.Errorf("creating Lease %s/%s as admin: %v", w.ns, w.name, err)
+	// (f) The fencers' power Leases: every agent holds create/update on
+	// Leases in fenced's namespace (for its key Lease), so the policy
+	// admits a create, update or delete of fenced-power-* only from a
+	// fencer — the ServiceAccount fenced-fencer of fenced's namespace, or
+	// the group fenced:fencers — whatever node it is bound to, if any.
+	//
+	// Systemd observers: group fenced:observers, bound the way
+	// deploy/systemd/README.md says.
+	const observerGroup = "fenced:observers"
+	kc(nil, "create", "clusterrolebinding", "fenced-observer-observer-hosts", "--clusterrole="+observerCR, "--group="+observerGroup)
+	kc(nil, "-n", namespace, "create", "rolebinding", "fenced-agent-leases-observer-hosts", "--role="+agentLeaseRole, "--group="+observerGroup)
+	// A ServiceAccount named fenced-fencer in another namespace, granted
+	// the fencer's Lease Role in fenced's: its name alone makes no fencer.
+	const tenant = "tenant"
+	// For this test only, leases delete and deletecollection for the
+	// observers and that ServiceAccount, as if some other Role gave it to
+	// them: RBAC alone refuses them that, the policy must refuse it too.
+	kc(nil, "-n", namespace, "create", "role", "test-lease-deleters", "--verb=delete,deletecollection", "--resource=leases.coordination.k8s.io")
+	kc(nil, "-n", namespace, "create", "rolebinding", "test-lease-deleters", "--role=test-lease-deleters",
+		"--serviceaccount="+namespace+":"+observerSA, "--group="+observerGroup, "--serviceaccount="+tenant+":"+fencerSA)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(tenant).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fencerSA}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc(nil, "-n", namespace, "create", "rolebinding", "tenant-fenced-fencer", "--role="+leaseRole, "--serviceaccount="+tenant+":"+fencerSA)
+	tenantFencer := func(t *testing.T) kubernetes.Interface {
+		t.Helper()
+		tr, err := admin.CoreV1().ServiceAccounts(tenant).CreateToken(ctx, fencerSA, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.RESTConfig()
+		cfg.BearerToken = tr.Status.Token
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+
+	powerLease := fencing.LeasePrefix + "node-x"
+	powerLeaseOf := func(holder string) *coordinationv1.Lease {
+		now := metav1.NewMicroTime(time.Now())
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: powerLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](60), AcquireTime: &now, RenewTime: &now}}
+	}
+	// The fencer on node-b sets the stage for the refusals below.
+	fencerB := podToken(t, fencerSA, "node-b")
+
+	// Fencers: create, renew and release a power Lease, as pkg/fencing does.
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) kubernetes.Interface
+	}{
+		{"fencer-pod-token-node-b", func(*testing.T) kubernetes.Interface { return fencerB }},
+		{"unbound-fencer-token", func(t *testing.T) kubernetes.Interface { return tokenClient(t, fencerSA, nil) }},
+		{"host-user-fenced:node:node-a-in-fencer-group", func(t *testing.T) kubernetes.Interface {
+			return userClient(t, "fenced:node:node-a", hostGroup)
+		}},
+	} {
+		t.Run("power-lease-allowed/"+tc.name, func(t *testing.T) {
+			cl := tc.client(t)
+			u := whoami(t, cl)
+			leases := cl.CoordinationV1().Leases(namespace)
+			l, err := leases.Create(ctx, powerLeaseOf(u.Username), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create %s: %v", powerLease, err)
 			}
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("update %s: %v", powerLease, err)
+			}
+			if err := leases.Delete(ctx, powerLease, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}}); err != nil {
+				t.Fatalf("delete %s: %v", powerLease, err)
+			}
+		})
+	}
+
+	// Everyone else: refused every write of a power Lease, including one
+	// whose name the API server generates, and every delete.
+	for _, tc := range []struct {
+		name, caller string
+		client       func(t *testing.T) kubernetes.Interface
+	}{
+		{"observer-pod-token-node-a", "system:serviceaccount:fenced-system:fenced-observer",
+			func(t *testing.T) kubernetes.Interface { return podToken(t, observerSA, "node-a") }},
+		{"host-user-fenced:node:node-c-not-in-fencer-group", "fenced:node:node-c",
+			func(t *testing.T) kubernetes.Interface { return userClient(t, "fenced:node:node-c", observerGroup) }},
+		{"tenant-fenced-fencer-token", "system:serviceaccount:tenant:fenced-fencer", tenantFencer},
+		{"cluster-admin", "admin", func(*testing.T) kubernetes.Interface { return admin }},
+	} {
+		t.Run("power-lease-denied/"+tc.name, func(t *testing.T) {
+			cl := tc.client(t)
+			if u := whoami(t, cl); u.Username != tc.caller {
+				t.Fatalf("authenticated as %s, want %s", u.Username, tc.caller)
+			}
+			leases := cl.CoordinationV1().Leases(namespace)
+			refusal := func(op string) string {
+				return powerLease + " may only be " + op + " by a fencer (ServiceAccount " + namespace + "/" + fencerSA +
+					" or group " + hostGroup + "); caller is " + tc.caller
+			}
+
+			// Create, while the Lease does not exist: in its own name, and
+			// in the fencer's.
+			_, err := leases.Create(ctx, powerLeaseOf(tc.caller), metav1.CreateOptions{})
+			denied(t, "create "+powerLease, err, refusal("written"))
+			_, err = leases.Create(ctx, powerLeaseOf("fencer-node-b"), metav1.CreateOptions{})
+			denied(t, "create "+powerLease+" with holderIdentity fencer-node-b", err, refusal("written"))
+			gen := powerLeaseOf(tc.caller)
+			gen.Name, gen.GenerateName = "", fencing.LeasePrefix
+			_, err = leases.Create(ctx, gen, metav1.CreateOptions{})
+			denied(t, "create with generateName "+fencing.LeasePrefix, err, "may only be written by a fencer")
+
+			// The fencer takes the Lease; the others may not take it
+			// over, renew it, or release it.
+			held, err := fencerB.CoordinationV1().Leases(namespace).Create(ctx, powerLeaseOf("fencer-node-b"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("the fencer on node-b creating %s: %v", powerLease, err)
+			}
+			l, err := leases.Get(ctx, powerLease, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Spec.HolderIdentity = ptr.To(tc.caller)
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+			denied(t, "update "+powerLease+" to holderIdentity "+tc.caller, err, refusal("written"))
+			l.Spec.HolderIdentity = ptr.To("fencer-node-b")
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now().Add(time.Hour)))
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+			denied(t, "update "+powerLease+"'s renewTime", err, refusal("written"))
+			denied(t, "delete "+powerLease, leases.Delete(ctx, powerLease, metav1.DeleteOptions{}), refusal("deleted"))
+			denied(t, "deletecollection metadata.name="+powerLease,
+				leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "metadata.name=" + powerLease}),
+				refusal("deleted"))
+
+			after, err := fencerB.CoordinationV1().Leases(namespace).Get(ctx, powerLease, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s after the refusals: %v", powerLease, err)
+			}
+			if after.ResourceVersion != held.ResourceVersion {
+				t.Errorf("%s changed: resourceVersion %s, the fencer left %s; holder %v", powerLease, after.ResourceVersion, held.ResourceVersion, *after.Spec.HolderIdentity)
+			}
+			if err := fencerB.CoordinationV1().Leases(namespace).Delete(ctx, powerLease, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("the fencer on node-b deleting %s: %v", powerLease, err)
+			}
+		})
+	}
+
+	// The policy guards agent key Leases and power Leases in fenced's
+	// namespace only, and deleting a key Lease not at all: any other Lease
+	// there, and Leases of those names elsewhere, are not its business.
+	t.Run("outside-the-policy", func(t *testing.T) {
+		observer := podToken(t, observerSA, "node-a")
+		for _, w := range []struct {
+			ns, name string
+			cl       kubernetes.Interface
+		}{
+			// Names that only look like the guarded ones, written by an
+			// observer (it may write Leases in fenced's namespace).
+			{namespace, "fenced-power", observer},
+			{namespace, "fenced-powernode-a", observer},
+			{namespace, "fenced-leader", observer},
+			{namespace, "other-power-node-a", observer},
+			// The guarded names, in another namespace.
+			{"default", fencing.LeasePrefix + "node-a", admin},
+			{"default", publish.LeaseName("node-a"), admin},
+		} {
+			leases := w.cl.CoordinationV1().Leases(w.ns)
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: w.name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone")}}
+			l, err := leases.Create(ctx, l, metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("creating Lease %s/%s: %v", w.ns, w.name, err)
+				continue
+			}
+			l.Spec.HolderIdentity = ptr.To("someone-else")
+			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("updating Lease %s/%s: %v", w.ns, w.name, err)
+			}
+			if err := admin.CoordinationV1().Leases(w.ns).Delete(ctx, w.name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("deleting Lease %s/%s as admin: %v", w.ns, w.name, err)
+			}
+		}
+		// Deleting a key Lease: the observers' delete grant above makes
+		// this one the policy's call, and it does not object.
+		if err := publishAs(observer, "node-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := observer.CoordinationV1().Leases(namespace).Delete(ctx, publish.LeaseName("node-a"), metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting key Lease %s as node-a's observer: %v", publish.LeaseName("node-a"), err)
 		}
 	})
 
