@@ -100,9 +100,14 @@ func New(o Options) (*Agent, error) {
 	return a, nil
 }
 
-// readKey reads a base64 gossip key of 16, 24 or 32 bytes.
+// readKey reads a base64 gossip key of 16, 24 or 32 bytes from a file
+// that passes config.CheckSecretFile (refused when group or others may
+// write it, a warning when others may read it).
 func readKey(path string) ([]byte, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readSecretFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("gossip key: %w (create it with `head -c 32 /dev/urandom | base64 > %s && chmod 600 %s`)", err, path, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gossip key: %w", err)
 	}

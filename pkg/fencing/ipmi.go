@@ -145,11 +145,11 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}
 	password, err := b.opts.Credentials.Password()
 	if err != nil {
-		return b.fail(op, KindAuth, fmt.Errorf("reading password: %w", err))
+		return b.fail(op, KindAuth, fmt.Errorf("reading password: %w", err), "")
 	}
 	c, err := ipmi.NewClient(b.opts.Host, b.opts.Port, b.opts.Credentials.Username, password)
 	if err != nil {
-		return b.fail(op, KindAuth, err)
+		return b.fail(op, KindAuth, err, password)
 	}
 	c = c.WithCipherSuiteID(types.CipherSuiteID(b.opts.CipherSuite)).
 		WithMaxPrivilegeLevel(b.privilege).
@@ -158,7 +158,7 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 		c = c.WithTimeout(b.opts.Timeout)
 	}
 	if err := c.Connect(ctx); err != nil {
-		return b.fail(op, classifyIPMI(ctx, err, true), fmt.Errorf("opening session: %w", err))
+		return b.fail(op, classifyIPMI(ctx, err, true), fmt.Errorf("opening session: %w", err), password)
 	}
 	// Close with a fresh, short context: the operation's context may be
 	// spent, and an unclosed session occupies one of the BMC's few slots
@@ -170,9 +170,9 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}()
 	if err := fn(c); err != nil {
 		if errors.Is(err, errNoGUID) {
-			return b.fail(op, KindNotSupported, err)
+			return b.fail(op, KindNotSupported, err, password)
 		}
-		return b.fail(op, classifyIPMI(ctx, err, false), err)
+		return b.fail(op, classifyIPMI(ctx, err, false), err, password)
 	}
 	return nil
 }
@@ -189,8 +189,14 @@ func (b *IPMI) closeTimeout() time.Duration {
 	return time.Second
 }
 
-func (b *IPMI) fail(op string, kind ErrorKind, err error) error {
-	return &Error{Node: b.opts.Node, Op: op, Endpoint: b.endpoint, Kind: kind, Err: err}
+// fail builds the driver's *Error. kind must be decided on err before: the
+// cause is redacted (redactError) and so may lose its chain. go-ipmi v0.9.1
+// never puts the password into its errors (lanplus sends only HMACs of it,
+// and its messages name at most the user), but a later version or a BMC
+// answer quoted into an error must not be able to leak it either. password
+// is empty where none was read yet.
+func (b *IPMI) fail(op string, kind ErrorKind, err error, password string) error {
+	return &Error{Node: b.opts.Node, Op: op, Endpoint: b.endpoint, Kind: kind, Err: redactError(err, b.opts.Credentials.Username, password)}
 }
 
 // classifyIPMI maps go-ipmi errors onto ErrorKinds. While connecting, a

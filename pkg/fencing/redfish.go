@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -521,19 +522,24 @@ func (r *Redfish) attempt(ctx context.Context, op string, fn func(c *gofish.APIC
 		if r.basic {
 			stage = "reading service root"
 		}
-		return r.classify(op, actx, fmt.Errorf("%s: %w", stage, err), password)
+		// In session mode this is the login: its answers lose their body.
+		return r.classify(op, actx, fmt.Errorf("%s: %w", stage, err), !r.basic, password)
 	}
 	defer r.logout(ctx, c)
 
+	// The session token is a credential until the logout: redact it too.
+	var token string
 	if !r.basic {
 		// Without a token gofish would carry on unauthenticated, and an
 		// unauthenticated answer is no evidence of anything.
-		if s, err := c.GetSession(); err != nil || s.Token == "" {
+		s, err := c.GetSession()
+		if err != nil || s.Token == "" {
 			return r.newError(op, KindBMC, errors.New("BMC created a session without returning an X-Auth-Token"), password)
 		}
+		token = s.Token
 	}
 	if err := fn(c); err != nil {
-		return r.classify(op, actx, err, password)
+		return r.classify(op, actx, err, false, password, token)
 	}
 	return nil
 }
@@ -584,7 +590,13 @@ func kindErr(kind ErrorKind, err error) error { return &kindError{kind: kind, er
 
 // classify maps a gofish/net/http failure onto an ErrorKind. Anything not
 // recognised is a BMC error: it is never retried and never "off".
-func (r *Redfish) classify(op string, actx context.Context, err error, password string) error {
+//
+// The body of an HTTP answer is dropped (withoutBody) when the answer is
+// 401 or 403, or when login is set (err comes from creating the session,
+// whose request carried the password): the error keeps the status code and
+// the Redfish MessageId only. Whatever text remains is redacted by
+// newError.
+func (r *Redfish) classify(op string, actx context.Context, err error, login bool, password string, secrets ...string) error {
 	var ke *kindError
 	var re *schemas.Error
 	var ue *url.Error
@@ -602,6 +614,9 @@ func (r *Redfish) classify(op string, actx context.Context, err error, password 
 			kind = KindAuth
 		} else {
 			kind = KindBMC
+		}
+		if kind == KindAuth || login {
+			err = withoutBody(err, re)
 		}
 	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr),
 		errors.As(err, &invErr), errors.As(err, &recErr):
@@ -623,36 +638,36 @@ func (r *Redfish) classify(op string, actx context.Context, err error, password 
 			}
 		}
 	}
-	return r.newError(op, kind, err, password)
+	return r.newError(op, kind, err, password, secrets...)
 }
 
-// newError builds the driver's *Error, scrubbing the password from the
-// cause: a BMC may echo the login request back in its error body.
-func (r *Redfish) newError(op string, kind ErrorKind, err error, password string) *Error {
-	return &Error{Node: r.node, Op: op, Endpoint: r.endpoint, Kind: kind, Err: scrub(err, password)}
+// newError builds the driver's *Error with the credentials redacted from
+// the cause (redactError): a BMC may echo the login request back in its
+// error body. BMC-supplied text is then cut to maxErrorText. password is
+// empty where none was read yet.
+func (r *Redfish) newError(op string, kind ErrorKind, err error, password string, secrets ...string) *Error {
+	err = truncateError(redactError(err, r.creds.Username, password, secrets...), maxErrorText)
+	return &Error{Node: r.node, Op: op, Endpoint: r.endpoint, Kind: kind, Err: err}
 }
 
-// scrub returns err unchanged when its text is safe and tidy, and otherwise
-// a plain error with the password redacted and BMC-supplied text trimmed and
-// truncated.
-// The original is deliberately not wrapped, so no caller can reach the
-// unredacted text through errors.Unwrap.
-func scrub(err error, password string) error {
+// redfishMessageID is the shape of a Redfish MessageId ("Base.1.8.NoValidSession").
+var redfishMessageID = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+
+// withoutBody replaces the BMC's answer re inside err's text by its status
+// code, status text and Redfish MessageId. Authentication failures (and
+// every failure to log in) are answered by some BMCs with the request they
+// refused, credentials included, in encodings no redaction can promise to
+// foresee; the body is not needed to tell the operator what went wrong.
+func withoutBody(err error, re *schemas.Error) error {
+	short := fmt.Sprintf("HTTP %d %s", re.HTTPReturnedStatusCode, http.StatusText(re.HTTPReturnedStatusCode))
+	if redfishMessageID.MatchString(re.Code) {
+		short += " (" + re.Code + ")"
+	}
+	short += ", response body not shown"
 	msg := err.Error()
-	// BMC error bodies usually end in a newline, which breaks log lines.
-	trimmed := strings.TrimRight(msg, " \t\r\n")
-	changed := trimmed != msg
-	msg = trimmed
-	if password != "" && strings.Contains(msg, password) {
-		msg = strings.ReplaceAll(msg, password, "<redacted>")
-		changed = true
+	if full := re.Error(); full != "" && strings.Contains(msg, full) {
+		return errors.New(strings.Replace(msg, full, short, 1))
 	}
-	if len(msg) > maxErrorText {
-		msg = msg[:maxErrorText] + "...(truncated)"
-		changed = true
-	}
-	if !changed {
-		return err
-	}
-	return errors.New(msg)
+	// The answer is not where expected in the text: show nothing of it.
+	return errors.New(short)
 }

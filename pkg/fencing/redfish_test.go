@@ -478,27 +478,42 @@ func TestRedfishTLS(t *testing.T) {
 }
 
 // TestRedfishPasswordNeverInErrors uses a BMC that echoes the login request
-// in its error body, the worst case for leaking the password.
+// in its error body, the worst case for leaking the password: refused
+// logins lose their body, other answers keep it with the password redacted.
 func TestRedfishPasswordNeverInErrors(t *testing.T) {
-	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/redfish/v1/" {
-			_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/","Links":{"Sessions":{"@odata.id":"/redfish/v1/SessionService/Sessions"}}}`)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		user, pass, _ := r.BasicAuth()
-		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprintf(w, `{"error":{"message":"bad login %s %s:%s"}}`, body, user, pass)
-	}))
-	t.Cleanup(echo.Close)
-
-	for _, mode := range rfAuthModes() {
-		t.Run(mode, func(t *testing.T) {
-			d := rfNewDriver(t, echo.URL, rfWithAuth(mode))
+	echo := func(status int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/redfish/v1/" {
+				_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/","Links":{"Sessions":{"@odata.id":"/redfish/v1/SessionService/Sessions"}}}`)
+				return
+			}
+			body, _ := io.ReadAll(r.Body)
+			user, pass, _ := r.BasicAuth()
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":{"message":"bad login %s %s:%s"}}`, body, user, pass)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	tests := []struct {
+		mode   string
+		status int
+		kind   ErrorKind
+		want   string
+	}{
+		{RedfishAuthSession, http.StatusUnauthorized, KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthBasic, http.StatusUnauthorized, KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthSession, http.StatusInternalServerError, KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
+		{RedfishAuthBasic, http.StatusInternalServerError, KindBMC, "bad login  fenced:<redacted>"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%d", tt.mode, tt.status), func(t *testing.T) {
+			url := echo(tt.status)
+			d := rfNewDriver(t, url, rfWithAuth(tt.mode))
 			_, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindAuth, echo.URL)
-			if !strings.Contains(err.Error(), "<redacted>") {
-				t.Errorf("expected the echoed password to be redacted, got: %v", err)
+			rfCheckErr(t, err, tt.kind, url)
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
 		})
 	}

@@ -68,12 +68,16 @@ func (f *Fencer) agentKey(node string) (publish.Key, bool) {
 // leave notice) is its node's own word: signed with the key node
 // published for the boot the announcement is about, and not older than a
 // statement already seen from that key. Claims that fail are counted and
-// logged as forgeries when they matter: a shutdown announcement, or a
-// signature that is there but wrong.
+// logged as forgeries when they matter: a shutdown announcement or a
+// leave.
 func (f *Fencer) signed(node string, m heartbeat.Member) bool {
-	matters := m.Meta.State == heartbeat.AnnounceShuttingDown || m.Meta.State == heartbeat.AnnounceShutdownComplete
+	// Only claims that could change a decision are counted: a plain
+	// "running" whose signature does not verify yet is what every reboot
+	// looks like until the fencer sees the new boot's key.
+	matters := m.Meta.State == heartbeat.AnnounceShuttingDown || m.Meta.State == heartbeat.AnnounceShutdownComplete ||
+		m.State == heartbeat.StateLeft
 	reject := func(kind string) bool {
-		if matters || m.Meta.Sig != "" {
+		if matters {
 			f.forgery(node, kind, m.Meta.Sig+"/"+m.Meta.State+"/"+string(m.State))
 		}
 		return false

@@ -5,13 +5,16 @@
 package redfishsim
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +44,12 @@ type Options struct {
 	// (default ForceOff, On, ForceRestart). Set to an empty non-nil slice
 	// to advertise none.
 	ResetTypes []string
+	// EchoRequest makes every error answer (a refused login, a request
+	// without valid credentials, an injected Status fault) quote the request
+	// it answers, headers (Authorization included) and body (the login's
+	// password included), in its message, as some BMCs do. It is the worst
+	// case for a client that puts error bodies into its own errors.
+	EchoRequest bool
 }
 
 // Fault changes how subsequent requests are answered until cleared.
@@ -73,6 +82,7 @@ type Server struct {
 	power      string
 	uuid       string
 	resetTypes []string
+	echo       bool
 	sessions   map[string]string // token -> session URI
 	nextID     int
 	resets     []string
@@ -89,6 +99,7 @@ func New(opts Options) *Server {
 		power:      or(opts.PowerState, "On"),
 		uuid:       opts.UUID,
 		resetTypes: opts.ResetTypes,
+		echo:       opts.EchoRequest,
 		sessions:   map[string]string{},
 	}
 	if s.resetTypes == nil {
@@ -203,6 +214,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f := s.fault
 	s.mu.Unlock()
 
+	// fail answers with a Redfish error, quoting the request if asked to.
+	fail := func(status int, msg string) { writeError(w, status, msg) }
+	if s.echo {
+		echo := echoRequest(r)
+		fail = func(status int, msg string) { writeError(w, status, msg+"; request was: "+echo) }
+	}
+
 	if f.Path == "" || f.Path == path {
 		if f.Delay > 0 {
 			t := time.NewTimer(f.Delay)
@@ -216,7 +234,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if f.Status != 0 {
-			writeError(w, f.Status, "injected fault")
+			fail(f.Status, "injected fault")
 			return
 		}
 		if f.MalformedJSON {
@@ -233,11 +251,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.serviceRoot(w)
 		return
 	case path == SessionsPath && r.Method == http.MethodPost:
-		s.createSession(w, r)
+		s.createSession(w, r, fail)
 		return
 	}
 	if !s.authorized(r) {
-		writeError(w, http.StatusUnauthorized, "authentication required")
+		fail(http.StatusUnauthorized, "authentication required")
 		return
 	}
 
@@ -319,16 +337,16 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request, fail func(status int, msg string)) {
 	var req struct{ UserName, Password string }
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed request body")
+		fail(http.StatusBadRequest, "malformed request body")
 		return
 	}
 	s.mu.Lock()
 	if !s.credentialsOK(req.UserName, req.Password) {
 		s.mu.Unlock()
-		writeError(w, http.StatusUnauthorized, "invalid credentials")
+		fail(http.StatusUnauthorized, "invalid credentials")
 		return
 	}
 	s.nextID++
@@ -358,6 +376,26 @@ func (s *Server) deleteSession(w http.ResponseWriter, path string) {
 		}
 	}
 	writeError(w, http.StatusNotFound, "no such session")
+}
+
+// echoRequest renders r (request line, sorted headers, body) the way a BMC
+// quoting the request in its error message would, and leaves r.Body
+// readable for the handler.
+func echoRequest(r *http.Request) string {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	names := make([]string, 0, len(r.Header))
+	for name := range r.Header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", r.Method, r.URL.RequestURI())
+	for _, name := range names {
+		fmt.Fprintf(&b, "\n%s: %s", name, strings.Join(r.Header[name], ", "))
+	}
+	fmt.Fprintf(&b, "\n\n%s", body)
+	return b.String()
 }
 
 // authorized accepts a live session token or basic credentials.

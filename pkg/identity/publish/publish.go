@@ -6,9 +6,10 @@
 // Why a fencer may believe that Lease: the ValidatingAdmissionPolicy
 // shipped with fenced (deploy/daemonset/base/agent-identity-policy.yaml,
 // PolicyName) admits a write of fenced-agent-<node> only from an identity
-// bound to <node> — a ServiceAccount token of a pod running on that node
-// (its authentication.kubernetes.io/node-name claim), that node's kubelet
-// (system:node:<node>), or a host credential named fenced:node:<node>.
+// bound to <node>: a ServiceAccount token of a pod running on that node
+// (its authentication.kubernetes.io/node-name claim, which the API server
+// puts in pod-bound tokens since Kubernetes 1.30), or, for agents run by
+// systemd, a host credential whose user name is fenced:node:<node>.
 // The shared gossip key plays no part, so a compromised worker can
 // publish a key for itself only. A fencer checks that the policy is in
 // force (PolicyInForce) before it takes any node's signed word.
@@ -39,7 +40,8 @@ const (
 	// AnnotationBootID holds the boot the key was made in.
 	AnnotationBootID = "fenced.io/agent-boot-id"
 	// PolicyName is the ValidatingAdmissionPolicy (and its binding) that
-	// lets only a node's own identity write its key Lease.
+	// lets only a node's own identity write its key Lease, and only
+	// fencers write the power Leases.
 	PolicyName = "fenced-agent-identity"
 )
 
