@@ -100,11 +100,14 @@ type PasswordSource struct {
 }
 
 // Read returns the password. A file's trailing newline is removed because
-// `kubectl create secret --from-file` and editors add one.
+// `kubectl create secret --from-file` and editors add one. A file that
+// group or others may write is refused (CheckSecretFile); the warning for
+// one that others may read is left to callers with a logger
+// (fencing.NewDriver).
 func (p PasswordSource) Read() (string, error) {
 	switch {
 	case p.File != "":
-		b, err := os.ReadFile(p.File)
+		b, _, err := ReadSecretFile(p.File)
 		if err != nil {
 			return "", fmt.Errorf("reading password file: %w", err)
 		}

@@ -34,7 +34,16 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 // NewDriver returns the driver for one resolved inventory entry.
 func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
 	common := DriverOptions{Node: r.Node, Timeout: r.Timeout, Retries: r.Retries}
-	creds := Credentials{Username: r.Username, Password: r.Password.Read}
+	warnPasswordFile(r.Password, log)
+	creds := Credentials{Username: r.Username, Password: func() (string, error) {
+		pw, err := r.Password.Read()
+		if err == nil {
+			// Read refuses a writable file; a chmod o+r since start-up is
+			// warned about here, once.
+			warnPasswordFile(r.Password, log)
+		}
+		return pw, err
+	}}
 	switch r.Protocol {
 	case config.ProtocolIPMI:
 		return NewIPMI(IPMIOptions{
@@ -65,6 +74,18 @@ func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
 		})
 	}
 	return nil, fmt.Errorf("unknown protocol %q", r.Protocol)
+}
+
+// warnPasswordFile logs, once per process and mode, that a password file
+// is readable by every user of the host (config.CheckSecretFile). Errors
+// are left to PasswordSource.Read, which refuses the file.
+func warnPasswordFile(src config.PasswordSource, log *slog.Logger) {
+	if src.File == "" {
+		return
+	}
+	if warning, err := config.CheckSecretFile(src.File); err == nil {
+		config.WarnSecretFileOnce(log, src.File, warning)
+	}
 }
 
 // BMC returns the BMC of node, if the inventory has one.
