@@ -2,8 +2,14 @@
 // which agents see each other's liveness: joining, member metadata, the
 // encryption key and label, the member view and a clean leave.
 //
-// Gossip only raises suspicion. A member the ring declares dead costs one
-// BMC read, never a taint, so the ring may be tuned for fast detection.
+// Gossip only raises suspicion. Any holder of the shared key can say
+// anything in any member's name, so a member the ring declares dead costs
+// one BMC read, never a taint, and the ring may be tuned for fast
+// detection. What a node says about itself that fencers act on — its
+// clean-shutdown announcement, its leave, its answer to a liveness
+// challenge — is signed with that agent's own key (pkg/identity), which
+// fencers check against the key its node published; the ring carries the
+// signatures and checks none of them.
 package heartbeat
 
 import (
