@@ -11,10 +11,11 @@ STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT    := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 BENCH_COUNT  ?= 6
 TEST_TIMEOUT ?= 60m
+FUZZTIME     ?= 1m
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build deps kube-binaries test test-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -33,6 +34,12 @@ kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached 
 test: deps kube-binaries ## the full suite: unit, integration (BMC simulators) and end-to-end scenarios
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 1m)
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh
+
+fuzz-short: ## run every fuzz target for 10s each
+	FUZZTIME=10s GO=$(GO) ./hack/fuzz.sh
 
 e2e: deps kube-binaries ## only the end-to-end scenarios on the local cluster harness, verbose
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
