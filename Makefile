@@ -31,15 +31,16 @@ deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-se
 kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached outside the repo, ~6-9 min cold)
 	./hack/kube-binaries.sh >/dev/null
 
-test: deps kube-binaries ## the full suite: unit, integration (BMC simulators) and end-to-end scenarios
+test: deps kube-binaries ## the full suite: unit, integration (BMC simulators), end-to-end scenarios, a short fuzz of every decoder
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) --no-print-directory fuzz-short
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 1m)
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh
 
-fuzz-short: ## run every fuzz target for 10s each
-	FUZZTIME=10s GO=$(GO) ./hack/fuzz.sh
+fuzz-short: ## run every fuzz target for 5s each (part of make test)
+	FUZZTIME=5s GO=$(GO) ./hack/fuzz.sh
 
 e2e: deps kube-binaries ## only the end-to-end scenarios on the local cluster harness, verbose
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/

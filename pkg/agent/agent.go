@@ -29,6 +29,8 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/systemd"
@@ -88,7 +90,7 @@ func New(o Options) (*Agent, error) {
 		if o.Config.Gossip.KeyFile == "" {
 			return nil, errors.New("no gossip key: set gossip.keyFile in the configuration, or pass --insecure-gossip (anyone on the network could then join the ring)")
 		}
-		if a.key, err = readKey(o.Config.Gossip.KeyFile); err != nil {
+		if a.key, err = readKey(o.Config.Gossip.KeyFile, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -103,8 +105,8 @@ func New(o Options) (*Agent, error) {
 // readKey reads a base64 gossip key of 16, 24 or 32 bytes from a file
 // that passes config.CheckSecretFile (refused when group or others may
 // write it, a warning when others may read it).
-func readKey(path string) ([]byte, error) {
-	raw, err := readSecretFile(path)
+func readKey(path string, log *slog.Logger) ([]byte, error) {
+	raw, err := readSecretFile(path, log)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("gossip key: %w (create it with `head -c 32 /dev/urandom | base64 > %s && chmod 600 %s`)", err, path, path)
 	}
@@ -168,6 +170,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
+	// This run's own key: what this node says about itself that fencers
+	// act on (a clean shutdown, its leave) is signed with it, and it is
+	// published where only this node may write (pkg/identity/publish).
+	signingKey, err := identity.NewKey()
+	if err != nil {
+		return err
+	}
+	keyPublished := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenced_agent_key_published",
+		Help: "1 once this agent's own signing key is published on its Lease; 0 means fencers take none of this node's word (its clean shutdowns need the BMC).",
+	})
+	reg.MustRegister(keyPublished)
+	publishKey(ctx, o, signingKey.Public(), keyPublished, log)
+
 	hb := heartbeat.Config{
 		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port, AdvertiseAddr: advertise,
 		ClusterName: o.Config.ClusterName, SecretKey: key, Insecure: o.InsecureGossip,
@@ -183,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Seeds:  func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
 		IsNode: func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
 		Logger: log,
+		Key:    signingKey,
 	})
 	if err != nil {
 		return fmt.Errorf("joining the gossip ring: %w", err)
@@ -249,6 +266,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration: o.Config.Fencer.LeaseDuration,
 			Verify:        fencing.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
+			GossipPort:    o.Config.Gossip.Port,
 			Metrics:       fencing.NewMetrics(reg), Logger: log,
 		})
 		go func() { fencerDone <- fencer.Run(fencerCtx) }()
@@ -376,6 +394,7 @@ func policyOf(c *config.Config) fencing.Policy {
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
 		ShutdownWait:   p.ShutdownWait,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+		ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
 	}
 }
 
@@ -387,20 +406,11 @@ func seeds(nodes corelisters.NodeLister, self string, port int, extra []string) 
 		if n.Name == self {
 			continue
 		}
-		if ip := internalIP(n); ip != "" {
+		if ip := taint.InternalIP(n); ip != "" {
 			out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
 		}
 	}
 	return out
-}
-
-func internalIP(n *corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return ""
 }
 
 // waitInternalIP waits for this host's Node to appear with an InternalIP
@@ -430,7 +440,7 @@ func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nod
 	for first := true; ; first = false {
 		n, err := nodes.Get(name)
 		if err == nil {
-			if ip := internalIP(n); ip != "" {
+			if ip := taint.InternalIP(n); ip != "" {
 				return ip, nil
 			}
 		} else if !apierrors.IsNotFound(err) {
@@ -463,4 +473,50 @@ func serve(addr string, h http.Handler, log *slog.Logger) (func(), error) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// keyPublishWait bounds how long the agent waits to publish its key before
+// it joins the ring: an API server that is down must not keep a node out
+// of gossip (then fencers need its BMC for a clean shutdown, which is
+// safe). Publishing goes on in the background after it.
+const keyPublishWait = 30 * time.Second
+
+// publishKey publishes this agent's key on its Lease, retrying with
+// backoff. It returns once the key is published or after keyPublishWait,
+// leaving the retries running in the background until ctx ends.
+func publishKey(ctx context.Context, o Options, key identity.PublicKey, published prometheus.Gauge, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		delay := time.Second
+		for attempt := 1; ; attempt++ {
+			err := publish.Publish(ctx, o.Client, o.Config.Fencer.LeaseNamespace, o.NodeName, o.BootID, key, time.Now())
+			if err == nil {
+				published.Set(1)
+				log.Info("published this agent's signing key", "lease", o.Config.Fencer.LeaseNamespace+"/"+publish.LeaseName(o.NodeName), "key", key.String())
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			level := slog.LevelWarn
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				level = slog.LevelError // RBAC or the identity policy refuses: a deployment problem
+			}
+			log.Log(ctx, level, "cannot publish this agent's signing key; fencers take none of this node's word until it is, so its clean shutdowns need the BMC",
+				"err", err, "attempt", attempt, "retryIn", delay)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, time.Minute)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-time.After(keyPublishWait):
+		log.Warn("joining the gossip ring before this agent's key is published; still trying", "waited", keyPublishWait)
+	}
 }

@@ -64,7 +64,7 @@ func TestReadKey(t *testing.T) {
 			} else {
 				p = writeKeyFile(t, tt.content, tt.mode)
 			}
-			key, err := readKey(p)
+			key, err := readKey(p, nil)
 			if tt.wantErr == nil {
 				if err != nil || len(key) != 32 {
 					t.Fatalf("readKey = %d bytes, %v", len(key), err)

@@ -253,6 +253,7 @@ func TestSectionErrors(t *testing.T) {
 		"policy: {mode: reboot}":                    `policy: mode: unknown mode "reboot"`,
 		`policy: {maxUnhealthy: "0.5"}`:             `policy: maxUnhealthy: "0.5" is not a percentage`,
 		`policy: {maxUnhealthy: "150%"}`:            `policy: maxUnhealthy: "150%" is not a percentage`,
+		`policy: {maxUnhealthy: "NaN%"}`:            `policy: maxUnhealthy: "NaN%" is not a percentage`,
 		"policy: {maxConcurrentPowerActions: -1}":   "policy: maxConcurrentPowerActions: -1: at least 1",
 		"policy: {afterFence: maybe}":               `policy: afterFence: "maybe": want off or on`,
 		"policy: {fenceAfter: 1m, fenceAfterr: 2m}": `unknown field "fenceAfterr"`,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	}
 	if p.MaxUnhealthy != "" {
 		pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(p.MaxUnhealthy), "%"), 64)
-		if err != nil || !strings.HasSuffix(p.MaxUnhealthy, "%") || pct < 0 || pct > 100 {
+		if err != nil || !strings.HasSuffix(p.MaxUnhealthy, "%") || math.IsNaN(pct) || pct < 0 || pct > 100 {
 			fe.add("policy", "maxUnhealthy", "%q is not a percentage like \"50%%\"", p.MaxUnhealthy)
 		}
 		r.MaxUnhealthy = pct / 100
