@@ -169,8 +169,14 @@ type Cluster struct {
 	restConfig *rest.Config
 	client     kubernetes.Interface
 
+	apiMu       sync.Mutex // serialises StopAPIServer and StartAPIServer
 	mu          sync.Mutex
 	procs       []*process // in start order
+	api         *process   // the current kube-apiserver (also in procs)
+	apiPath     string     // kube-apiserver binary, for StartAPIServer
+	apiArgs     []string   // its command line, for StartAPIServer
+	apiDown     bool       // StopAPIServer stopped it and it was not started again
+	stopped     bool       // Stop has begun
 	failed      bool       // the test failed: keep logs
 	stop        sync.Once
 	unInterrupt func() // unregisters the signal-time cleanup
@@ -356,10 +362,12 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 		// containers; the hollow kubelets run nothing for real.
 		"--allow-privileged=true",
 	}
-	api, err := c.start(APIServer, filepath.Join(binDir, APIServer), append(args, opts.APIServerArgs...))
+	c.apiPath, c.apiArgs = filepath.Join(binDir, APIServer), append(args, opts.APIServerArgs...)
+	api, err := c.start(APIServer, c.apiPath, c.apiArgs)
 	if err != nil {
 		return c, err
 	}
+	c.api = api
 	if err := c.waitReady(ctx, api, c.Host+"/readyz", c.token); err != nil {
 		return c, err
 	}
@@ -683,6 +691,7 @@ func (c *Cluster) dumpLogs(logf func(string, ...any)) {
 func (c *Cluster) Stop() {
 	c.stop.Do(func() {
 		c.mu.Lock()
+		c.stopped = true
 		procs := append([]*process(nil), c.procs...)
 		c.mu.Unlock()
 		for i := len(procs) - 1; i >= 0; i-- {
