@@ -394,7 +394,7 @@ func policyOf(c *config.Config) fencing.Policy {
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
 		ShutdownWait:   p.ShutdownWait,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
-		ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
+		ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute, MaxEvidenceAge: 10 * time.Second,
 	}
 }
 

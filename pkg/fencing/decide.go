@@ -84,6 +84,10 @@ type Policy struct {
 	// storm guard: more than MaxUnhealthy of the nodes tainted on their own
 	// word within it stops that kind of evidence.
 	StormWindow time.Duration
+	// MaxEvidenceAge is how old a power reading may be when its taint is
+	// written; an older one is read again first (the write was held up,
+	// say by an API server outage, and the node may be back since).
+	MaxEvidenceAge time.Duration
 }
 
 // Ready is the status of a Node's Ready condition.
@@ -118,6 +122,12 @@ type NodeObs struct {
 	// joining the cluster, not gone. Nothing that needs fencing can run
 	// there: pods with volumes are only scheduled to Ready nodes.
 	NeverReady bool
+	// KubeletRenew is the renew time of the kubelet's node Lease (its
+	// heartbeat, written under NodeRestriction), by the kubelet's clock.
+	KubeletRenew time.Time
+	// PodsForceDeleted: the node's pods were force-deleted for the fence
+	// it carries now.
+	PodsForceDeleted bool
 }
 
 // MemberObs is what gossip says about the node's agent. Any holder of the
@@ -166,10 +176,16 @@ type BMCObs struct {
 
 // Reading is one authenticated power reading.
 type Reading struct {
-	Power    PowerState
-	At       time.Time
-	GUID     string
-	Endpoint string
+	Power PowerState
+	// At is when the answer came; Sent when the request was sent. The
+	// reading's age counts from At.
+	At, Sent time.Time
+	// KubeletRenew is the renew time of the node's kubelet Lease as the
+	// fencer knew it when the answer came: a later renewal means the node
+	// was alive after the reading (same clock on both sides: the kubelet's).
+	KubeletRenew time.Time
+	GUID         string
+	Endpoint     string
 	// AfterPowerOff: fenced switched the node off and this reading
 	// confirmed it.
 	AfterPowerOff bool
@@ -279,6 +295,7 @@ const (
 	ReasonRecovered                  = "NodeRecovered"
 	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
 	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
+	ReasonEvidenceVoided             = "FenceEvidenceVoided"
 )
 
 // taintRetry is how long the core waits to see its own taint on the Node
@@ -307,6 +324,9 @@ type Target struct {
 	stormAlarmed  bool      // the clean-shutdown storm alarm was raised
 	taintSeen     bool      // our taint has been observed on the Node
 	taintSent     time.Time // when ApplyTaint was last returned
+	// voidedUpTo: power readings up to this answer time were contradicted
+	// by a sign of life and are no evidence.
+	voidedUpTo time.Time
 	fence         *FenceRecord
 }
 
@@ -379,10 +399,18 @@ func (d *decider) step() {
 		if t.fence == nil {
 			t.fence = &FenceRecord{Method: "unknown"}
 		}
+		t.taintSeen = true
 		d.enter(PhaseFenced, "adopted existing fenced taint")
 	}
-	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) {
+	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) && !t.taintSeen {
+		// Our own taint has landed: the fence is a fact now, and the Event
+		// says so (dated with the evidence, not with the decision).
 		t.taintSeen = true
+		if f := t.fence; f != nil {
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
+				"tainted out-of-service with %s evidence taken at %s: %s",
+				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
+		}
 	}
 	if !o.Node.TaintedByFenced && t.taintSeen {
 		// Removed by `fenced unfence` or by hand: start over from what
@@ -402,10 +430,19 @@ func (d *decider) step() {
 	}
 }
 
-// unresponsive reports whether either channel says the node is gone.
+// unresponsive reports whether either channel says the node is gone. A
+// gossip "alive" that the agent itself did not back up — a challenge sent
+// after it went unanswered — is not the node's word and counts as gone.
 func (d *decider) unresponsive() bool {
 	o := d.o
-	return o.Node.Ready != ReadyTrue || o.Member.State == "dead" || o.Member.State == "left"
+	return o.Node.Ready != ReadyTrue || o.Member.State == "dead" || o.Member.State == "left" || d.aliveUnbacked()
+}
+
+// aliveUnbacked reports whether gossip says the member is alive while its
+// agent left a challenge sent after that unanswered.
+func (d *decider) aliveUnbacked() bool {
+	o, a := d.o, d.o.Agent
+	return o.Member.State == "alive" && a.LastSilent.After(o.Member.Since) && !a.LastProof.After(a.LastSilent)
 }
 
 // responsiveSince reports whether the node answers on both channels and
@@ -457,7 +494,7 @@ func (d *decider) detect() {
 	// power device's reading or an operator counts.
 	if ev, ok := d.cleanShutdown(); ok {
 		if !d.cleanShutdownStorm() {
-			d.fenceWith(ev)
+			d.fenceIfStillTrue(ev)
 			return
 		}
 	}
@@ -482,7 +519,7 @@ func (d *decider) detect() {
 	}
 
 	r := o.BMC.Reading
-	fresh := r != nil && r.At.After(t.suspectSince)
+	fresh := r != nil && r.At.After(t.suspectSince) && r.At.After(t.voidedUpTo)
 	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspectSince) &&
 		(r == nil || o.BMC.Failure.At.After(r.At))
 
@@ -494,9 +531,9 @@ func (d *decider) detect() {
 			r.Endpoint, r.GUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
-		d.fenceWith(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		d.fenceIfStillTrue(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("BMC %s read power off at %s, after the node stopped answering (%s)",
-				r.Endpoint, r.At.UTC().Format(time.RFC3339), d.channels())})
+				r.Endpoint, r.At.UTC().Format(time.RFC3339Nano), d.channels())})
 	case o.BMC.InFlight:
 		d.enter(PhaseConfirming, "BMC request in flight")
 	case failedSince:
@@ -673,7 +710,7 @@ func (d *decider) poweringOff() {
 	o, t, p := d.o, d.t, d.p
 	r := o.BMC.Reading
 	if r != nil && r.AfterPowerOff && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
-		d.fenceWith(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		d.fenceIfStillTrue(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through BMC %s and read power off at %s",
 				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
 		return
@@ -735,27 +772,135 @@ func (d *decider) poweringOff() {
 	d.reason = "waiting for the power-off to be confirmed"
 }
 
-// fenceWith applies the taint with evidence and the fast path.
+// Evidence must be true when the taint lands (DESIGN.md §2): a power
+// reading, or a node's own announcement, is evidence only while nothing
+// newer contradicts it, and a reading only while it is younger than
+// MaxEvidenceAge. The fencer checks the same rule once more right before
+// its write, against the freshest view (see EvidenceHolds).
+
+// evidenceTime is when the evidence was taken: the BMC's answer, or when
+// the fencer saw the node's announcement.
+func evidenceTime(ev *FenceRecord) time.Time {
+	if ev.BMC != nil {
+		return ev.BMC.At
+	}
+	return ev.At
+}
+
+// LifeAfter returns a sign of life of the node after ev was taken that no
+// other node can fake, or "" when there is none: a new boot ID in the API
+// or in its agent's signed announcement, an answer of its agent to a
+// liveness challenge, or (for a power reading) a renewal of its kubelet's
+// Lease. Gossip's own "alive" is not one (any key holder can say it); it
+// only makes the fencer ask the agent (see proofPending).
+func LifeAfter(ev *FenceRecord, o Observation) string {
+	at := evidenceTime(ev)
+	switch {
+	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
+		return fmt.Sprintf("Kubernetes reports boot %s, not boot %s of the evidence", o.Node.BootID, ev.BootID)
+	case ev.BootID != "" && o.Member.Signed && o.Member.State == "alive" && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
+		return fmt.Sprintf("its agent announced boot %s, signed, not boot %s of the evidence", o.Member.BootID, ev.BootID)
+	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
+		return fmt.Sprintf("its BMC %s reads power on at %s", o.BMC.Reading.Endpoint, o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
+	case o.Agent.LastProof.After(at):
+		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
+	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletRenew):
+		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after the reading", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// EvidenceHolds applies the whole rule at time o.Now: no sign of life since
+// ev, and a power reading no older than maxAge. It returns why not.
+func EvidenceHolds(ev *FenceRecord, o Observation, maxAge time.Duration) (ok bool, why string) {
+	if life := LifeAfter(ev, o); life != "" {
+		return false, life
+	}
+	if ev.BMC != nil && maxAge > 0 && o.Now.Sub(ev.BMC.At) > maxAge {
+		return false, fmt.Sprintf("the reading is %s old, more than %s", o.Now.Sub(ev.BMC.At).Round(time.Millisecond), maxAge)
+	}
+	return true, ""
+}
+
+// proofPending reports whether gossip says the node's agent is alive again
+// after at, and no challenge has been answered or gone unanswered since:
+// then the agent is asked before the evidence is used. One unanswered
+// challenge is enough, so forged alive messages delay a fence by one
+// challenge timeout per reading at most.
+func (d *decider) proofPending(at time.Time) bool {
+	o := d.o
+	if o.Member.State != "alive" || !o.Member.Since.After(at) {
+		return false
+	}
+	return !o.Agent.LastSilent.After(o.Member.Since) && !o.Agent.LastProof.After(at)
+}
+
+// fenceIfStillTrue fences with ev unless the node was seen alive after it
+// (the evidence is void: reported, and the reading never used again), its
+// agent has to be asked first, or the reading is too old (read again).
+func (d *decider) fenceIfStillTrue(ev FenceRecord) {
+	o, t := d.o, d.t
+	if life := LifeAfter(&ev, o); life != "" {
+		d.void(&ev, life)
+		return
+	}
+	if d.proofPending(evidenceTime(&ev)) {
+		d.challenge()
+		d.enter(PhaseConfirming, "gossip sees the node again after the evidence: asking its agent first")
+		d.requeue(d.p.ReadBackoffMin)
+		return
+	}
+	if ok, why := EvidenceHolds(&ev, o, d.p.MaxEvidenceAge); !ok {
+		// Too old: read again, now.
+		t.nextRead = o.Now
+		d.enter(PhaseConfirming, "evidence too old to use: "+why+"; reading again")
+		d.scheduleRead(false)
+		return
+	}
+	d.fenceWith(ev)
+}
+
+// void drops evidence that a sign of life contradicts: an Event says so,
+// a contradicted reading is never used again, and the node is looked at
+// afresh.
+func (d *decider) void(ev *FenceRecord, why string) {
+	o, t := d.o, d.t
+	at := evidenceTime(ev)
+	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+		"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
+		ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
+	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
+		t.voidedUpTo = ev.BMC.At
+	}
+	voidedUpTo, suspectSince := t.voidedUpTo, t.suspectSince
+	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo}
+	if d.unresponsive() {
+		// Still suspect: start over from a fresh reading.
+		t.suspectSince, t.nextRead = suspectSince, o.Now
+		d.enter(PhaseSuspect, "evidence void: "+why)
+		return
+	}
+	d.enter(PhaseHealthy, "evidence void, the node answers: "+why)
+}
+
+// fenceWith asks for the taint with evidence. The rest of the fence —
+// Ready=False, the pods' force-deletion, the NodeFenced Event — follows
+// once the taint is there (fenced), and is redone until done.
 func (d *decider) fenceWith(ev FenceRecord) {
-	o, t, p := d.o, d.t, d.p
-	t.fence, t.taintSent = &ev, o.Now
+	o, t := d.o, d.t
+	t.fence, t.taintSent, t.taintSeen = &ev, o.Now, false
 	d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
-	if o.Node.Ready != ReadyFalse {
-		d.do(Action{Kind: ActMarkNotReady})
-	}
-	if p.ForceDeletePods {
-		d.do(Action{Kind: ActForceDeletePods})
-	}
 	if o.Cluster.LeaseHeld {
 		d.do(Action{Kind: ActReleaseLease})
 	}
-	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced,
-		Message: "tainted out-of-service with " + ev.Method + " evidence: " + ev.Reason})
-	d.enter(PhaseFenced, "fenced: "+ev.Method)
+	d.enter(PhaseFenced, "fencing: "+ev.Method)
+	d.requeue(taintRetry)
 }
 
-// fenced handles Fenced and Recovering: wait for the node to come back
-// with a new boot, then remove the taint once no attachment is left.
+// fenced handles Fenced and Recovering: until the taint is there, keep
+// writing it while the evidence holds; then finish the fence and wait for
+// the node to come back with a new boot, and remove the taint once no
+// attachment is left.
 func (d *decider) fenced() {
 	o, t, p := d.o, d.t, d.p
 	fence := t.fence
@@ -763,17 +908,46 @@ func (d *decider) fenced() {
 		fence = &FenceRecord{Method: "unknown"}
 	}
 	if !o.Node.TaintedByFenced && !t.taintSeen {
-		// Our taint write has not shown up: the informer lags, or the write
-		// failed (API unreachable). Write again with the same evidence; the
-		// write is idempotent.
-		if o.Now.Sub(t.taintSent) >= taintRetry {
-			t.taintSent = o.Now
-			if t.fence != nil && t.Since.Before(o.Now) {
-				d.do(Action{Kind: ActApplyTaint, Evidence: t.fence})
+		// Our taint write has not shown up: it failed (API unreachable, a
+		// conflict) or is still on its way. Write again — but only with
+		// evidence that still holds now.
+		if t.fence == nil {
+			*t = Target{Name: t.Name}
+			d.enter(PhaseHealthy, "no evidence to write")
+			return
+		}
+		ev := *t.fence
+		if ev.Method == EvidenceCleanShutdown {
+			// The node's own word is re-derived from what gossip and the
+			// API show now, not replayed from memory.
+			fresh, ok := d.cleanShutdown()
+			if !ok || d.cleanShutdownStorm() {
+				*t = Target{Name: t.Name, suspectSince: t.suspectSince, nextRead: o.Now}
+				t.Phase = PhaseSuspect
+				d.detect()
+				return
+			}
+			fresh.At = ev.At
+			ev = fresh
+		}
+		if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
+			// A newer reading of off: fence on that one.
+			*t = Target{Name: t.Name, suspectSince: t.suspectSince, voidedUpTo: t.voidedUpTo}
+			t.Phase = PhaseConfirming
+			d.detect()
+			return
+		}
+		t.Phase = PhaseSuspect // fenceIfStillTrue re-enters Fenced
+		if o.Now.Sub(t.taintSent) < taintRetry && t.Since.Before(o.Now) {
+			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(evidenceTime(&ev)) {
+				t.Phase = PhaseFenced
+				d.reason = "waiting to see our taint on the Node"
+				d.requeue(taintRetry - o.Now.Sub(t.taintSent))
+				return
 			}
 		}
-		d.reason = "waiting to see our taint on the Node"
-		d.requeue(taintRetry)
+		t.fence = nil
+		d.fenceIfStillTrue(ev)
 		return
 	}
 	bootNow := d.bootID()
@@ -781,7 +955,12 @@ func (d *decider) fenced() {
 	// the fenced boot ID must not raise a false alarm.
 	memberBackSameBoot := o.Member.State == "alive" && o.Member.Signed && o.Member.BootID != "" &&
 		o.Member.BootID == fence.BootID && o.Member.Since.After(fence.At)
-	if d.responsiveSince(fence.At) || memberBackSameBoot {
+	// Back on a new boot: Ready with a boot ID other than the fenced one,
+	// whether or not its Ready condition changed since the fence (the node
+	// may have come back within the node-monitor grace period, or the fence
+	// was adopted after a restart).
+	backNewBoot := o.Node.Ready == ReadyTrue && o.Node.BootID != "" && fence.BootID != "" && o.Node.BootID != fence.BootID
+	if backNewBoot || d.responsiveSince(fence.At) || memberBackSameBoot {
 		if fence.BootID != "" && bootNow == fence.BootID {
 			if !t.alarmed {
 				t.alarmed = true
@@ -819,6 +998,20 @@ func (d *decider) fenced() {
 		d.enter(PhaseFenced, "no longer responsive")
 	}
 	d.reason = "fenced: waiting for the node to come back"
+	// The rest of the fence, redone until done: after an API outage or a
+	// fencer restart nothing of it is lost.
+	done := true
+	if o.Node.Ready != ReadyFalse {
+		d.do(Action{Kind: ActMarkNotReady})
+		done = false
+	}
+	if p.ForceDeletePods && !o.Node.PodsForceDeleted {
+		d.do(Action{Kind: ActForceDeletePods})
+		done = false
+	}
+	if !done {
+		d.requeue(taintRetry)
+	}
 	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.AfterPowerOff && !t.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight {
 		t.poweredOnSent = true
@@ -900,6 +1093,9 @@ func (d *decider) channels() string {
 	}
 	if s := d.o.Member.State; s == "dead" || s == "left" {
 		c = append(c, "gossip "+s)
+	}
+	if d.aliveUnbacked() {
+		c = append(c, "gossip alive, but its agent does not answer challenges")
 	}
 	return strings.Join(c, ", ")
 }

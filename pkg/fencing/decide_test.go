@@ -22,6 +22,7 @@ func testPolicy(mode Mode) Policy {
 		FenceDelay: 5 * time.Second, ForceDeletePods: true,
 		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
 		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
+		MaxEvidenceAge: 10 * time.Second,
 	}
 }
 
@@ -134,7 +135,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 		{name: "BMC reads off", at: 6200 * time.Millisecond, change: func(o *Observation) {
 			o.BMC.InFlight = false
 			o.BMC.Reading = reading(PowerOff, t0.Add(6150*time.Millisecond), nodeUUID)
-		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
+		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint}, notWant: []ActionKind{ActMarkNotReady, ActForceDeletePods}},
 	}
 	tgt, o := runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
 	// The informer has not seen our taint yet: nothing is done twice...
@@ -149,6 +150,25 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence {
 		t.Fatalf("lost taint write not retried: %v", kinds(d.Actions))
+	}
+
+	// The taint is there: the rest of the fence follows, and is redone
+	// until the Node shows it done.
+	o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+	o.Now = o.Now.Add(100 * time.Millisecond)
+	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || !slices.Contains(events(d.Actions), ReasonFenced) {
+		t.Fatalf("taint seen: %v %v", kinds(d.Actions), events(d.Actions))
+	}
+	o.Now = o.Now.Add(taintRetry)
+	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || slices.Contains(events(d.Actions), ReasonFenced) {
+		t.Fatalf("fast path not redone, or NodeFenced twice: %v %v", kinds(d.Actions), events(d.Actions))
+	}
+	o.Node.Ready, o.Node.PodsForceDeleted = ReadyFalse, true
+	o.Now = o.Now.Add(time.Second)
+	if d = tgt.Step(o, testPolicy(ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) || has(d.Actions, ActForceDeletePods) {
+		t.Fatalf("fast path redone when done: %v", kinds(d.Actions))
 	}
 
 	// The recorded evidence says what was seen.
@@ -557,7 +577,9 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 			o.BMC.InFlight = false
 			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
 			o.BMC.Reading.AfterPowerOff = true
-		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}, event: ReasonFenced},
+		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}},
+		{name: "taint seen", at: 90100 * time.Millisecond, change: func(o *Observation) { o.Node.TaintedByFenced = true },
+			phase: PhaseFenced, want: []ActionKind{ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
 	}
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
 	if ev := tgt.fence; ev == nil || !ev.BMC.AfterPowerOff || !strings.Contains(ev.Reason, "switched the node off") {
@@ -771,7 +793,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 		suspectSince := time.Time{}
 		for i := 0; i < 60; i++ {
 			o.Now = o.Now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
-			switch rng.IntN(11) {
+			switch rng.IntN(14) {
 			case 0:
 				o.Member.State, o.Member.Since = states[rng.IntN(len(states))], o.Now
 			case 1:
@@ -812,6 +834,27 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Minute), LastSilent: o.Now}
 				o.BMC.Reading, o.BMC.InFlight = reading(PowerOn, o.Now, nodeUUID), false
 				o.Cluster.GossipAlive, o.Cluster.LeaseHeld = 5, true
+			case 11:
+				// Signs of life after a reading: the kubelet renews its
+				// Lease, the agent answers a challenge.
+				if rng.IntN(2) == 0 {
+					o.Node.KubeletRenew = o.Now
+				} else {
+					o.Agent.LastProof = o.Now
+				}
+			case 12:
+				// The node came back on a new boot, seen by the API or by
+				// its agent's signed word.
+				if rng.IntN(2) == 0 {
+					o.Node.BootID = "boot-2"
+				} else {
+					o.Member.State, o.Member.Since, o.Member.BootID, o.Member.Signed = "alive", o.Now, "boot-2", true
+				}
+			case 13:
+				// The API write succeeds after all (the informer shows it).
+				if tgt.Phase == PhaseFenced && tgt.fence != nil {
+					o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+				}
 			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
@@ -821,6 +864,13 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			if a := find(d.Actions, ActApplyTaint); a != nil {
 				taints++
 				checkEvidence(t, o, a.Evidence, suspectSince)
+				// Never on evidence the node contradicted, or too old.
+				if ok, why := EvidenceHolds(a.Evidence, o, p.MaxEvidenceAge); !ok {
+					t.Fatalf("walk %d step %d: taint written although %s", walk, i, why)
+				}
+				if a.Evidence.BMC != nil && (o.Node.KubeletRenew.After(a.Evidence.BMC.At) || o.Agent.LastProof.After(a.Evidence.BMC.At)) {
+					t.Fatalf("walk %d step %d: taint on a node seen alive after the reading", walk, i)
+				}
 			}
 			if has(d.Actions, ActPowerOff) {
 				powerOffs++
@@ -835,8 +885,9 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Now.Sub(a.SilentSince) < p.FenceAfter || o.Now.Sub(o.Node.ReadySince) < p.FenceAfter) {
 				t.Fatalf("walk %d step %d: power-off with Ready=%s since %s, agent %+v", walk, i, o.Node.Ready, o.Node.ReadySince, a)
 			}
-			if d.Phase == PhaseFenced {
-				// Model the API: our taint is now on the node.
+			if d.Phase == PhaseFenced && has(d.Actions, ActApplyTaint) && rng.IntN(3) != 0 {
+				// Model the API: the write lands, or (one in three) fails
+				// and is retried later.
 				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
 			} else if d.Phase == PhaseHealthy {
 				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
@@ -853,9 +904,14 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 	t.Helper()
 	switch ev.Method {
 	case EvidenceBMCPowerOff:
-		r := o.BMC.Reading
-		if r == nil || r.Power != PowerOff || !r.At.After(suspectSince) || ev.BMC != r {
+		// The evidence's reading is an off reading taken during this
+		// suspicion, and no newer reading says on.
+		r := ev.BMC
+		if r == nil || r.Power != PowerOff || !r.At.After(suspectSince) {
 			t.Fatalf("bmc-power-off taint without a fresh off reading: reading %+v, suspect since %s", r, suspectSince)
+		}
+		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != PowerOff {
+			t.Fatalf("bmc-power-off taint on %+v although the latest reading is %+v", r, now)
 		}
 		if r.GUID != "" && !taint.SameSystemUUID(r.GUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
@@ -970,5 +1026,102 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 	d = tgt.Step(o, p)
 	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence.Method != EvidenceBMCPowerOff {
 		t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
+	}
+}
+
+// TestEvidenceMustBeTrueWhenTheTaintLands: a power reading that could not
+// be written at once (API server down) is re-checked at every retry: any
+// sign of life after it voids it, and an old one is read again first.
+func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	// The node lost power at t0+1s; the BMC read off at t0+7s; the API
+	// server is down, so the taint does not land.
+	pending := func() (*Target, Observation) {
+		tgt := suspected(p)
+		o := powerLoss(healthy(), t0.Add(7*time.Second))
+		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading.KubeletRenew = t0
+		o.Node.KubeletRenew = t0
+		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
+			t.Fatalf("no taint on a fresh off reading: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+		return tgt, o
+	}
+	lives := []struct {
+		name   string
+		change func(*Observation)
+	}{
+		{"its agent announces a new boot, signed", func(o *Observation) {
+			o.Member.State, o.Member.Since, o.Member.BootID, o.Member.Signed = "alive", t0.Add(15*time.Second), "boot-2", true
+		}},
+		{"the API reports a new boot", func(o *Observation) { o.Node.BootID = "boot-2" }},
+		{"its kubelet renews its Lease", func(o *Observation) { o.Node.KubeletRenew = t0.Add(14 * time.Second) }},
+		{"its agent answers a challenge", func(o *Observation) { o.Agent.LastProof = t0.Add(15 * time.Second) }},
+	}
+	for _, l := range lives {
+		t.Run("void: "+l.name, func(t *testing.T) {
+			tgt, o := pending()
+			o.Now = t0.Add(15 * time.Second)
+			l.change(&o)
+			d := tgt.Step(o, p)
+			if has(d.Actions, ActApplyTaint) || !slices.Contains(events(d.Actions), ReasonEvidenceVoided) {
+				t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
+			}
+			// The contradicted reading is never used again.
+			for i := 0; i < 60; i++ {
+				o.Now = o.Now.Add(time.Second)
+				if d := tgt.Step(o, p); has(d.Actions, ActApplyTaint) {
+					t.Fatalf("%s later: tainted on the voided reading (reason %q)", o.Now.Sub(t0), d.Reason)
+				}
+			}
+		})
+	}
+	t.Run("gossip alive after the reading: ask the agent first", func(t *testing.T) {
+		tgt, o := pending()
+		o.Now = t0.Add(12 * time.Second)
+		o.Member.State, o.Member.Since = "alive", t0.Add(11*time.Second) // forged, or the node is back
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActChallenge) {
+			t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+		o.Now = t0.Add(13 * time.Second)
+		o.Agent = AgentObs{SilentSince: t0.Add(12 * time.Second), LastSilent: t0.Add(12 * time.Second)}
+		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
+			t.Fatalf("agent silent, reading 6 s old: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+	})
+	t.Run("too old: read again, then fence on the fresh reading", func(t *testing.T) {
+		tgt, o := pending()
+		o.Now = t0.Add(41 * time.Second) // the API server is back
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) {
+			t.Fatalf("34 s old reading: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+		o.Now = o.Now.Add(100 * time.Millisecond)
+		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading.KubeletRenew = t0
+		d = tgt.Step(o, p)
+		if a := find(d.Actions, ActApplyTaint); a == nil || !a.Evidence.BMC.At.Equal(o.Now) {
+			t.Fatalf("fresh reading: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+	})
+}
+
+// TestBackOnANewBootWithoutReadyTransition: a node fenced and back within
+// the node-monitor grace period never changed its Ready condition, and a
+// restarted fencer adopts the fence with no memory of it: a new boot ID
+// with Ready is enough to recover.
+func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
+	o := healthy()
+	o.Now = t0.Add(time.Minute)
+	o.Node.TaintedByFenced = true
+	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
+		BMC: reading(PowerOff, t0.Add(10*time.Second), nodeUUID)}
+	o.Node.ReadySince = t0.Add(-time.Hour) // never transitioned
+	o.Node.BootID = "boot-2"
+	o.Member.State = "dead" // even with gossip (forged or stale) saying dead
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	if !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseHealthy {
+		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,9 @@ type Fencer struct {
 	nodes  corelisters.NodeLister
 	vas    cache.Indexer
 	leases coordlisters.LeaseNamespaceLister
-	synced []cache.InformerSynced
+	// kubeletLeases are the kubelets' node Leases (their heartbeats).
+	kubeletLeases coordlisters.LeaseNamespaceLister
+	synced        []cache.InformerSynced
 
 	mu      sync.Mutex
 	targets map[string]*Target
@@ -90,6 +93,12 @@ type Fencer struct {
 	// storm guard must count them before the informer shows them).
 	cleanFences map[string]time.Time
 	seenReady   map[string]bool // nodes seen Ready: not joining
+	// written holds the Node as this fencer's own taint write returned
+	// it, until the informer shows that write (or a later one): the fence
+	// goes on from it at once, not after the informer's lag.
+	written map[string]*corev1.Node
+	// podsDeleted is when the node's pods were last force-deleted.
+	podsDeleted map[string]time.Time
 
 	// policyOK: the admission policy binding agent keys to nodes is in
 	// force (checkPolicy); policyChecked: it was checked once.
@@ -101,6 +110,13 @@ type Fencer struct {
 
 // LeasePrefix names the per-target power Leases: fenced-power-<node>.
 const LeasePrefix = "fenced-power-"
+
+// KubeletLeaseNamespace holds the kubelets' node Leases.
+const KubeletLeaseNamespace = corev1.NamespaceNodeLease
+
+// ErrEvidenceVoided is wrapped by a taint write that the evidence no
+// longer allowed when it was about to happen.
+var ErrEvidenceVoided = errors.New("evidence no longer holds")
 
 const vaByNode = "byNode"
 
@@ -133,6 +149,8 @@ func NewFencer(cfg FencerConfig) *Fencer {
 		forged:      map[string]struct{}{},
 		cleanFences: map[string]time.Time{},
 		seenReady:   map[string]bool{},
+		written:     map[string]*corev1.Node{},
+		podsDeleted: map[string]time.Time{},
 	}
 }
 
@@ -154,6 +172,8 @@ func (f *Fencer) Notify(name string) {
 func (f *Fencer) Run(ctx context.Context) error {
 	cluster := informers.NewSharedInformerFactory(f.cfg.Client, 0)
 	inNS := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithNamespace(f.cfg.LeaseNamespace))
+	nodeLeases := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithNamespace(KubeletLeaseNamespace))
+	kubeletLeaseInf := nodeLeases.Coordination().V1().Leases()
 
 	nodeInf := cluster.Core().V1().Nodes()
 	vaInf := cluster.Storage().V1().VolumeAttachments()
@@ -185,6 +205,18 @@ func (f *Fencer) Run(ctx context.Context) error {
 			}
 			return ""
 		}},
+		// A kubelet's heartbeat matters only for a node under suspicion
+		// or fenced (it voids evidence): healthy nodes are not queued on
+		// every renewal.
+		{kubeletLeaseInf.Informer(), func(o any) string {
+			name := metaName(o)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if t, ok := f.targets[name]; ok && t.Phase != PhaseHealthy {
+				return name
+			}
+			return ""
+		}},
 	}
 	for _, h := range handlers {
 		name := h.name
@@ -200,9 +232,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 	f.nodes = nodeInf.Lister()
 	f.vas = vaInf.Informer().GetIndexer()
 	f.leases = leaseInf.Lister().Leases(f.cfg.LeaseNamespace)
+	f.kubeletLeases = kubeletLeaseInf.Lister().Leases(KubeletLeaseNamespace)
 
 	cluster.Start(ctx.Done())
 	inNS.Start(ctx.Done())
+	nodeLeases.Start(ctx.Done())
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
@@ -212,6 +246,7 @@ func (f *Fencer) Run(ctx context.Context) error {
 		f.queue.ShutDown()
 		cluster.Shutdown()
 		inNS.Shutdown()
+		nodeLeases.Shutdown()
 		f.bg.Wait()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
@@ -291,9 +326,11 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		return o, nil, err
 	}
 	if err == nil {
+		node = f.freshest(node)
 		o.Node = nodeObs(node)
 		vas, _ := f.vas.ByIndex(vaByNode, name)
 		o.Node.VolumeAttachments = len(vas)
+		o.Node.KubeletRenew = f.kubeletRenew(name)
 		// A node this fencer has seen Ready is not joining, however soon
 		// after its registration it stopped (the registration-time
 		// heuristic of neverReady is for nodes seen only after a restart).
@@ -303,6 +340,9 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		}
 		if f.seenReady[name] {
 			o.Node.NeverReady = false
+		}
+		if o.Node.Evidence != nil {
+			o.Node.PodsForceDeleted = f.podsDeleted[name].After(o.Node.Evidence.At)
 		}
 		f.mu.Unlock()
 	} else {
@@ -372,6 +412,79 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 	delete(cleanFences, name)
 	o.Cluster.CleanShutdownFences = len(cleanFences)
 	return o, node, nil
+}
+
+// freshest returns the newer of the informer's Node and the one this
+// fencer's own taint write returned, forgetting the latter once the
+// informer has caught up with it.
+func (f *Fencer) freshest(n *corev1.Node) *corev1.Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, ok := f.written[n.Name]
+	if !ok {
+		return n
+	}
+	if newerOrSame(n.ResourceVersion, w.ResourceVersion) {
+		delete(f.written, n.Name)
+		return n
+	}
+	return w
+}
+
+// newerOrSame compares resource versions: the API server's are etcd
+// revisions, numbers that only grow. Anything else counts as newer, so a
+// remembered write is dropped rather than kept over the informer.
+func newerOrSame(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 != nil || err2 != nil || x >= y
+}
+
+// kubeletRenew is the renew time of node's kubelet Lease, as the informer
+// has it (zero when unknown).
+func (f *Fencer) kubeletRenew(node string) time.Time {
+	if f.kubeletLeases == nil {
+		return time.Time{}
+	}
+	l, err := f.kubeletLeases.Get(node)
+	if err != nil || l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// evidenceCheck is the last check before a taint write, run by the Tainter
+// on the Node it just read: the core's rule (EvidenceHolds) against the
+// freshest view there is — that Node, the kubelet's Lease read from the API
+// now, the gossip member and the agent's answers as they are now.
+func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *FenceRecord) func(*corev1.Node) error {
+	return func(n *corev1.Node) error {
+		o := Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
+		o.Node.KubeletRenew = f.kubeletRenew(name)
+		l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil && l.Spec.RenewTime != nil:
+			o.Node.KubeletRenew = l.Spec.RenewTime.Time
+		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
+		}
+		if m, ok := f.cfg.Members.Member(name); ok {
+			o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+				Signed: f.signed(name, m)}
+		}
+		f.mu.Lock()
+		if a, ok := f.agents[name]; ok {
+			o.Agent = *a
+		}
+		if b, ok := f.bmc[name]; ok {
+			o.BMC = *b
+		}
+		f.mu.Unlock()
+		if ok, why := EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
+			return fmt.Errorf("%w: %s", ErrEvidenceVoided, why)
+		}
+		return nil
+	}
 }
 
 // leaseActive returns the holder of node's power Lease if it has not
@@ -455,11 +568,26 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		return f.releaseLease(ctx, name)
 	case ActApplyTaint:
 		ev := taintEvidence(a.Evidence, f.cfg.Identity)
-		applied, err := f.cfg.Tainter.Apply(ctx, name, ev)
+		written, err := f.cfg.Tainter.ApplyIf(ctx, name, ev, f.evidenceCheck(ctx, name, a.Evidence))
 		f.cfg.Metrics.fence(ev.Method, err)
+		if errors.Is(err, ErrEvidenceVoided) {
+			// Not an error of the fencer's: the node was alive after the
+			// evidence (the core voids it too once its view shows why), or
+			// the reading got too old (it is read again).
+			f.log.Warn("taint not written: the evidence no longer holds", "node", name, "evidence", ev.Method, "why", err)
+			f.queue.AddAfter(name, time.Second)
+			return nil
+		}
 		if err != nil {
 			f.queue.AddAfter(name, taintRetry)
 			return err
+		}
+		applied := written != nil
+		if applied {
+			f.mu.Lock()
+			f.written[name] = written
+			f.mu.Unlock()
+			f.queue.Add(name) // go on from the written Node at once
 		}
 		if applied && ev.Method == EvidenceCleanShutdown {
 			f.mu.Lock()
@@ -480,6 +608,11 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		n, err := f.cfg.Tainter.ForceDeletePods(ctx, name)
 		if n > 0 {
 			f.log.Info("force-deleted pods of fenced node", "node", name, "pods", n)
+		}
+		if err == nil {
+			f.mu.Lock()
+			f.podsDeleted[name] = f.cfg.Now()
+			f.mu.Unlock()
 		}
 		return err
 	case ActRemoveTaint:
@@ -539,7 +672,10 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 			var state PowerState
 			state, err = b.PowerState(ctx)
 			if err == nil {
-				r = &Reading{Power: state, At: start}
+				// Dated with the answer, and with what the kubelet's
+				// heartbeat said then: the age of the evidence counts from
+				// here, and a later heartbeat contradicts it.
+				r = &Reading{Power: state, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name)}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
 					r.GUID = guid
 				} else if KindOf(gerr) != KindNotSupported {
@@ -550,7 +686,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 			var res ActionResult
 			res, err = PowerOffVerified(ctx, b, f.cfg.Verify)
 			if err == nil {
-				r = &Reading{Power: res.State, At: f.cfg.Now(), AfterPowerOff: true}
+				r = &Reading{Power: res.State, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name), AfterPowerOff: true}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
 					r.GUID = guid
 				}
@@ -707,8 +843,8 @@ func (f *Fencer) Phases() map[string]Phase {
 func taintEvidence(r *FenceRecord, by string) taint.Evidence {
 	ev := taint.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
 	if r.BMC != nil {
-		ev.BMC = &taint.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, Endpoint: r.BMC.Endpoint,
-			SystemGUID: r.BMC.GUID, PoweredOffByFenced: r.BMC.AfterPowerOff}
+		ev.BMC = &taint.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, SentAt: r.BMC.Sent, KubeletLeaseRenewedAt: r.BMC.KubeletRenew,
+			Endpoint: r.BMC.Endpoint, SystemGUID: r.BMC.GUID, PoweredOffByFenced: r.BMC.AfterPowerOff}
 	}
 	return ev
 }
@@ -717,8 +853,8 @@ func taintEvidence(r *FenceRecord, by string) taint.Evidence {
 func fenceRecordOf(ev taint.Evidence) *FenceRecord {
 	r := &FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
 	if ev.BMC != nil {
-		r.BMC = &Reading{Power: PowerState(ev.BMC.Power), At: ev.BMC.At, Endpoint: ev.BMC.Endpoint,
-			GUID: ev.BMC.SystemGUID, AfterPowerOff: ev.BMC.PoweredOffByFenced}
+		r.BMC = &Reading{Power: PowerState(ev.BMC.Power), At: ev.BMC.At, Sent: ev.BMC.SentAt, KubeletRenew: ev.BMC.KubeletLeaseRenewedAt,
+			Endpoint: ev.BMC.Endpoint, GUID: ev.BMC.SystemGUID, AfterPowerOff: ev.BMC.PoweredOffByFenced}
 	}
 	return r
 }

@@ -66,8 +66,14 @@ type Evidence struct {
 type BMCReading struct {
 	// Power is the chassis power state read: PowerOff for evidence.
 	Power string `json:"power"`
-	// At is when the BMC answered.
+	// At is when the BMC answered; the evidence's age counts from it.
 	At time.Time `json:"at"`
+	// SentAt is when the request was sent.
+	SentAt time.Time `json:"sentAt,omitzero"`
+	// KubeletLeaseRenewedAt is the renew time of the node's kubelet Lease
+	// as the fencer knew it when the BMC answered: a later renewal would
+	// have meant the node was alive after the reading.
+	KubeletLeaseRenewedAt time.Time `json:"kubeletLeaseRenewedAt,omitzero"`
 	// Endpoint is the BMC's address as the inventory names it.
 	Endpoint string `json:"endpoint"`
 	// SystemGUID is the GUID the BMC reports for the machine, in canonical

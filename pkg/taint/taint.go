@@ -130,8 +130,20 @@ func AppliedByFenced(n *corev1.Node) bool {
 //
 // On success a Normal Event OutOfServiceTaintApplied is recorded on the Node.
 func (t *Tainter) Apply(ctx context.Context, node string, ev Evidence) (applied bool, err error) {
+	written, err := t.ApplyIf(ctx, node, ev, nil)
+	return written != nil, err
+}
+
+// ApplyIf is Apply with one more check of the caller's, run on the Node
+// as read right before each write attempt: the evidence must still be
+// true when the taint lands, and the caller knows best what could have
+// voided it since its decision (a sign of life, the reading's age). An
+// error from check stops the write and is returned, wrapped. ApplyIf
+// returns the Node as written, so that the caller can go on from it
+// without waiting for its informer; nil when nothing was written.
+func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check func(*corev1.Node) error) (written *corev1.Node, err error) {
 	if err := ev.Validate(); err != nil {
-		return false, fmt.Errorf("node %s: %w", node, err)
+		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
 	var done *corev1.Node
 	var stored Evidence
@@ -157,6 +169,11 @@ func (t *Tainter) Apply(ctx context.Context, node string, ev Evidence) (applied 
 		if err := stored.checkAgainst(n); err != nil {
 			return err
 		}
+		if check != nil {
+			if err := check(n); err != nil {
+				return err
+			}
+		}
 		raw, err := json.Marshal(stored)
 		if err != nil {
 			return err
@@ -177,14 +194,14 @@ func (t *Tainter) Apply(ctx context.Context, node string, ev Evidence) (applied 
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("applying %s to node %s: %w", Key, node, err)
+		return nil, fmt.Errorf("applying %s to node %s: %w", Key, node, err)
 	}
 	if done == nil {
-		return false, nil
+		return nil, nil
 	}
 	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, EventTaintApplied,
 		"Applied %s=%s:%s, method %s: %s", Key, Value, corev1.TaintEffectNoExecute, stored.Method, stored.Summary())
-	return true, nil
+	return done, nil
 }
 
 // Remove removes the out-of-service taint and both annotations from node in

@@ -108,16 +108,19 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 		}
 	}
 	// In the lease namespace: the fencers' power Leases, and every agent's
-	// own key Lease (publish.Publish).
+	// own key Lease (publish.Publish). In kube-node-lease: the kubelets'
+	// heartbeats, which fencers read (a renewal after a power reading voids
+	// it).
 	for _, r := range []struct {
-		name   string
-		verbs  []string
-		groups []string
+		namespace, name string
+		verbs           []string
+		groups          []string
 	}{
-		{"fenced-leases", []string{"get", "list", "watch", "create", "update", "delete"}, []string{fencerGroup}},
-		{"fenced-agent-leases", []string{"get", "create", "update"}, []string{agentGroup, fencerGroup}},
+		{LeaseNamespace, "fenced-leases", []string{"get", "list", "watch", "create", "update", "delete"}, []string{fencerGroup}},
+		{LeaseNamespace, "fenced-agent-leases", []string{"get", "create", "update"}, []string{agentGroup, fencerGroup}},
+		{corev1.NamespaceNodeLease, "fenced-kubelet-leases", []string{"get", "list", "watch"}, []string{fencerGroup}},
 	} {
-		if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
+		if _, err := client.RbacV1().Roles(r.namespace).Create(ctx, &rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: r.name},
 			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: r.verbs}},
 		}, metav1.CreateOptions{}); err != nil {
@@ -127,7 +130,7 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 		for _, g := range r.groups {
 			subjects = append(subjects, rbacv1.Subject{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: g})
 		}
-		if _, err := client.RbacV1().RoleBindings(LeaseNamespace).Create(ctx, &rbacv1.RoleBinding{
+		if _, err := client.RbacV1().RoleBindings(r.namespace).Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: r.name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: r.name},
 			Subjects:   subjects,
