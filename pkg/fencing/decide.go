@@ -327,7 +327,7 @@ type Target struct {
 	// voidedUpTo: power readings up to this answer time were contradicted
 	// by a sign of life and are no evidence.
 	voidedUpTo time.Time
-	fence         *FenceRecord
+	fence      *FenceRecord
 }
 
 // Decision is the result of one Step: the actions, and one line saying
