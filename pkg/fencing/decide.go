@@ -851,7 +851,10 @@ func (d *decider) fenceIfStillTrue(ev FenceRecord) {
 		return
 	}
 	if ok, why := EvidenceHolds(&ev, o, d.p.MaxEvidenceAge); !ok {
-		// Too old: read again, now.
+		// Too old (the write was held up): say so, and read again, now.
+		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", ReasonEvidenceVoided, fmt.Sprintf(
+			"not tainting on %s evidence taken at %s: %s; reading the power state again",
+			ev.Method, evidenceTime(&ev).UTC().Format(time.RFC3339Nano), why))
 		t.nextRead = o.Now
 		d.enter(PhaseConfirming, "evidence too old to use: "+why+"; reading again")
 		d.scheduleRead(false)

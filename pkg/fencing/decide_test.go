@@ -1094,8 +1094,8 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		tgt, o := pending()
 		o.Now = t0.Add(41 * time.Second) // the API server is back
 		d := tgt.Step(o, p)
-		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) {
-			t.Fatalf("34 s old reading: %v (reason %q)", kinds(d.Actions), d.Reason)
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) || !slices.Contains(events(d.Actions), ReasonEvidenceVoided) {
+			t.Fatalf("34 s old reading: %v %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 		}
 		o.Now = o.Now.Add(100 * time.Millisecond)
 		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
