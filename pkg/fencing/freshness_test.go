@@ -1,0 +1,133 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/taint"
+)
+
+// stillMembers is a gossip view with fixed members and no agent answers.
+type stillMembers map[string]heartbeat.Member
+
+func (s stillMembers) Member(name string) (heartbeat.Member, bool) { m, ok := s[name]; return m, ok }
+func (s stillMembers) Alive() int                                  { return len(s) }
+func (s stillMembers) Challenge(ctx context.Context, name, addr string) (heartbeat.Proof, error) {
+	<-ctx.Done()
+	return heartbeat.Proof{}, heartbeat.ErrNoProof
+}
+
+// slowBMC answers "off" after a delay.
+type slowBMC struct {
+	countingBMC
+	delay time.Duration
+}
+
+func (b *slowBMC) PowerState(ctx context.Context) (PowerState, error) {
+	time.Sleep(b.delay)
+	return b.countingBMC.PowerState(ctx)
+}
+
+func kubeletLease(node string, renew time.Time) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: KubeletLeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renew}}}
+}
+
+// runFencer starts a fencer for node "victim" (NotReady, dead in gossip)
+// whose BMC is b.
+func runFencer(t *testing.T, b BMC, objs ...runtime.Object) (*Fencer, *fake.Clientset) {
+	t.Helper()
+	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
+	client := fake.NewClientset(append(objs, victim)...)
+	p := testPolicy(ModeConfirmOnly)
+	f := NewFencer(FencerConfig{
+		Identity: "fencer", Client: client,
+		Inventory: &Inventory{bmcs: map[string]BMC{"victim": b}, endpoints: map[string]string{"victim": "test://victim"}},
+		Members:   stillMembers{"victim": {Name: "victim", State: heartbeat.StateDead, Since: time.Now()}},
+		Tainter:   taint.New(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
+		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f, client
+}
+
+// TestEvidenceIsDatedWithTheAnswer: a BMC that answers late gives evidence
+// dated when the answer came, with the request's time beside it.
+func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a fencer")
+	}
+	b := &slowBMC{delay: 1500 * time.Millisecond}
+	b.power.Store(PowerOff)
+	_, client := runFencer(t, b)
+	var ev taint.Evidence
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, ok, _ := taint.EvidenceOf(n); ok && taint.HasTaint(n) {
+			ev = e
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no taint")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ev.BMC == nil || ev.BMC.SentAt.IsZero() || ev.BMC.At.Sub(ev.BMC.SentAt) < b.delay {
+		t.Fatalf("reading sent %s, answered %s: want the answer's time, %s after the request", ev.BMC.SentAt, ev.BMC.At, b.delay)
+	}
+}
+
+// TestWriteTimeCheckUsesTheFreshestView: right before the write, the
+// kubelet's Lease is read from the API, not from the informer: a renewal
+// after the reading stops the write.
+func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a fencer")
+	}
+	reading := time.Now()
+	b := newCountingBMC(PowerOff)
+	f, client := runFencer(t, b, kubeletLease("victim", reading.Add(-5*time.Second)))
+	ev := &FenceRecord{Method: EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &Reading{Power: PowerOff, At: reading, KubeletRenew: reading.Add(-5 * time.Second)}}
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := f.evidenceCheck(context.Background(), "victim", ev)
+	if err := check(n); err != nil {
+		t.Fatalf("no sign of life yet: %v", err)
+	}
+	// The kubelet renews its Lease after the reading: the informer may not
+	// have it yet, the API has.
+	if _, err := client.CoordinationV1().Leases(KubeletLeaseNamespace).Update(context.Background(),
+		kubeletLease("victim", reading.Add(time.Second)), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(n); !errors.Is(err, ErrEvidenceVoided) {
+		t.Fatalf("kubelet renewed after the reading: %v", err)
+	}
+	// A new boot in the Node as just read.
+	n.Status.NodeInfo.BootID = "boot-2"
+	if err := f.evidenceCheck(context.Background(), "victim", &FenceRecord{Method: EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &Reading{Power: PowerOff, At: reading, KubeletRenew: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
+		t.Fatalf("new boot: %v", err)
+	}
+}
