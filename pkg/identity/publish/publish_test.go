@@ -1,0 +1,117 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"fenced.io/fenced/pkg/identity"
+)
+
+func TestPublishAndRead(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	k1, _ := identity.NewKey()
+	k2, _ := identity.NewKey()
+	now := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	for i, k := range []*identity.Key{k1, k2} { // create, then replace after a restart
+		if err := Publish(ctx, client, "fenced-system", "node-a", "boot-1", k.Public(), now.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := client.CoordinationV1().Leases("fenced-system").Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := FromLease(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Node != "node-a" || got.BootID != "boot-1" || got.Key.String() != k2.Public().String() || !got.At.Equal(now.Add(time.Minute)) {
+		t.Fatalf("read back %+v", got)
+	}
+}
+
+func TestFromLeaseRefusesMalformed(t *testing.T) {
+	k, _ := identity.NewKey()
+	good := func() *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "fenced-agent-node-a",
+				Annotations: map[string]string{AnnotationPublicKey: k.Public().String(), AnnotationBootID: "boot-1"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")},
+		}
+	}
+	cases := map[string]func(*coordinationv1.Lease){
+		"not a key Lease":    func(l *coordinationv1.Lease) { l.Name = "fenced-power-node-a" },
+		"no boot ID":         func(l *coordinationv1.Lease) { delete(l.Annotations, AnnotationBootID) },
+		"another holder":     func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("node-b") },
+		"no holder":          func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil },
+		"malformed key":      func(l *coordinationv1.Lease) { l.Annotations[AnnotationPublicKey] = "ed25519:AAAA" },
+		"no key":             func(l *coordinationv1.Lease) { delete(l.Annotations, AnnotationPublicKey) },
+		"prefix only (name)": func(l *coordinationv1.Lease) { l.Name = LeasePrefix },
+	}
+	if _, err := FromLease(good()); err != nil {
+		t.Fatalf("good Lease refused: %v", err)
+	}
+	for name, breakIt := range cases {
+		l := good()
+		breakIt(l)
+		if _, err := FromLease(l); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestPolicyInForce(t *testing.T) {
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}}
+	binding := func(actions ...admissionregistrationv1.ValidationAction) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyName, ValidationActions: actions}}
+	}
+	ignore := policy.DeepCopy()
+	ignore.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	cases := []struct {
+		name string
+		objs []any
+		want string // "" = in force
+	}{
+		{"policy and denying binding", []any{policy, binding(admissionregistrationv1.Deny)}, ""},
+		{"no policy", []any{binding(admissionregistrationv1.Deny)}, "ValidatingAdmissionPolicy"},
+		{"no binding", []any{policy}, "Binding"},
+		{"binding only warns", []any{policy, binding(admissionregistrationv1.Warn)}, "does not deny"},
+		{"failure policy Ignore", []any{ignore, binding(admissionregistrationv1.Deny)}, "failurePolicy"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			for _, o := range c.objs {
+				switch o := o.(type) {
+				case *admissionregistrationv1.ValidatingAdmissionPolicy:
+					_, _ = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+				case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+					_, _ = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+				}
+			}
+			err := PolicyInForce(ctx, client)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrPolicyNotInForce) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want ErrPolicyNotInForce mentioning %q", err, c.want)
+			}
+		})
+	}
+}
