@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -328,27 +327,6 @@ func (m *Machine) Metrics() (string, error) {
 func (m *Machine) AgentLog() string {
 	b, _ := os.ReadFile(filepath.Join(m.Dir, "extra-0-fenced.log"))
 	return string(b)
-}
-
-// KillAgent kills the machine's fenced agent (SIGKILL) and nothing else:
-// the kubelet keeps running, like a crashed DaemonSet pod.
-func (m *Machine) KillAgent() error {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return err
-	}
-	marker := []byte("--node-name=" + m.Name + "\x00")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmdline), "fenced\x00agent\x00") && strings.Contains(string(cmdline), string(marker)) {
-			return syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	return fmt.Errorf("no fenced agent running on %s", m.Name)
 }
 
 // waitRingConverged waits until every fencer sees every machine alive in

@@ -306,6 +306,12 @@ func (m *Machine) BootID() string {
 	return strings.TrimSpace(string(b))
 }
 
+// KubeletLog returns the machine's kubelet log (all boots).
+func (m *Machine) KubeletLog() string {
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "kubelet.log"))
+	return string(b)
+}
+
 // pgid returns the process group of the running machine.
 func (m *Machine) pgid() (int, error) {
 	pid, alive := m.BMC.MachinePID()

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -56,7 +57,8 @@ type Options struct {
 	VolumesDir string
 	// Extra are further processes started at boot (argv); they get
 	// FENCED_BOOT_ID, FENCED_NODE_NAME and DBUS_SYSTEM_BUS_ADDRESS in
-	// their environment.
+	// their environment. One that exits stays down, unless a restart was
+	// asked for (see RestartRequestFile).
 	Extra [][]string
 	// Shutdown configures graceful node shutdown.
 	Shutdown Shutdown
@@ -103,10 +105,34 @@ func busDir(dir string) string { return filepath.Join(dir, "tmp", "dbus") }
 // survives reboots.
 func HoldMountsFile(dir string) string { return filepath.Join(dir, "hold-mounts") }
 
+// RestartRequestFile is the file that asks the launcher of the machine
+// whose Options.Dir is dir to restart extra process i (Options.Extra[i]) in
+// place, as systemd's Restart= does for a crashed service: same argv, same
+// environment (so the same boot ID: the host did not reboot), the same log
+// appended to. The launcher looks at the file when the process exits, and on
+// SIGUSR1 for a process that is not running; either way it removes the file
+// and starts the process once. So, to restart a running process: create the
+// file, then kill the process; to start one that died earlier: create the
+// file, then send SIGUSR1 to the launcher. Without the file an extra process
+// that exits stays down. The file is in tmp/, so a request that was never
+// served does not outlive the boot.
+func RestartRequestFile(dir string, i int) string {
+	return filepath.Join(dir, "tmp", fmt.Sprintf("restart-extra-%d", i))
+}
+
 // Run boots the machine and runs until ctx ends (the launcher maps SIGTERM
 // to that) or until its logind has completed a clean shutdown; then it kills
 // every process of the boot at once, as a power cut would, and returns.
+//
+// Run must be called on a goroutine locked to its OS thread
+// (runtime.LockOSThread) that lives as long as the launcher: it starts every
+// child, restarts included, from that thread, whose exit would fire the
+// children's Pdeathsig.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	// First: SIGUSR1's default action would kill the launcher.
+	wake := make(chan os.Signal, 1)
+	signal.Notify(wake, syscall.SIGUSR1)
+	defer signal.Stop(wake)
 	bootID := newBootID()
 	log = log.With("machine", o.Name, "boot", bootID)
 	tmp := filepath.Join(o.Dir, "tmp")
@@ -145,13 +171,16 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	defer ld.Stop()
 	env := []string{"FENCED_BOOT_ID=" + bootID, "FENCED_NODE_NAME=" + o.Name, "DBUS_SYSTEM_BUS_ADDRESS=" + ld.Address()}
 
-	var procs []*exec.Cmd
+	var procs []*child // every process started in this boot, restarts included
+	exits := make(chan *child, len(o.Extra)+1)
+	quit := make(chan struct{}) // no one reads exits any more
 	defer func() {
+		close(quit)
 		for _, p := range procs {
-			_ = p.Process.Kill()
+			_ = p.cmd.Process.Kill()
 		}
 		for _, p := range procs {
-			_ = p.Wait()
+			<-p.done
 		}
 	}()
 	rootDir := KubeletRootDir(o.Dir)
@@ -168,17 +197,35 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			"--shutdown-grace-period="+o.Shutdown.GracePeriod.String(),
 			"--shutdown-grace-period-critical-pods="+o.Shutdown.CriticalPodsGracePeriod.String())
 	}
-	kubelet, err := startProcess(o, bootID, "kubelet", kubeletArgv, env)
+	kubelet, err := startChild(o, bootID, "kubelet", kubeletArgv, env, false, exits, quit)
 	if err != nil {
 		return err
 	}
 	procs = append(procs, kubelet)
+	extras := make([]*child, len(o.Extra)) // the current process of each
 	for i, argv := range o.Extra {
-		p, err := startProcess(o, bootID, fmt.Sprintf("extra-%d-%s", i, filepath.Base(argv[0])), argv, env)
+		p, err := startChild(o, bootID, fmt.Sprintf("extra-%d-%s", i, filepath.Base(argv[0])), argv, env, false, exits, quit)
 		if err != nil {
 			return err
 		}
 		procs = append(procs, p)
+		extras[i] = p
+	}
+	// restart serves a restart request for extra process i, if there is
+	// one; the caller knows the process is not running.
+	restart := func(i int) {
+		if err := os.Remove(RestartRequestFile(o.Dir, i)); err != nil {
+			return // no request (or it was served already)
+		}
+		old := extras[i]
+		p, err := startChild(o, bootID, old.name, old.argv, env, true, exits, quit)
+		if err != nil {
+			log.Error("restart of an extra process failed", "process", old.name, "err", err)
+			return
+		}
+		log.Info("extra process restarted", "process", p.name, "pid", p.cmd.Process.Pid)
+		procs = append(procs, p)
+		extras[i] = p
 	}
 
 	// Real mounts only where they cannot leak: in the mount namespace that
@@ -210,7 +257,27 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	defer plugin.Stop()
 	log.Info("booted", "pluginRegistry", registry, "bus", ld.Address(), "csiMounts", mount)
 
-	<-ctx.Done()
+	// Up: watch the processes (an exit is logged, and an extra process
+	// with a restart request starts again) until the power goes.
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case p := <-exits:
+			log.Info("process exited", "process", p.name, "pid", p.cmd.Process.Pid, "status", p.err)
+			for i := range extras {
+				if extras[i] == p {
+					restart(i)
+				}
+			}
+		case <-wake:
+			for i, p := range extras {
+				if p.exited() {
+					restart(i)
+				}
+			}
+		}
+	}
 	select {
 	case <-cleanShutdown:
 		log.Info("shutdown complete: powering off, killing every process of this boot")
@@ -239,16 +306,39 @@ func waitForDir(ctx context.Context, dir string, timeout time.Duration) error {
 	}
 }
 
-// startProcess starts argv as a child that dies with the launcher, logging
-// to Dir/<name>.log (appended across boots, with a marker per boot), with
-// env added to the launcher's environment.
-func startProcess(o Options, bootID, name string, argv, env []string) (*exec.Cmd, error) {
+// child is one process of a boot.
+type child struct {
+	name string
+	argv []string
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has been reaped
+	err  error         // how it ended; valid once done is closed
+}
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// startChild starts argv as a child that dies with the launcher, logging
+// to Dir/<name>.log (appended across boots and restarts, with a marker for
+// each), with env added to the launcher's environment. Once the process is
+// reaped it is sent on exits, unless quit is closed.
+func startChild(o Options, bootID, name string, argv, env []string, restart bool, exits chan<- *child, quit <-chan struct{}) (*child, error) {
 	logFile, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	fmt.Fprintf(logFile, "==== boot %s at %s: %s\n", bootID, time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
+	what := "boot"
+	if restart {
+		what = "restart in boot"
+	}
+	fmt.Fprintf(logFile, "==== %s %s at %s: %s\n", what, bootID, time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
@@ -259,7 +349,16 @@ func startProcess(o Options, bootID, name string, argv, env []string) (*exec.Cmd
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	return cmd, nil
+	c := &child{name: name, argv: argv, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+		select {
+		case exits <- c:
+		case <-quit:
+		}
+	}()
+	return c, nil
 }
 
 func newBootID() string {
