@@ -238,7 +238,7 @@ func TestPowerOffFencing(t *testing.T) {
 		must(t, m.PartitionFromAPI())
 		t.Cleanup(func() { _ = m.Heal() })
 		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
-		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "gossip still sees the node", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "its agent answers liveness challenges", podTimeout)
 		must(t, err)
 		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
 		waitPower(t, m, "on")
