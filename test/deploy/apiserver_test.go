@@ -7,8 +7,15 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/test/cluster"
 )
@@ -19,7 +26,8 @@ import (
 // validation as a cluster would run them. Then it applies the fullest
 // render for real and asks the API server, with `kubectl auth can-i` as
 // each ServiceAccount, for every verb the code uses (yes) and for a set it
-// must not have (no).
+// must not have (no), and runs pkg/fencing's fencer with the fencer
+// ServiceAccount's token until its informers have synced.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -98,9 +106,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	}
 
 	observerYes := append(queriesOf(observerRules(), ""), queriesOf(agentLeaseRules(), namespace)...)
-	fencerYes := append(append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
-		queriesOf(leaseRules(), namespace)...), queriesOf(agentLeaseRules(), namespace)...)
-	// Verbs a fencer has that an observer must not.
+	fencerYes := append(append(append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
+		queriesOf(leaseRules(), namespace)...), queriesOf(agentLeaseRules(), namespace)...),
+		queriesOf(kubeletLeaseRules(), fencing.KubeletLeaseNamespace)...)
+	// Verbs a fencer has that an observer must not (reading the kubelets'
+	// Leases among them).
 	var observerNo []query
 	for _, q := range fencerYes {
 		if !slices.Contains(observerYes, q) {
@@ -110,7 +120,8 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	// Never, for either: reading Secrets (the BMC passwords; the kubelet
 	// mounts them), creating pods, deleting or creating Nodes, patching
 	// where the code updates, evicting, Leases outside the lease
-	// namespace, minting tokens, changing its own DaemonSets or RBAC, and
+	// namespace (but reading the kubelets' — writing one would fake a
+	// node's heartbeat), minting tokens, changing its own DaemonSets or RBAC, and
 	// anything but reading the agent identity policy (changing or
 	// deleting it, or its binding, would let any agent publish a key in
 	// another node's name).
@@ -132,7 +143,13 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "delete", resource: "persistentvolumes"},
 		{verb: "get", resource: "leases.coordination.k8s.io", namespace: "default"},
 		{verb: "create", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
-		{verb: "update", resource: "leases.coordination.k8s.io", namespace: "kube-node-lease"},
+		{verb: "list", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
+		{verb: "watch", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
+		{verb: "create", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "update", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "patch", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "deletecollection", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
 		{verb: "list", resource: "leases.coordination.k8s.io"},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace},
 		{verb: "update", resource: "daemonsets.apps", namespace: namespace},
@@ -148,7 +165,6 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "update", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io", name: publish.PolicyName},
 		{verb: "delete", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io", name: publish.PolicyName},
 		{verb: "create", resource: "validatingadmissionpolicybindings.admissionregistration.k8s.io"},
-		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: "kube-node-lease"},
 	}
 
 	for _, tc := range []struct {
@@ -171,6 +187,45 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 			}
 		})
 	}
+
+	// The fencer itself, with the fencer ServiceAccount's own token: its
+	// informers sync — the kubelets' Leases' among them — and it reads a
+	// kubelet's Lease as it does right before a taint write. The
+	// observer's token may not even list those.
+	admin := c.Client()
+	renewed := metav1.NewMicroTime(time.Now().Truncate(time.Microsecond)) // what a MicroTime keeps
+	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), RenewTime: &renewed},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a kubelet's Lease in %s: %v", fencing.KubeletLeaseNamespace, err)
+	}
+	asSA := func(t *testing.T, sa string) kubernetes.Interface {
+		t.Helper()
+		tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("TokenRequest for %s: %v", sa, err)
+		}
+		cfg := c.RESTConfig()
+		cfg.BearerToken = tr.Status.Token
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	t.Run("fencer-runs/"+fencerSA, func(t *testing.T) {
+		cl := asSA(t, fencerSA)
+		runFencer(t, cl, time.Minute)
+		l, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.Equal(&renewed) {
+			t.Errorf("reading node-a's kubelet Lease as %s: %+v, %v", fencerSA, l, err)
+		}
+	})
+	t.Run("kubelet-leases/"+observerSA, func(t *testing.T) {
+		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("listing the kubelets' Leases as %s: %v, want Forbidden", observerSA, err)
+		}
+	})
 }
 
 // query is one `kubectl auth can-i` question; namespace "" asks across all

@@ -89,6 +89,12 @@ func TestYAMLParses(t *testing.T) {
 				if err != nil {
 					t.Fatalf("document %d: apiVersion %q: %v", i, head.APIVersion, err)
 				}
+				if head.APIVersion == "builtin" {
+					// A kustomize builtin transformer's configuration,
+					// listed through a kustomization's transformers:.
+					checkBuiltinTransformer(t, i, head.Kind, doc)
+					continue
+				}
 				switch gv.Group {
 				case "kustomize.config.k8s.io":
 					checkKustomization(t, f, doc)
@@ -117,6 +123,7 @@ func checkKustomization(t *testing.T, file string, doc []byte) {
 		Resources          []string `json:"resources"`
 		Components         []string `json:"components"`
 		Configurations     []string `json:"configurations"`
+		Transformers       []string `json:"transformers"`
 		ConfigMapGenerator []struct {
 			Files []string `json:"files"`
 		} `json:"configMapGenerator"`
@@ -124,7 +131,7 @@ func checkKustomization(t *testing.T, file string, doc []byte) {
 	if err := yaml.Unmarshal(doc, &k); err != nil {
 		t.Fatal(err)
 	}
-	refs := append(append(append([]string{}, k.Resources...), k.Components...), k.Configurations...)
+	refs := append(append(append(append([]string{}, k.Resources...), k.Components...), k.Configurations...), k.Transformers...)
 	for _, g := range k.ConfigMapGenerator {
 		for _, f := range g.Files {
 			_, src, ok := strings.Cut(f, "=")
@@ -166,6 +173,82 @@ func checkTransformerConfig(t *testing.T, data []byte) {
 				t.Errorf("%s[%d]: want a kind and a path, got %+v", name, i, fs)
 			}
 		}
+	}
+}
+
+// checkBuiltinTransformer: the configuration of a kustomize builtin
+// PatchTransformer or ReplacementTransformer, strictly with the fields
+// base/kube-node-lease uses (kustomize ignores a misspelt one, and the
+// object it was meant to select or rewrite stays as it is), each with a
+// target and something to do.
+func checkBuiltinTransformer(t *testing.T, i int, kind string, doc []byte) {
+	t.Helper()
+	type selector struct {
+		Group string `json:"group"`
+		Kind  string `json:"kind"`
+		Name  string `json:"name"`
+	}
+	type meta struct {
+		Name string `json:"name"`
+	}
+	switch kind {
+	case "PatchTransformer":
+		var c struct {
+			APIVersion string   `json:"apiVersion"`
+			Kind       string   `json:"kind"`
+			Metadata   meta     `json:"metadata"`
+			Target     selector `json:"target"`
+			Patch      string   `json:"patch"`
+		}
+		if err := yaml.UnmarshalStrict(doc, &c); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		var ops []struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value"`
+		}
+		if err := yaml.UnmarshalStrict([]byte(c.Patch), &ops); err != nil || len(ops) == 0 {
+			t.Errorf("document %d: patch is not a JSON patch (%v): %q", i, err, c.Patch)
+		}
+		if c.Metadata.Name == "" || c.Target.Kind == "" || c.Target.Name == "" {
+			t.Errorf("document %d: want a name and a target kind and name, got %+v", i, c)
+		}
+	case "ReplacementTransformer":
+		var c struct {
+			APIVersion   string `json:"apiVersion"`
+			Kind         string `json:"kind"`
+			Metadata     meta   `json:"metadata"`
+			Replacements []struct {
+				Source struct {
+					Kind      string `json:"kind"`
+					Name      string `json:"name"`
+					FieldPath string `json:"fieldPath"`
+				} `json:"source"`
+				Targets []struct {
+					Select     selector `json:"select"`
+					FieldPaths []string `json:"fieldPaths"`
+				} `json:"targets"`
+			} `json:"replacements"`
+		}
+		if err := yaml.UnmarshalStrict(doc, &c); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		if c.Metadata.Name == "" || len(c.Replacements) == 0 {
+			t.Errorf("document %d: want a name and replacements, got %+v", i, c)
+		}
+		for _, r := range c.Replacements {
+			if r.Source.Kind == "" || r.Source.Name == "" || r.Source.FieldPath == "" || len(r.Targets) == 0 {
+				t.Errorf("document %d: replacement %+v: want a source kind, name and fieldPath, and targets", i, r)
+			}
+			for _, tg := range r.Targets {
+				if tg.Select.Kind == "" || tg.Select.Name == "" || len(tg.FieldPaths) == 0 {
+					t.Errorf("document %d: target %+v: want a kind, a name and field paths", i, tg)
+				}
+			}
+		}
+	default:
+		t.Errorf("document %d: builtin %s: not a transformer this test knows", i, kind)
 	}
 }
 

@@ -30,6 +30,34 @@ import (
 // deploy/systemd/README.md, bound there to the fencer's roles.
 const hostGroup = "fenced:fencers"
 
+// hostBindings are deploy/systemd/README.md's commands binding hostGroup to
+// the fencer's roles, word for word (TestSystemdREADMEBindings):
+// TestAgentIdentityPolicy runs them.
+var hostBindings = []string{
+	"kubectl create clusterrolebinding fenced-observer-hosts --clusterrole=" + observerCR + " --group=" + hostGroup,
+	"kubectl create clusterrolebinding fenced-fencer-hosts --clusterrole=" + fencerCR + " --group=" + hostGroup,
+	"kubectl -n " + namespace + " create rolebinding fenced-fencer-leases-hosts --role=" + leaseRole + " --group=" + hostGroup,
+	"kubectl -n " + namespace + " create rolebinding fenced-agent-leases-hosts --role=" + agentLeaseRole + " --group=" + hostGroup,
+	"kubectl -n " + fencing.KubeletLeaseNamespace + " create rolebinding fenced-kubelet-leases-hosts --role=" + kubeletLeaseRole + " --group=" + hostGroup,
+}
+
+// TestSystemdREADMEBindings: the README binds group fenced:fencers with
+// exactly the commands TestAgentIdentityPolicy runs — one of the fencer's
+// roles left out there is a systemd fencer that cannot start.
+func TestSystemdREADMEBindings(t *testing.T) {
+	const readme = "deploy/systemd/README.md"
+	var got []string
+	for _, line := range strings.Split(string(readFile(t, readme)), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "kubectl" && strings.Contains(line, "binding") && strings.Contains(line, "--group="+hostGroup) {
+			got = append(got, strings.Join(f, " "))
+		}
+	}
+	if !slices.Equal(got, hostBindings) {
+		t.Errorf("%s binds group %s with\n  %s\nwant (what test/deploy runs)\n  %s", readme, hostGroup,
+			strings.Join(got, "\n  "), strings.Join(hostBindings, "\n  "))
+	}
+}
+
 // TestAgentIdentityPolicyFile checks the shape of agent-identity-policy.yaml
 // against the names the code uses; TestAgentIdentityPolicy checks what it
 // does on a real API server.
@@ -332,10 +360,15 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	// (b) A systemd-run agent's host credential: user fenced:node:node-a,
 	// with the fencer's RBAC through its group, bound the way
 	// deploy/systemd/README.md says.
-	kc(nil, "create", "clusterrolebinding", "fenced-observer-hosts", "--clusterrole="+observerCR, "--group="+hostGroup)
-	kc(nil, "create", "clusterrolebinding", "fenced-fencer-hosts", "--clusterrole="+fencerCR, "--group="+hostGroup)
-	kc(nil, "-n", namespace, "create", "rolebinding", "fenced-fencer-leases-hosts", "--role="+leaseRole, "--group="+hostGroup)
-	kc(nil, "-n", namespace, "create", "rolebinding", "fenced-agent-leases-hosts", "--role="+agentLeaseRole, "--group="+hostGroup)
+	for _, b := range hostBindings {
+		kc(nil, strings.Fields(b)[1:]...)
+	}
+	// A kubelet's Lease, for the systemd fencer to read.
+	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Run("host-user-fenced:node:node-a", func(t *testing.T) {
 		cl := userClient(t, "fenced:node:node-a", hostGroup)
 		whoami(t, cl)
@@ -344,6 +377,20 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		wrongHolder(t, cl, "node-a")
 		if err := publish.PolicyInForce(ctx, cl); err != nil {
 			t.Errorf("PolicyInForce as a systemd fencer: %v", err)
+		}
+		// The kubelets' Leases: read (the fencer's informer and its read
+		// before a taint write), never written.
+		nodeLeases := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace)
+		if _, err := nodeLeases.List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("listing the kubelets' Leases as a systemd fencer: %v", err)
+		}
+		l, err := nodeLeases.Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading node-a's kubelet Lease as a systemd fencer: %v", err)
+		}
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		if _, err := nodeLeases.Update(ctx, l, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("renewing node-a's kubelet Lease as a systemd fencer: %v, want Forbidden", err)
 		}
 	})
 
@@ -389,6 +436,12 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	const observerGroup = "fenced:observers"
 	kc(nil, "create", "clusterrolebinding", "fenced-observer-observer-hosts", "--clusterrole="+observerCR, "--group="+observerGroup)
 	kc(nil, "-n", namespace, "create", "rolebinding", "fenced-agent-leases-observer-hosts", "--role="+agentLeaseRole, "--group="+observerGroup)
+	t.Run("host-user-observer-kubelet-leases", func(t *testing.T) {
+		_, err := userClient(t, "fenced:node:node-c", observerGroup).CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("listing the kubelets' Leases as a systemd observer: %v, want Forbidden", err)
+		}
+	})
 	// A ServiceAccount named fenced-fencer in another namespace, granted
 	// the fencer's Lease Role in fenced's: its name alone makes no fencer.
 	const tenant = "tenant"

@@ -1,15 +1,24 @@
 package deploy
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -24,7 +33,11 @@ const (
 	leaseRole  = "fenced-fencer-leases"
 	// Every agent's own key Lease (pkg/identity/publish).
 	agentLeaseRole = "fenced-agent-leases"
-	rbacFile       = "deploy/daemonset/base/rbac.yaml"
+	// The fencer's view of the kubelets' Leases, in kube-node-lease
+	// (fencing.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
+	kubeletLeaseRole = "fenced-kubelet-leases"
+	kubeNodeLeaseDir = "deploy/daemonset/base/kube-node-lease"
+	rbacFile         = "deploy/daemonset/base/rbac.yaml"
 	// The admission policy that lets only a node's own agent write its
 	// key Lease (publish.PolicyName).
 	policyFile  = "deploy/daemonset/base/agent-identity-policy.yaml"
@@ -78,6 +91,16 @@ func agentLeaseRules() []rbacv1.PolicyRule {
 func leaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+	}
+}
+
+// kubeletLeaseRules: pkg/fencing's informer on the kubelets' node Leases
+// (list/watch) and its read of the target's Lease right before a taint
+// write (get), in fencing.KubeletLeaseNamespace only. Read only: those
+// Leases are the kubelets' word, never the fencer's.
+func kubeletLeaseRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 
@@ -135,8 +158,8 @@ func TestRBACMatchesCode(t *testing.T) {
 	}
 	wantNames("ClusterRoles", keys(r.clusterRoles), observerCR, fencerCR)
 	wantNames("ClusterRoleBindings", keys(r.clusterRoleBindings), observerCR, fencerCR)
-	wantNames("Roles", keys(r.roles), leaseRole, agentLeaseRole)
-	wantNames("RoleBindings", keys(r.roleBindings), leaseRole, agentLeaseRole)
+	wantNames("Roles", keys(r.roles), leaseRole, agentLeaseRole, kubeletLeaseRole)
+	wantNames("RoleBindings", keys(r.roleBindings), leaseRole, agentLeaseRole, kubeletLeaseRole)
 
 	roleRules := func(name string) []rbacv1.PolicyRule {
 		ro := r.roles[name]
@@ -144,9 +167,9 @@ func TestRBACMatchesCode(t *testing.T) {
 			return nil
 		}
 		// The Roles live where the agents write and the fencers look for
-		// their Leases.
-		if ro.Namespace != config.DefaultLeaseNamespace {
-			t.Errorf("Role %s is in namespace %q; fencer.leaseNamespace defaults to %q", name, ro.Namespace, config.DefaultLeaseNamespace)
+		// their Leases, and where the kubelets renew theirs.
+		if want, why := roleNamespace(name); ro.Namespace != want {
+			t.Errorf("Role %s is in namespace %q, want %q (%s)", name, ro.Namespace, want, why)
 		}
 		return ro.Rules
 	}
@@ -158,6 +181,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		{"ClusterRole " + fencerCR + " (taint.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
 		{"Role " + leaseRole, roleRules(leaseRole), leaseRules()},
 		{"Role " + agentLeaseRole, roleRules(agentLeaseRole), agentLeaseRules()},
+		{"Role " + kubeletLeaseRole, roleRules(kubeletLeaseRole), kubeletLeaseRules()},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			g, _ := yaml.Marshal(c.got)
@@ -191,11 +215,23 @@ func TestRBACMatchesCode(t *testing.T) {
 		"ClusterRoleBinding " + fencerCR:   {"", ref("ClusterRole", fencerCR), []rbacv1.Subject{sa(fencerSA)}},
 		"RoleBinding " + leaseRole:         {namespace, ref("Role", leaseRole), []rbacv1.Subject{sa(fencerSA)}},
 		"RoleBinding " + agentLeaseRole:    {namespace, ref("Role", agentLeaseRole), []rbacv1.Subject{sa(observerSA), sa(fencerSA)}},
+		// Fencers only: an observer decides nothing on a kubelet's word.
+		"RoleBinding " + kubeletLeaseRole: {fencing.KubeletLeaseNamespace, ref("Role", kubeletLeaseRole), []rbacv1.Subject{sa(fencerSA)}},
 	} {
 		if g := got[name]; !reflect.DeepEqual(g, want) {
 			t.Errorf("%s in %s = %+v, want %+v", name, rbacFile, g, want)
 		}
 	}
+}
+
+// roleNamespace is where the Role (and RoleBinding) name belongs, and why:
+// the kubelets' Leases' namespace for kubeletLeaseRole, the lease namespace
+// for the others.
+func roleNamespace(name string) (ns, why string) {
+	if name == kubeletLeaseRole {
+		return fencing.KubeletLeaseNamespace, "where the fencer watches the kubelets' Leases"
+	}
+	return config.DefaultLeaseNamespace, "fencer.leaseNamespace's default"
 }
 
 func rulesOf(cr *rbacv1.ClusterRole) []rbacv1.PolicyRule {
@@ -208,4 +244,136 @@ func rulesOf(cr *rbacv1.ClusterRole) []rbacv1.PolicyRule {
 		return []rbacv1.PolicyRule{{Verbs: []string{"<aggregated>"}}}
 	}
 	return cr.Rules
+}
+
+// grants reports whether the RBAC objects bind ServiceAccount sa (of
+// fenced's namespace) to a rule allowing verb on group/resource — in
+// namespace ns ("" for all namespaces, which only a ClusterRoleBinding
+// grants), on the object named name ("" for any, as list and watch ask).
+func (r rbacObjects) grants(sa, verb, group, resource, ns, name string) bool {
+	bound := func(subjects []rbacv1.Subject) bool {
+		return slices.Contains(subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: namespace})
+	}
+	allow := func(rules []rbacv1.PolicyRule) bool {
+		return slices.ContainsFunc(rules, func(ru rbacv1.PolicyRule) bool {
+			return (slices.Contains(ru.Verbs, verb) || slices.Contains(ru.Verbs, rbacv1.VerbAll)) &&
+				slices.Contains(ru.APIGroups, group) && slices.Contains(ru.Resources, resource) &&
+				(len(ru.ResourceNames) == 0 || name != "" && slices.Contains(ru.ResourceNames, name))
+		})
+	}
+	clusterRole := func(name string) []rbacv1.PolicyRule {
+		if cr := r.clusterRoles[name]; cr != nil {
+			return cr.Rules
+		}
+		return nil
+	}
+	for _, b := range r.clusterRoleBindings {
+		if bound(b.Subjects) && b.RoleRef.Kind == "ClusterRole" && allow(clusterRole(b.RoleRef.Name)) {
+			return true
+		}
+	}
+	if ns == "" {
+		return false
+	}
+	for _, b := range r.roleBindings {
+		if b.Namespace != ns || !bound(b.Subjects) {
+			continue
+		}
+		switch b.RoleRef.Kind {
+		case "ClusterRole":
+			if allow(clusterRole(b.RoleRef.Name)) {
+				return true
+			}
+		case "Role":
+			if ro := r.roles[b.RoleRef.Name]; ro != nil && ro.Namespace == ns && allow(ro.Rules) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logSignal is a slog handler that closes ch once a record with message
+// msg is logged, and drops everything.
+type logSignal struct {
+	msg  string
+	once *sync.Once
+	ch   chan struct{}
+}
+
+func (h logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logSignal) WithGroup(string) slog.Handler      { return h }
+
+// runFencer runs pkg/fencing's fencer (no BMC, no gossip: what it does
+// before any node needs it) with client until its informers have synced —
+// it logs "fencer started" then — and stops it. Its informers must sync
+// within timeout; one it may not list or watch never does.
+func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration) {
+	t.Helper()
+	started := make(chan struct{})
+	f := fencing.NewFencer(fencing.FencerConfig{
+		Identity: "fencer-under-test", Client: client, Inventory: &fencing.Inventory{},
+		LeaseNamespace: config.DefaultLeaseNamespace,
+		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the fencer stopped before its informers synced: %v", err)
+	case <-time.After(timeout):
+		t.Fatalf("the fencer's informers did not sync within %s: it may not list or watch what one of them needs", timeout)
+	}
+}
+
+// TestFencerCallsAllowed runs pkg/fencing's fencer against a fake API
+// server until its informers have synced, then checks every call it made
+// against what rbac.yaml grants the fencer ServiceAccount. It asks the code,
+// not a list: an informer added to the fencer fails here until the
+// manifest grants its list and watch, in its namespace.
+func TestFencerCallsAllowed(t *testing.T) {
+	r := collectRBAC(decodeObjects(t, rbacFile, readFile(t, rbacFile)))
+	client := fake.NewClientset()
+	runFencer(t, client, 30*time.Second)
+
+	seen := map[string]bool{}
+	for _, a := range client.Actions() {
+		res := a.GetResource()
+		resource := res.Resource
+		if a.GetSubresource() != "" {
+			resource += "/" + a.GetSubresource()
+		}
+		name := ""
+		if g, ok := a.(k8stesting.GetAction); ok {
+			name = g.GetName()
+		}
+		call := fmt.Sprintf("%s %s.%s %q in %q", a.GetVerb(), resource, res.Group, name, a.GetNamespace())
+		if seen[call] {
+			continue
+		}
+		seen[call] = true
+		if r.grants(fencerSA, a.GetVerb(), res.Group, resource, a.GetNamespace(), name) {
+			t.Logf("granted: %s", call)
+		} else {
+			t.Errorf("the fencer calls %s, which %s does not grant %s", call, rbacFile, fencerSA)
+		}
+	}
+	// The kubelets' heartbeats, where they are.
+	for _, verb := range []string{"list", "watch"} {
+		if !slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
+			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencing.KubeletLeaseNamespace
+		}) {
+			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencing.KubeletLeaseNamespace, kubeletLeaseRole)
+		}
+	}
 }
