@@ -3,7 +3,6 @@ package deploy
 import (
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -34,12 +33,6 @@ type kustomization struct {
 	// the render does not contain ("Secret/name"): created by hand or by
 	// run-power-loss.sh.
 	external []string
-	// kubeletLeasesMissing, when set, says why this kustomization does not
-	// list kubeNodeLeaseDir under transformers: yet, so that its render
-	// has the fencer's kube-node-lease Role and RoleBinding in fenced's
-	// namespace. The test then logs that instead of failing. It accepts a
-	// fixed render too: drop the field once the kustomization is fixed.
-	kubeletLeasesMissing string
 }
 
 var kustomizations = []kustomization{
@@ -48,12 +41,7 @@ var kustomizations = []kustomization{
 	{dir: "deploy/daemonset/overlays/example", observer: true},
 	{dir: "deploy/daemonset/overlays/in-cluster-fencers", observer: true, fencer: true},
 	{dir: "test/kind/overlay", observer: true, fencer: true,
-		external: []string{"Secret/fenced-gossip-key", "Secret/fenced-bmc", "ConfigMap/fenced-fencer-config"},
-		// Not (yet) changed with the kube-node-lease Role: it needs
-		//   transformers:
-		//     - ../../../deploy/daemonset/base/kube-node-lease
-		// or the kind fencer's kubelet Lease informer never syncs.
-		kubeletLeasesMissing: "test/kind/overlay lacks `transformers: [../../../deploy/daemonset/base/kube-node-lease]`"},
+		external: []string{"Secret/fenced-gossip-key", "Secret/fenced-bmc", "ConfigMap/fenced-fencer-config"}},
 }
 
 // render runs `kubectl kustomize dir` and decodes the result strictly.
@@ -192,11 +180,6 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 
 	// No overlay may touch the RBAC: it is the base's, exactly.
 	got := collectRBAC(objs)
-	if k.kubeletLeasesMissing != "" {
-		// Compare the rest; kubeletLeasesAstray has told about these.
-		got.roles, got.roleBindings = withoutKubeletLeases(got.roles), withoutKubeletLeases(got.roleBindings)
-		base.roles, base.roleBindings = withoutKubeletLeases(base.roles), withoutKubeletLeases(base.roleBindings)
-	}
 	for _, pair := range [][2]any{
 		{got.clusterRoles, base.clusterRoles}, {got.clusterRoleBindings, base.clusterRoleBindings},
 		{got.roles, base.roles}, {got.roleBindings, base.roleBindings},
@@ -253,25 +236,13 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 }
 
 // kubeletLeasesAstray reports the fencer's kube-node-lease Role or
-// RoleBinding out of place in k's render: an error, or a log line when k is
-// known to lack the transformers (kubeletLeasesMissing).
+// RoleBinding out of place in k's render.
 func kubeletLeasesAstray(t *testing.T, k kustomization, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if k.kubeletLeasesMissing != "" {
-		t.Logf("KNOWN GAP, the fencer will not start: %s (%s)", msg, k.kubeletLeasesMissing)
-		return
-	}
 	t.Errorf("%s: a kustomization that sets namespace: moves it there, unless it lists %s under transformers: (see its kustomization.yaml)", msg, kubeNodeLeaseDir)
 }
 
-// withoutKubeletLeases is m without the fencer's kube-node-lease Role or
-// RoleBinding.
-func withoutKubeletLeases[T any](m map[string]T) map[string]T {
-	out := maps.Clone(m)
-	delete(out, kubeletLeaseRole)
-	return out
-}
 
 // sameRBAC compares two maps of RBAC objects by name, rules, role
 // references and subjects (not metadata such as kustomize's labels).
