@@ -172,11 +172,13 @@ func EnsureBinaries(ctx context.Context, version string, logf func(format string
 	return dir, nil
 }
 
-// findScript locates hack/kube-binaries.sh: next to this source file when the
-// test binary was built from the repo (the usual case), else by walking up
-// from the working directory.
-func findScript() (string, error) {
-	const rel = "hack/kube-binaries.sh"
+// findScript locates hack/kube-binaries.sh.
+func findScript() (string, error) { return RepoFile("hack/kube-binaries.sh") }
+
+// RepoFile finds a file of this repository by its path from the top: next
+// to this source file when the binary was built from the repo (the usual
+// case), else by walking up from the working directory.
+func RepoFile(rel string) (string, error) {
 	var tried []string
 	if _, file, _, ok := runtime.Caller(0); ok {
 		p := filepath.Join(filepath.Dir(file), "..", "..", rel)
@@ -197,5 +199,5 @@ func findScript() (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("cannot find %s to build them (tried %s)", rel, strings.Join(tried, ", "))
+	return "", fmt.Errorf("cannot find %s (tried %s)", rel, strings.Join(tried, ", "))
 }

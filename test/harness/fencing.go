@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +27,7 @@ import (
 
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/test/cluster"
 	"fenced.io/fenced/test/machine"
 )
 
@@ -144,7 +144,7 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 // its binding covering LeaseNamespace (as kustomize's namespace transformer
 // does for the deployment).
 func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
-	file, err := repoFile(agentIdentityPolicyFile)
+	file, err := cluster.RepoFile(agentIdentityPolicyFile)
 	if err != nil {
 		return err
 	}
@@ -196,32 +196,6 @@ func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
 	return nil
 }
 
-// repoFile finds a file of this repository: next to this source file when
-// the binary was built from the repo (the usual case), else by walking up
-// from the working directory.
-func repoFile(rel string) (string, error) {
-	var tried []string
-	if _, src, _, ok := runtime.Caller(0); ok {
-		p := filepath.Join(filepath.Dir(src), "..", "..", rel)
-		if _, err := os.Stat(p); err == nil {
-			return filepath.Clean(p), nil
-		}
-		tried = append(tried, p)
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			p := filepath.Join(d, rel)
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			tried = append(tried, p)
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("cannot find %s (tried %s)", rel, strings.Join(tried, ", "))
-}
 
 // writeFencingConfigs writes the gossip key, the observers' configuration
 // and the fencers' one (with the BMC inventory of every machine).
