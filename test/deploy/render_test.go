@@ -243,7 +243,6 @@ func kubeletLeasesAstray(t *testing.T, k kustomization, format string, args ...a
 	t.Errorf("%s: a kustomization that sets namespace: moves it there, unless it lists %s under transformers: (see its kustomization.yaml)", msg, kubeNodeLeaseDir)
 }
 
-
 // sameRBAC compares two maps of RBAC objects by name, rules, role
 // references and subjects (not metadata such as kustomize's labels).
 func sameRBAC(a, b any) bool {

@@ -196,7 +196,6 @@ func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
 	return nil
 }
 
-
 // writeFencingConfigs writes the gossip key, the observers' configuration
 // and the fencers' one (with the BMC inventory of every machine).
 func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err error) {
