@@ -299,8 +299,10 @@ const (
 )
 
 // taintRetry is how long the core waits to see its own taint on the Node
-// before writing it again.
-const taintRetry = 5 * time.Second
+// before writing it again (and to see the rest of the fence done before
+// redoing it). The fencer goes on from the Node its write returned, so a
+// write that succeeded is seen at once: a retry means the write failed.
+const taintRetry = 2 * time.Second
 
 // SuspectSince is when the current suspicion began (zero when healthy).
 func (t *Target) SuspectSince() time.Time { return t.suspectSince }

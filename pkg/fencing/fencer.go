@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -140,7 +141,7 @@ func NewFencer(cfg FencerConfig) *Fencer {
 	return &Fencer{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		queue:       workqueue.NewTypedRateLimitingQueue(retryLimiter()),
 		targets:     map[string]*Target{},
 		bmc:         map[string]*BMCObs{},
 		agents:      map[string]*AgentObs{},
@@ -152,6 +153,21 @@ func NewFencer(cfg FencerConfig) *Fencer {
 		written:     map[string]*corev1.Node{},
 		podsDeleted: map[string]time.Time{},
 	}
+}
+
+// maxRetryDelay bounds the backoff of a node whose sync keeps failing.
+// client-go's default grows to 1000 s: after an API server outage of half
+// a minute a pending taint would wait 20 s more to be written. A fencer
+// has a handful of nodes to retry, so it retries every 2 s at most.
+const maxRetryDelay = 2 * time.Second
+
+// retryLimiter is client-go's default controller rate limiter with the
+// per-item backoff capped at maxRetryDelay.
+func retryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // Notify tells the fencer that the gossip view of name changed. Quorum

@@ -43,6 +43,8 @@ type Fencing struct {
 	// BMCIdentityMismatch are machines whose BMC reports another machine's
 	// system UUID, as when the inventory points at the wrong BMC.
 	BMCIdentityMismatch []string
+	// BMCTimeout bounds one attempt of one BMC request (default 1s).
+	BMCTimeout time.Duration
 }
 
 // Agent identities and their RBAC: observers read Nodes; fencers do what
@@ -219,7 +221,11 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 		return "", "", err
 	}
 	var inv strings.Builder
-	fmt.Fprintf(&inv, "bmc:\n  defaults: {protocol: ipmi, username: admin, timeout: 1s, retries: 1}\n  nodes:\n")
+	timeout := time.Second
+	if f.BMCTimeout > 0 {
+		timeout = f.BMCTimeout
+	}
+	fmt.Fprintf(&inv, "bmc:\n  defaults: {protocol: ipmi, username: admin, timeout: %s, retries: 1}\n  nodes:\n", timeout)
 	for _, m := range h.Machines {
 		pw := filepath.Join(dir, m.Name+".bmc-password")
 		if err := os.WriteFile(pw, []byte(m.bmcPassword+"\n"), 0o600); err != nil {
