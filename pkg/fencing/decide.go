@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/core"
 )
 
 // This file is the decision core: a state machine per target node, with no
@@ -1079,7 +1079,7 @@ func (d *decider) guidMatches(r *Reading) bool {
 	if r.GUID == "" || d.o.Node.SystemUUID == "" {
 		return true
 	}
-	return taint.SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
+	return core.SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/core"
 )
 
 var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
@@ -913,7 +913,7 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != PowerOff {
 			t.Fatalf("bmc-power-off taint on %+v although the latest reading is %+v", r, now)
 		}
-		if r.GUID != "" && !taint.SameSystemUUID(r.GUID, o.Node.SystemUUID) {
+		if r.GUID != "" && !core.SameSystemUUID(r.GUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
 		}
 	case EvidenceCleanShutdown:

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -221,7 +222,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 		guid, guidText = "", "(not reported)"
 	case uuid == "":
 		guidText += " (the node reports no systemUUID to compare)"
-	case taint.SameSystemUUID(guid, uuid):
+	case core.SameSystemUUID(guid, uuid):
 		guidText += " (matches the node's systemUUID)"
 	default:
 		guidText += " (does NOT match the node's systemUUID " + uuid + ")"
