@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
@@ -386,10 +387,10 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 // policyOf maps the configuration onto the decision core's policy.
-func policyOf(c *config.Config) fencing.Policy {
+func policyOf(c *config.Config) core.Policy {
 	p := c.Policy
-	return fencing.Policy{
-		Mode: fencing.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
+	return core.Policy{
+		Mode: core.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
 		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
 		ShutdownWait:   p.ShutdownWait,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/test/ipmisim"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkIPMIPowerStatus(b *testing.B) {
 	}
 	ctx := context.Background()
 	for b.Loop() {
-		if state, err := drv.PowerState(ctx); err != nil || state != PowerOn {
+		if state, err := drv.PowerState(ctx); err != nil || state != core.PowerOn {
 			b.Fatalf("PowerState = %s, %v", state, err)
 		}
 	}

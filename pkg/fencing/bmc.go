@@ -5,20 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// PowerState is a chassis power state as read from a BMC.
-type PowerState string
-
-const (
-	// PowerOn means the BMC reports chassis power on.
-	PowerOn PowerState = "on"
-	// PowerOff means the BMC reports chassis power off. Only this value,
-	// returned together with a nil error, is evidence that a node is off.
-	PowerOff PowerState = "off"
-	// PowerUnknown is returned together with a non-nil error. It is never
-	// evidence of anything.
-	PowerUnknown PowerState = "unknown"
+	"fenced.io/fenced/pkg/core"
 )
 
 // BMC is the out-of-band controller of one machine. Every method is bounded
@@ -29,7 +17,7 @@ const (
 // malformed answer is an error, not "off".
 type BMC interface {
 	// PowerState reads the chassis power state.
-	PowerState(ctx context.Context) (PowerState, error)
+	PowerState(ctx context.Context) (core.PowerState, error)
 	// PowerOff switches the chassis off hard (no graceful shutdown). It only
 	// sends the request; use PowerOffVerified to wait until it reads off.
 	PowerOff(ctx context.Context) error
@@ -45,33 +33,14 @@ type BMC interface {
 	Close() error
 }
 
-// ErrorKind classifies why a BMC request failed, so that callers and
-// operators can tell a network problem from a credential problem.
-type ErrorKind string
-
-const (
-	// KindUnreachable: the BMC could not be contacted at all (connection
-	// refused, no route, name resolution failed).
-	KindUnreachable ErrorKind = "unreachable"
-	// KindTimeout: the BMC did not answer within the timeout and retries.
-	KindTimeout ErrorKind = "timeout"
-	// KindAuth: the BMC refused the credentials or the privilege level.
-	KindAuth ErrorKind = "auth"
-	// KindBMC: the BMC answered with an error (completion code, HTTP 4xx/5xx,
-	// malformed or unexpected answer).
-	KindBMC ErrorKind = "bmc-error"
-	// KindNotSupported: the BMC does not implement the request.
-	KindNotSupported ErrorKind = "not-supported"
-)
-
 // Error is the error every driver returns. It names the node, the operation
 // and the BMC endpoint, never the credentials.
 type Error struct {
-	Node     string    // node name from the inventory
-	Op       string    // one of the Op* constants
-	Endpoint string    // e.g. "ipmi://10.0.0.11:623"
-	Kind     ErrorKind // classification
-	Err      error     // underlying cause
+	Node     string         // node name from the inventory
+	Op       string         // one of the Op* constants
+	Endpoint string         // e.g. "ipmi://10.0.0.11:623"
+	Kind     core.ErrorKind // classification
+	Err      error          // underlying cause
 }
 
 func (e *Error) Error() string {
@@ -82,22 +51,13 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // KindOf returns the ErrorKind of err, or "" if err is not (or does not wrap)
 // an *Error.
-func KindOf(err error) ErrorKind {
+func KindOf(err error) core.ErrorKind {
 	var be *Error
 	if errors.As(err, &be) {
 		return be.Kind
 	}
 	return ""
 }
-
-// Operation names used in errors, logs and metrics.
-const (
-	OpPowerStatus = "power-status"
-	OpPowerOff    = "power-off"
-	OpPowerOn     = "power-on"
-	OpPowerCycle  = "power-cycle"
-	OpSystemGUID  = "system-guid"
-)
 
 // DriverOptions are the settings every driver shares.
 type DriverOptions struct {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -49,7 +50,7 @@ type FencerConfig struct {
 	Members   MemberSource
 	Tainter   *taint.Tainter
 	Recorder  record.EventRecorder
-	Policy    Policy
+	Policy    core.Policy
 	// LeaseNamespace holds the per-target power Leases.
 	LeaseNamespace string
 	// LeaseDuration of a power Lease; it is renewed every third of it
@@ -84,9 +85,9 @@ type Fencer struct {
 	synced        []cache.InformerSynced
 
 	mu      sync.Mutex
-	targets map[string]*Target
-	bmc     map[string]*BMCObs
-	agents  map[string]*AgentObs          // liveness challenges and their answers
+	targets map[string]*core.Target
+	bmc     map[string]*core.BMCObs
+	agents  map[string]*core.AgentObs     // liveness challenges and their answers
 	renew   map[string]context.CancelFunc // Lease renewals running
 	seqs    map[string]seqSeen            // latest signed statement per node (replays)
 	forged  map[string]struct{}           // forgeries counted, to count each once
@@ -142,9 +143,9 @@ func NewFencer(cfg FencerConfig) *Fencer {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		queue:       workqueue.NewTypedRateLimitingQueue(retryLimiter()),
-		targets:     map[string]*Target{},
-		bmc:         map[string]*BMCObs{},
-		agents:      map[string]*AgentObs{},
+		targets:     map[string]*core.Target{},
+		bmc:         map[string]*core.BMCObs{},
+		agents:      map[string]*core.AgentObs{},
 		renew:       map[string]context.CancelFunc{},
 		seqs:        map[string]seqSeen{},
 		forged:      map[string]struct{}{},
@@ -178,7 +179,7 @@ func (f *Fencer) Notify(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for n, t := range f.targets {
-		if t.Phase != PhaseHealthy && n != name {
+		if t.Phase != core.PhaseHealthy && n != name {
 			f.queue.Add(n)
 		}
 	}
@@ -228,7 +229,7 @@ func (f *Fencer) Run(ctx context.Context) error {
 			name := metaName(o)
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if t, ok := f.targets[name]; ok && t.Phase != PhaseHealthy {
+			if t, ok := f.targets[name]; ok && t.Phase != core.PhaseHealthy {
 				return name
 			}
 			return ""
@@ -306,13 +307,13 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	f.mu.Lock()
 	t, ok := f.targets[name]
 	if !ok {
-		t = &Target{Name: name}
+		t = &core.Target{Name: name}
 		f.targets[name] = t
 	}
 	before := t.Phase
 	d := t.Step(o, f.cfg.Policy)
 	suspectSince := t.SuspectSince()
-	if d.Phase == PhaseHealthy && !o.Node.Exists {
+	if d.Phase == core.PhaseHealthy && !o.Node.Exists {
 		delete(f.targets, name)
 		delete(f.seenReady, name)
 	}
@@ -334,9 +335,9 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 
 // observe assembles the core's input from the listers, gossip and the
 // BMC state. node is nil when the Node does not exist.
-func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
+func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	now := f.cfg.Now()
-	o := Observation{Now: now}
+	o := core.Observation{Now: now}
 	node, err := f.nodes.Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return o, nil, err
@@ -351,7 +352,7 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		// after its registration it stopped (the registration-time
 		// heuristic of neverReady is for nodes seen only after a restart).
 		f.mu.Lock()
-		if o.Node.Ready == ReadyTrue {
+		if o.Node.Ready == core.ReadyTrue {
 			f.seenReady[name] = true
 		}
 		if f.seenReady[name] {
@@ -365,7 +366,7 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		node = nil
 	}
 	if m, ok := f.cfg.Members.Member(name); ok {
-		o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+		o.Member = core.MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 			Signed: f.signed(name, m)}
 	}
 	_, configured := f.cfg.Inventory.BMC(name)
@@ -397,11 +398,11 @@ func (f *Fencer) observe(name string) (Observation, *corev1.Node, error) {
 		m, known := f.cfg.Members.Member(n.Name)
 		gone := known && (m.State == heartbeat.StateDead || m.State == heartbeat.StateLeft)
 		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
-		if ready, _ := readyCondition(n); ready != ReadyTrue || gone || fenced {
+		if ready, _ := readyCondition(n); ready != core.ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
 		}
 		if fenced {
-			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == EvidenceCleanShutdown &&
+			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == core.EvidenceCleanShutdown &&
 				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
 				cleanFences[n.Name] = true
 			}
@@ -473,9 +474,9 @@ func (f *Fencer) kubeletRenew(node string) time.Time {
 // on the Node it just read: the core's rule (EvidenceHolds) against the
 // freshest view there is — that Node, the kubelet's Lease read from the API
 // now, the gossip member and the agent's answers as they are now.
-func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *FenceRecord) func(*corev1.Node) error {
+func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.FenceRecord) func(*corev1.Node) error {
 	return func(n *corev1.Node) error {
-		o := Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
+		o := core.Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
 		o.Node.KubeletRenew = f.kubeletRenew(name)
 		l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -485,7 +486,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *FenceRecord
 			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
 		}
 		if m, ok := f.cfg.Members.Member(name); ok {
-			o.Member = MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+			o.Member = core.MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 				Signed: f.signed(name, m)}
 		}
 		f.mu.Lock()
@@ -496,7 +497,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *FenceRecord
 			o.BMC = *b
 		}
 		f.mu.Unlock()
-		if ok, why := EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
+		if ok, why := core.EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
 			return fmt.Errorf("%w: %s", ErrEvidenceVoided, why)
 		}
 		return nil
@@ -519,8 +520,8 @@ func (f *Fencer) leaseActive(node string, now time.Time) string {
 }
 
 // nodeObs reads what the core needs from a Node.
-func nodeObs(n *corev1.Node) NodeObs {
-	o := NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
+func nodeObs(n *corev1.Node) core.NodeObs {
+	o := core.NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
 	o.Ready, o.ReadySince = readyCondition(n)
 	o.ShuttingDown = kubeletShuttingDown(n)
 	o.NeverReady = neverReady(n)
@@ -536,11 +537,11 @@ func nodeObs(n *corev1.Node) NodeObs {
 
 // readyCondition returns the status of the Node's Ready condition and
 // when it last changed; a Node without one counts as Unknown.
-func readyCondition(n *corev1.Node) (Ready, time.Time) {
+func readyCondition(n *corev1.Node) (core.Ready, time.Time) {
 	if c := taint.ReadyCondition(n); c != nil {
-		return Ready(c.Status), c.LastTransitionTime.Time
+		return core.Ready(c.Status), c.LastTransitionTime.Time
 	}
-	return ReadyUnknown, time.Time{}
+	return core.ReadyUnknown, time.Time{}
 }
 
 // joinGrace bounds the time between a Node's creation and its kubelet's
@@ -568,21 +569,21 @@ func kubeletShuttingDown(n *corev1.Node) bool {
 }
 
 // execute carries out one action for node name.
-func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a Action, suspectSince time.Time) error {
+func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a core.Action, suspectSince time.Time) error {
 	switch a.Kind {
-	case ActRequeue:
+	case core.ActRequeue:
 		f.queue.AddAfter(name, a.After)
-	case ActReadPower:
-		f.startBMC(ctx, name, OpPowerStatus)
-	case ActPowerOff:
-		f.startBMC(ctx, name, OpPowerOff)
-	case ActPowerOn:
-		f.startBMC(ctx, name, OpPowerOn)
-	case ActAcquireLease:
+	case core.ActReadPower:
+		f.startBMC(ctx, name, core.OpPowerStatus)
+	case core.ActPowerOff:
+		f.startBMC(ctx, name, core.OpPowerOff)
+	case core.ActPowerOn:
+		f.startBMC(ctx, name, core.OpPowerOn)
+	case core.ActAcquireLease:
 		return f.acquireLease(ctx, name)
-	case ActReleaseLease:
+	case core.ActReleaseLease:
 		return f.releaseLease(ctx, name)
-	case ActApplyTaint:
+	case core.ActApplyTaint:
 		ev := taintEvidence(a.Evidence, f.cfg.Identity)
 		written, err := f.cfg.Tainter.ApplyIf(ctx, name, ev, f.evidenceCheck(ctx, name, a.Evidence))
 		f.cfg.Metrics.fence(ev.Method, err)
@@ -595,7 +596,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			return nil
 		}
 		if err != nil {
-			f.queue.AddAfter(name, taintRetry)
+			f.queue.AddAfter(name, core.TaintRetry)
 			return err
 		}
 		applied := written != nil
@@ -605,7 +606,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.mu.Unlock()
 			f.queue.Add(name) // go on from the written Node at once
 		}
-		if applied && ev.Method == EvidenceCleanShutdown {
+		if applied && ev.Method == core.EvidenceCleanShutdown {
 			f.mu.Lock()
 			f.cleanFences[name] = f.cfg.Now()
 			f.mu.Unlock()
@@ -617,10 +618,10 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.log.Warn("out-of-service taint applied", "node", name, "evidence", ev.Method, "reason", ev.Reason,
 				"sinceSuspected", f.cfg.Now().Sub(suspectSince).Round(time.Millisecond))
 		}
-	case ActMarkNotReady:
+	case core.ActMarkNotReady:
 		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
 		return err
-	case ActForceDeletePods:
+	case core.ActForceDeletePods:
 		n, err := f.cfg.Tainter.ForceDeletePods(ctx, name)
 		if n > 0 {
 			f.log.Info("force-deleted pods of fenced node", "node", name, "pods", n)
@@ -631,7 +632,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.mu.Unlock()
 		}
 		return err
-	case ActRemoveTaint:
+	case core.ActRemoveTaint:
 		removed, err := f.cfg.Tainter.Remove(ctx, name, a.Message)
 		if err != nil {
 			return err
@@ -640,13 +641,13 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.cfg.Metrics.TaintsRemoved.Inc()
 			f.log.Info("out-of-service taint removed", "node", name, "reason", a.Message)
 		}
-	case ActEvent:
+	case core.ActEvent:
 		if node != nil {
 			f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
 		}
-	case ActChallenge:
+	case core.ActChallenge:
 		f.startChallenge(ctx, name, node)
-	case ActSafetyAlarm:
+	case core.ActSafetyAlarm:
 		f.cfg.Metrics.SafetyAlarms.WithLabelValues(a.Reason).Inc()
 		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)
 		if node != nil {
@@ -666,7 +667,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 	f.mu.Lock()
 	st := f.bmc[name]
 	if st == nil {
-		st = &BMCObs{}
+		st = &core.BMCObs{}
 		f.bmc[name] = st
 	}
 	if st.InFlight {
@@ -681,33 +682,33 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 	go func() {
 		defer f.bg.Done()
 		start := f.cfg.Now()
-		var r *Reading
+		var r *core.Reading
 		var err error
 		switch op {
-		case OpPowerStatus:
-			var state PowerState
+		case core.OpPowerStatus:
+			var state core.PowerState
 			state, err = b.PowerState(ctx)
 			if err == nil {
 				// Dated with the answer, and with what the kubelet's
 				// heartbeat said then: the age of the evidence counts from
 				// here, and a later heartbeat contradicts it.
-				r = &Reading{Power: state, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name)}
+				r = &core.Reading{Power: state, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name)}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
 					r.GUID = guid
-				} else if KindOf(gerr) != KindNotSupported {
+				} else if KindOf(gerr) != core.KindNotSupported {
 					err = gerr // a BMC that answers power but fails GUID is not trusted this round
 				}
 			}
-		case OpPowerOff:
+		case core.OpPowerOff:
 			var res ActionResult
 			res, err = PowerOffVerified(ctx, b, f.cfg.Verify)
 			if err == nil {
-				r = &Reading{Power: res.State, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name), AfterPowerOff: true}
+				r = &core.Reading{Power: res.State, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name), AfterPowerOff: true}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
 					r.GUID = guid
 				}
 			}
-		case OpPowerOn:
+		case core.OpPowerOn:
 			_, err = PowerOnVerified(ctx, b, f.cfg.Verify)
 		}
 		elapsed := f.cfg.Now().Sub(start)
@@ -719,7 +720,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		f.mu.Lock()
 		st.InFlight = false
 		if err != nil {
-			st.Failure = &Failure{Op: op, Kind: KindOf(err), Message: err.Error(), At: f.cfg.Now()}
+			st.Failure = &core.Failure{Op: op, Kind: KindOf(err), Message: err.Error(), At: f.cfg.Now()}
 		} else if r != nil {
 			r.Endpoint = endpoint
 			st.Reading = r
@@ -733,7 +734,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 	}()
 }
 
-func readingPower(r *Reading) string {
+func readingPower(r *core.Reading) string {
 	if r == nil {
 		return ""
 	}
@@ -845,10 +846,10 @@ func (f *Fencer) releaseLease(ctx context.Context, node string) error {
 
 // Phases returns the current phase of every node the fencer tracks (for
 // status endpoints).
-func (f *Fencer) Phases() map[string]Phase {
+func (f *Fencer) Phases() map[string]core.Phase {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]Phase, len(f.targets))
+	out := make(map[string]core.Phase, len(f.targets))
 	for n, t := range f.targets {
 		out[n] = t.Phase
 	}
@@ -856,7 +857,7 @@ func (f *Fencer) Phases() map[string]Phase {
 }
 
 // taintEvidence converts the core's record into the annotation format.
-func taintEvidence(r *FenceRecord, by string) taint.Evidence {
+func taintEvidence(r *core.FenceRecord, by string) taint.Evidence {
 	ev := taint.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
 	if r.BMC != nil {
 		ev.BMC = &taint.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, SentAt: r.BMC.Sent, KubeletLeaseRenewedAt: r.BMC.KubeletRenew,
@@ -866,10 +867,10 @@ func taintEvidence(r *FenceRecord, by string) taint.Evidence {
 }
 
 // fenceRecordOf converts stored evidence back into the core's record.
-func fenceRecordOf(ev taint.Evidence) *FenceRecord {
-	r := &FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
+func fenceRecordOf(ev taint.Evidence) *core.FenceRecord {
+	r := &core.FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
 	if ev.BMC != nil {
-		r.BMC = &Reading{Power: PowerState(ev.BMC.Power), At: ev.BMC.At, Sent: ev.BMC.SentAt, KubeletRenew: ev.BMC.KubeletLeaseRenewedAt,
+		r.BMC = &core.Reading{Power: core.PowerState(ev.BMC.Power), At: ev.BMC.At, Sent: ev.BMC.SentAt, KubeletRenew: ev.BMC.KubeletLeaseRenewedAt,
 			Endpoint: ev.BMC.Endpoint, GUID: ev.BMC.SystemGUID, AfterPowerOff: ev.BMC.PoweredOffByFenced}
 	}
 	return r
@@ -877,10 +878,10 @@ func fenceRecordOf(ev taint.Evidence) *FenceRecord {
 
 // significant reports whether actions deserve a decision log line even
 // without a phase change.
-func significant(as []Action) bool {
+func significant(as []core.Action) bool {
 	for _, a := range as {
 		switch a.Kind {
-		case ActRequeue, ActReadPower:
+		case core.ActRequeue, core.ActReadPower:
 		default:
 			return true
 		}
@@ -888,21 +889,21 @@ func significant(as []Action) bool {
 	return false
 }
 
-func actionNames(as []Action) string {
+func actionNames(as []core.Action) string {
 	var s []string
 	for _, a := range as {
-		if a.Kind == ActEvent || a.Kind == ActSafetyAlarm {
+		if a.Kind == core.ActEvent || a.Kind == core.ActSafetyAlarm {
 			s = append(s, string(a.Kind)+":"+a.Reason)
-		} else if a.Kind != ActRequeue {
+		} else if a.Kind != core.ActRequeue {
 			s = append(s, string(a.Kind))
 		}
 	}
 	return strings.Join(s, ",")
 }
 
-func evidenceMethod(as []Action) string {
+func evidenceMethod(as []core.Action) string {
 	for _, a := range as {
-		if a.Kind == ActApplyTaint && a.Evidence != nil {
+		if a.Kind == core.ActApplyTaint && a.Evidence != nil {
 			return a.Evidence.Method
 		}
 	}

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 // TestKubeletShuttingDown reads the kubelet's graceful-shutdown report from
@@ -77,5 +79,17 @@ func TestNeverReady(t *testing.T) {
 				t.Errorf("neverReady = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// testPolicy is the decision core's test policy (pkg/core, decide_test.go),
+// for fencers under test.
+func testPolicy(mode core.Mode) core.Policy {
+	return core.Policy{
+		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
+		FenceDelay: 5 * time.Second, ForceDeletePods: true,
+		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
+		MaxEvidenceAge: 10 * time.Second,
 	}
 }

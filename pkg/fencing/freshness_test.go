@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -34,7 +35,7 @@ type slowBMC struct {
 	delay time.Duration
 }
 
-func (b *slowBMC) PowerState(ctx context.Context) (PowerState, error) {
+func (b *slowBMC) PowerState(ctx context.Context) (core.PowerState, error) {
 	time.Sleep(b.delay)
 	return b.countingBMC.PowerState(ctx)
 }
@@ -50,7 +51,7 @@ func runFencer(t *testing.T, b BMC, objs ...runtime.Object) (*Fencer, *fake.Clie
 	t.Helper()
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(core.ModeConfirmOnly)
 	f := NewFencer(FencerConfig{
 		Identity: "fencer", Client: client,
 		Inventory: &Inventory{bmcs: map[string]BMC{"victim": b}, endpoints: map[string]string{"victim": "test://victim"}},
@@ -72,7 +73,7 @@ func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
 		t.Skip("runs a fencer")
 	}
 	b := &slowBMC{delay: 1500 * time.Millisecond}
-	b.power.Store(PowerOff)
+	b.power.Store(core.PowerOff)
 	_, client := runFencer(t, b)
 	var ev taint.Evidence
 	deadline := time.Now().Add(20 * time.Second)
@@ -103,10 +104,10 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 		t.Skip("runs a fencer")
 	}
 	reading := time.Now()
-	b := newCountingBMC(PowerOff)
+	b := newCountingBMC(core.PowerOff)
 	f, client := runFencer(t, b, kubeletLease("victim", reading.Add(-5*time.Second)))
-	ev := &FenceRecord{Method: EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &Reading{Power: PowerOff, At: reading, KubeletRenew: reading.Add(-5 * time.Second)}}
+	ev := &core.FenceRecord{Method: core.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(-5 * time.Second)}}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +127,8 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	}
 	// A new boot in the Node as just read.
 	n.Status.NodeInfo.BootID = "boot-2"
-	if err := f.evidenceCheck(context.Background(), "victim", &FenceRecord{Method: EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &Reading{Power: PowerOff, At: reading, KubeletRenew: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
+	if err := f.evidenceCheck(context.Background(), "victim", &core.FenceRecord{Method: core.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
 		t.Fatalf("new boot: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
@@ -48,25 +49,25 @@ type countingBMC struct {
 	powerOffs atomic.Int32
 }
 
-func newCountingBMC(p PowerState) *countingBMC {
+func newCountingBMC(p core.PowerState) *countingBMC {
 	b := &countingBMC{}
 	b.power.Store(p)
 	return b
 }
 
-func (b *countingBMC) PowerState(context.Context) (PowerState, error) {
+func (b *countingBMC) PowerState(context.Context) (core.PowerState, error) {
 	b.reads.Add(1)
-	return b.power.Load().(PowerState), nil
+	return b.power.Load().(core.PowerState), nil
 }
 func (b *countingBMC) PowerOff(context.Context) error {
 	b.powerOffs.Add(1)
-	b.power.Store(PowerOff)
+	b.power.Store(core.PowerOff)
 	return nil
 }
-func (b *countingBMC) PowerOn(context.Context) error    { b.power.Store(PowerOn); return nil }
+func (b *countingBMC) PowerOn(context.Context) error    { b.power.Store(core.PowerOn); return nil }
 func (b *countingBMC) PowerCycle(context.Context) error { return nil }
 func (b *countingBMC) SystemGUID(context.Context) (string, error) {
-	return "", &Error{Kind: KindNotSupported}
+	return "", &Error{Kind: core.KindNotSupported}
 }
 func (b *countingBMC) Close() error { return nil }
 
@@ -138,7 +139,7 @@ func hostileNode(name, boot, ip string, ready corev1.ConditionStatus) *corev1.No
 // newHostileBed starts a fencer at 127.0.0.1 and a genuine agent for each
 // victim at 127.0.0.2, .3, …, all Ready, each with its key published, and
 // the admission policy that guards the keys in place.
-func newHostileBed(t *testing.T, p Policy, victims ...string) *hostileBed {
+func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 	t.Helper()
 	ips := []string{"127.0.0.1"}
 	for i := range victims {
@@ -153,7 +154,7 @@ func newHostileBed(t *testing.T, p Policy, victims ...string) *hostileBed {
 				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}},
 	}
 	for i, name := range victims {
-		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(PowerOn)}
+		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(core.PowerOn)}
 		b.victims[name] = v
 		objs = append(objs, hostileNode(name, v.boot, v.ip, corev1.ConditionTrue))
 	}
@@ -305,7 +306,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(core.ModeConfirmOnly)
 	b := newHostileBed(t, p, "victim-1", "victim-2", "victim-3", "victim-4", "bystander")
 	v1, v2, v3, v4 := b.victims["victim-1"], b.victims["victim-2"], b.victims["victim-3"], b.victims["victim-4"]
 	attackerKey, _ := identity.NewKey()
@@ -409,7 +410,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	b.waitFor(20*time.Second, "the bystander tainted on its own clean-shutdown word", func() bool {
 		n, _ := b.client.CoreV1().Nodes().Get(context.Background(), "bystander", metav1.GetOptions{})
 		ev, ok, _ := taint.EvidenceOf(n)
-		return taint.HasTaint(n) && ok && ev.Method == EvidenceCleanShutdown
+		return taint.HasTaint(n) && ok && ev.Method == core.EvidenceCleanShutdown
 	})
 	if tn := b.tainted(); len(tn) != 1 {
 		t.Fatalf("tainted %v, want only the bystander", tn)
@@ -427,7 +428,7 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(core.ModePowerOff)
 	p.FenceAfter, p.FenceDelay, p.ChallengeInterval = time.Second, time.Second, time.Second
 	b := newHostileBed(t, p, "victim-1", "victim-2", "victim-3")
 	v1 := b.victims["victim-1"]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/test/redfishsim"
 )
 
@@ -65,7 +66,7 @@ func TestNewDriverPasswordFilePermissions(t *testing.T) {
 					if tt.wantErr == "" && err != nil {
 						t.Fatalf("PowerState: %v", err)
 					}
-					if tt.wantErr != "" && (KindOf(err) != KindAuth || !strings.Contains(err.Error(), tt.wantErr)) {
+					if tt.wantErr != "" && (KindOf(err) != core.KindAuth || !strings.Contains(err.Error(), tt.wantErr)) {
 						t.Fatalf("PowerState error = %v, want kind auth containing %q", err, tt.wantErr)
 					}
 				}

@@ -12,6 +12,8 @@ import (
 	ipmi "github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
 	"github.com/bougou/go-ipmi/pkg/types"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 // IPMIOptions configures an IPMI v2.0 (RMCP+, "lanplus") BMC.
@@ -64,39 +66,39 @@ func NewIPMI(opts IPMIOptions) (*IPMI, error) {
 }
 
 // PowerState reads Get Chassis Status.
-func (b *IPMI) PowerState(ctx context.Context) (PowerState, error) {
-	state := PowerUnknown
-	err := b.withSession(ctx, OpPowerStatus, func(c *ipmi.Client) error {
+func (b *IPMI) PowerState(ctx context.Context) (core.PowerState, error) {
+	state := core.PowerUnknown
+	err := b.withSession(ctx, core.OpPowerStatus, func(c *ipmi.Client) error {
 		st, err := c.GetChassisStatus(ctx)
 		if err != nil {
 			return err
 		}
 		if st.PowerIsOn {
-			state = PowerOn
+			state = core.PowerOn
 		} else {
-			state = PowerOff
+			state = core.PowerOff
 		}
 		return nil
 	})
 	if err != nil {
-		return PowerUnknown, err
+		return core.PowerUnknown, err
 	}
 	return state, nil
 }
 
 // PowerOff sends Chassis Control "power down" (hard off, no ACPI request).
 func (b *IPMI) PowerOff(ctx context.Context) error {
-	return b.chassisControl(ctx, OpPowerOff, chassis.ChassisControlPowerDown)
+	return b.chassisControl(ctx, core.OpPowerOff, chassis.ChassisControlPowerDown)
 }
 
 // PowerOn sends Chassis Control "power up".
 func (b *IPMI) PowerOn(ctx context.Context) error {
-	return b.chassisControl(ctx, OpPowerOn, chassis.ChassisControlPowerUp)
+	return b.chassisControl(ctx, core.OpPowerOn, chassis.ChassisControlPowerUp)
 }
 
 // PowerCycle sends Chassis Control "power cycle".
 func (b *IPMI) PowerCycle(ctx context.Context) error {
-	return b.chassisControl(ctx, OpPowerCycle, chassis.ChassisControlPowerCycle)
+	return b.chassisControl(ctx, core.OpPowerCycle, chassis.ChassisControlPowerCycle)
 }
 
 func (b *IPMI) chassisControl(ctx context.Context, op string, ctl chassis.ChassisControl) error {
@@ -110,7 +112,7 @@ func (b *IPMI) chassisControl(ctx context.Context, op string, ctl chassis.Chassi
 // Linux's /sys/class/dmi/id/product_uuid, the kubelet's systemUUID) does.
 func (b *IPMI) SystemGUID(ctx context.Context) (string, error) {
 	var guid string
-	err := b.withSession(ctx, OpSystemGUID, func(c *ipmi.Client) error {
+	err := b.withSession(ctx, core.OpSystemGUID, func(c *ipmi.Client) error {
 		res, err := c.GetSystemGUID(ctx)
 		if err != nil {
 			return err
@@ -145,11 +147,11 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}
 	password, err := b.opts.Credentials.Password()
 	if err != nil {
-		return b.fail(op, KindAuth, fmt.Errorf("reading password: %w", err), "")
+		return b.fail(op, core.KindAuth, fmt.Errorf("reading password: %w", err), "")
 	}
 	c, err := ipmi.NewClient(b.opts.Host, b.opts.Port, b.opts.Credentials.Username, password)
 	if err != nil {
-		return b.fail(op, KindAuth, err, password)
+		return b.fail(op, core.KindAuth, err, password)
 	}
 	c = c.WithCipherSuiteID(types.CipherSuiteID(b.opts.CipherSuite)).
 		WithMaxPrivilegeLevel(b.privilege).
@@ -170,7 +172,7 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}()
 	if err := fn(c); err != nil {
 		if errors.Is(err, errNoGUID) {
-			return b.fail(op, KindNotSupported, err, password)
+			return b.fail(op, core.KindNotSupported, err, password)
 		}
 		return b.fail(op, classifyIPMI(ctx, err, false), err, password)
 	}
@@ -195,7 +197,7 @@ func (b *IPMI) closeTimeout() time.Duration {
 // and its messages name at most the user), but a later version or a BMC
 // answer quoted into an error must not be able to leak it either. password
 // is empty where none was read yet.
-func (b *IPMI) fail(op string, kind ErrorKind, err error, password string) error {
+func (b *IPMI) fail(op string, kind core.ErrorKind, err error, password string) error {
 	return &Error{Node: b.opts.Node, Op: op, Endpoint: b.endpoint, Kind: kind, Err: redactError(err, b.opts.Credentials.Username, password)}
 }
 
@@ -203,18 +205,18 @@ func (b *IPMI) fail(op string, kind ErrorKind, err error, password string) error
 // completion code means the BMC refused the session (for instance the
 // requested privilege level exceeds the user's), which is a credential
 // problem for the operator, not a BMC fault.
-func classifyIPMI(ctx context.Context, err error, connecting bool) ErrorKind {
+func classifyIPMI(ctx context.Context, err error, connecting bool) core.ErrorKind {
 	var status *types.RmcpStatusError
 	if errors.Is(err, ipmi.ErrRAKPAuthentication) || errors.As(err, &status) {
 		// RAKP failures and RMCP+ status codes (unauthorized name, invalid
 		// role, no cipher suite match) all mean the BMC refused us.
-		return KindAuth
+		return core.KindAuth
 	}
 	if respErr, ok := types.IsResponseError(err); ok {
 		if connecting || respErr.CompletionCode() == types.CodeInsufficientPrivilege {
-			return KindAuth
+			return core.KindAuth
 		}
-		return KindBMC
+		return core.KindBMC
 	}
 	if kind, ok := classifyTransport(ctx, err); ok {
 		return kind
@@ -228,16 +230,16 @@ func classifyIPMI(ctx context.Context, err error, connecting bool) ErrorKind {
 			return m.kind
 		}
 	}
-	return KindBMC
+	return core.KindBMC
 }
 
 var ipmiMessageKinds = []struct {
 	substr string
-	kind   ErrorKind
+	kind   core.ErrorKind
 }{
-	{ipmi.ErrRAKPAuthentication.Error(), KindAuth},
-	{"RMCP+ status", KindAuth},
-	{"no datagram matched before deadline", KindTimeout},
-	{"i/o timeout", KindTimeout},
-	{"connection refused", KindUnreachable},
+	{ipmi.ErrRAKPAuthentication.Error(), core.KindAuth},
+	{"RMCP+ status", core.KindAuth},
+	{"no datagram matched before deadline", core.KindTimeout},
+	{"i/o timeout", core.KindTimeout},
+	{"connection refused", core.KindUnreachable},
 }

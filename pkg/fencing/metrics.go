@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 // Metrics are the fencer's Prometheus metrics.
@@ -71,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) setPhase(node string, before, now Phase) {
+func (m *Metrics) setPhase(node string, before, now core.Phase) {
 	if before == now {
 		return
 	}

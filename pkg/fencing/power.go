@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 // VerifyOptions control how a power action is confirmed, the way
@@ -44,7 +46,7 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 // ActionResult says what a verified power action did.
 type ActionResult struct {
 	// State is the last state read; on success the requested one.
-	State PowerState
+	State core.PowerState
 	// AlreadyInState is true when no request was sent because the chassis
 	// was already in the requested state.
 	AlreadyInState bool
@@ -56,12 +58,12 @@ type ActionResult struct {
 // authenticated status read says off. Any other outcome is an error and
 // must not be taken as evidence.
 func PowerOffVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
-	return switchVerified(ctx, b, o, PowerOff, b.PowerOff)
+	return switchVerified(ctx, b, o, core.PowerOff, b.PowerOff)
 }
 
 // PowerOnVerified switches the chassis on and returns once it reads on.
 func PowerOnVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
-	return switchVerified(ctx, b, o, PowerOn, b.PowerOn)
+	return switchVerified(ctx, b, o, core.PowerOn, b.PowerOn)
 }
 
 // PowerCycleVerified switches the chassis off, waits until it reads off,
@@ -79,12 +81,12 @@ func PowerCycleVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResu
 	return res, err
 }
 
-func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want PowerState,
+func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState,
 	send func(context.Context) error) (ActionResult, error) {
 	o = o.withDefaults()
 	state, err := b.PowerState(ctx)
 	if err != nil {
-		return ActionResult{State: PowerUnknown}, err
+		return ActionResult{State: core.PowerUnknown}, err
 	}
 	if state == want {
 		return ActionResult{State: state, AlreadyInState: true}, nil
@@ -102,18 +104,18 @@ func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want PowerState
 // request but never reported the requested state within the timeout.
 var ErrNotReached = errors.New("power state not reached")
 
-func waitFor(ctx context.Context, b BMC, o VerifyOptions, want PowerState) (ActionResult, error) {
+func waitFor(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState) (ActionResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	timer := time.NewTimer(o.PowerWait)
 	defer timer.Stop()
-	last := PowerUnknown
+	last := core.PowerUnknown
 	var lastErr error
 	for {
 		select {
 		case <-ctx.Done():
 			if lastErr != nil {
-				return ActionResult{State: PowerUnknown}, fmt.Errorf("%w: wanted %s within %s, last read failed: %w",
+				return ActionResult{State: core.PowerUnknown}, fmt.Errorf("%w: wanted %s within %s, last read failed: %w",
 					ErrNotReached, want, o.Timeout, lastErr)
 			}
 			return ActionResult{State: last}, fmt.Errorf("%w: wanted %s within %s, BMC still reads %s",

@@ -17,6 +17,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/test/redfishsim"
 )
 
@@ -321,25 +322,25 @@ func TestRedfishSimEchoNeverLeaks(t *testing.T) {
 		auth      string
 		fault     *redfishsim.Fault
 		wrongPass bool
-		wantKind  ErrorKind
+		wantKind  core.ErrorKind
 		wantText  string
 	}{
-		{name: "session login refused", auth: RedfishAuthSession, wrongPass: true, wantKind: KindAuth,
+		{name: "session login refused", auth: RedfishAuthSession, wrongPass: true, wantKind: core.KindAuth,
 			wantText: "opening session: HTTP 401 Unauthorized (Base.1.8.GeneralError), response body not shown"},
-		{name: "basic request refused", auth: RedfishAuthBasic, wrongPass: true, wantKind: KindAuth,
+		{name: "basic request refused", auth: RedfishAuthBasic, wrongPass: true, wantKind: core.KindAuth,
 			wantText: "HTTP 401 Unauthorized (Base.1.8.GeneralError), response body not shown"},
-		{name: "session login fails with 400", auth: RedfishAuthSession, wantKind: KindBMC,
+		{name: "session login fails with 400", auth: RedfishAuthSession, wantKind: core.KindBMC,
 			fault:    &redfishsim.Fault{Path: redfishsim.SessionsPath, Status: http.StatusBadRequest},
 			wantText: "opening session: HTTP 400 Bad Request (Base.1.8.GeneralError), response body not shown"},
-		{name: "basic: 403 on the system", auth: RedfishAuthBasic, wantKind: KindAuth,
+		{name: "basic: 403 on the system", auth: RedfishAuthBasic, wantKind: core.KindAuth,
 			fault:    &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden},
 			wantText: "HTTP 403 Forbidden (Base.1.8.GeneralError), response body not shown"},
 		// A 500 keeps its body, so the echoed basic token must be redacted.
-		{name: "basic: 500 on the system echoes the Authorization header", auth: RedfishAuthBasic, wantKind: KindBMC,
+		{name: "basic: 500 on the system echoes the Authorization header", auth: RedfishAuthBasic, wantKind: core.KindBMC,
 			fault: &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantText: "Authorization: Basic " + redactionMarker},
 		// A 500 after login echoes the session token, a credential until
 		// the logout.
-		{name: "session: 500 on the system echoes the token", auth: RedfishAuthSession, wantKind: KindBMC,
+		{name: "session: 500 on the system echoes the token", auth: RedfishAuthSession, wantKind: core.KindBMC,
 			fault: &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantText: "X-Auth-Token: " + redactionMarker},
 	}
 	for _, pw := range redactTestPasswords {
@@ -399,9 +400,9 @@ func TestIPMIFailRedacts(t *testing.T) {
 	for _, enc := range redactTestEncoders {
 		t.Run(enc.name, func(t *testing.T) {
 			cause := fmt.Errorf("opening session: %w", errors.New("BMC answered "+enc.encode(pw)))
-			got := b.fail(OpPowerStatus, KindAuth, cause, pw)
+			got := b.fail(core.OpPowerStatus, core.KindAuth, cause, pw)
 			var be *Error
-			if !errors.As(got, &be) || be.Kind != KindAuth || be.Node != "node-a" {
+			if !errors.As(got, &be) || be.Kind != core.KindAuth || be.Node != "node-a" {
 				t.Fatalf("fail returned %#v", got)
 			}
 			checkRedacted(t, got.Error(), enc.encode(pw))

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/test/redfishsim"
 )
 
@@ -75,7 +76,7 @@ func rfCtx(t *testing.T, d time.Duration) context.Context {
 
 // rfCheckErr asserts err is a driver *Error of the wanted kind that names the
 // node and endpoint and does not leak the password.
-func rfCheckErr(t *testing.T, err error, want ErrorKind, endpoint string) {
+func rfCheckErr(t *testing.T, err error, want core.ErrorKind, endpoint string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want kind %s", want)
@@ -114,16 +115,16 @@ func rfCheckNoSessions(t *testing.T, sim *redfishsim.Server) {
 func TestRedfishPowerState(t *testing.T) {
 	tests := []struct {
 		redfish  string
-		want     PowerState
-		wantKind ErrorKind
+		want     core.PowerState
+		wantKind core.ErrorKind
 	}{
-		{redfish: "On", want: PowerOn},
-		{redfish: "Off", want: PowerOff},
-		{redfish: "PoweringOff", want: PowerOn},
-		{redfish: "PoweringOn", want: PowerOn},
-		{redfish: "Paused", want: PowerUnknown, wantKind: KindBMC},
-		{redfish: "off", want: PowerUnknown, wantKind: KindBMC},
-		{redfish: "", want: PowerUnknown, wantKind: KindBMC},
+		{redfish: "On", want: core.PowerOn},
+		{redfish: "Off", want: core.PowerOff},
+		{redfish: "PoweringOff", want: core.PowerOn},
+		{redfish: "PoweringOn", want: core.PowerOn},
+		{redfish: "Paused", want: core.PowerUnknown, wantKind: core.KindBMC},
+		{redfish: "off", want: core.PowerUnknown, wantKind: core.KindBMC},
+		{redfish: "", want: core.PowerUnknown, wantKind: core.KindBMC},
 	}
 	for _, mode := range rfAuthModes() {
 		for _, tc := range tests {
@@ -152,20 +153,20 @@ func TestRedfishPowerActions(t *testing.T) {
 		resetTypes []string // nil = simulator default (ForceOff, On, ForceRestart)
 		initial    string
 		action     func(*Redfish, context.Context) error
-		wantState  PowerState
+		wantState  core.PowerState
 		wantResets []string
-		wantKind   ErrorKind
+		wantKind   core.ErrorKind
 	}{
-		{name: "off reads off", initial: "On", action: (*Redfish).PowerOff, wantState: PowerOff, wantResets: []string{"ForceOff"}},
-		{name: "on reads on", initial: "Off", action: (*Redfish).PowerOn, wantState: PowerOn, wantResets: []string{"On"}},
-		{name: "cycle uses ForceRestart", initial: "On", action: (*Redfish).PowerCycle, wantState: PowerOn, wantResets: []string{"ForceRestart"}},
+		{name: "off reads off", initial: "On", action: (*Redfish).PowerOff, wantState: core.PowerOff, wantResets: []string{"ForceOff"}},
+		{name: "on reads on", initial: "Off", action: (*Redfish).PowerOn, wantState: core.PowerOn, wantResets: []string{"On"}},
+		{name: "cycle uses ForceRestart", initial: "On", action: (*Redfish).PowerCycle, wantState: core.PowerOn, wantResets: []string{"ForceRestart"}},
 		{
 			name: "cycle without ForceRestart is off then on", resetTypes: []string{"ForceOff", "On"},
-			initial: "On", action: (*Redfish).PowerCycle, wantState: PowerOn, wantResets: []string{"ForceOff", "On"},
+			initial: "On", action: (*Redfish).PowerCycle, wantState: core.PowerOn, wantResets: []string{"ForceOff", "On"},
 		},
 		{
 			name: "off not advertised", resetTypes: []string{"On", "GracefulShutdown"},
-			initial: "On", action: (*Redfish).PowerOff, wantState: PowerOn, wantKind: KindNotSupported,
+			initial: "On", action: (*Redfish).PowerOff, wantState: core.PowerOn, wantKind: core.KindNotSupported,
 		},
 	}
 	for _, mode := range rfAuthModes() {
@@ -198,19 +199,19 @@ func TestRedfishSystemGUID(t *testing.T) {
 	tests := []struct {
 		uuid     string
 		want     string
-		wantKind ErrorKind
+		wantKind core.ErrorKind
 	}{
 		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A3232", want: canonical},
 		{uuid: canonical, want: canonical},
-		{uuid: "4C4C454400423510 8053B4C04F4A3232", wantKind: KindBMC},
-		{uuid: "4C4C45440042351080 53B4C04F4A3232", wantKind: KindBMC},
+		{uuid: "4C4C454400423510 8053B4C04F4A3232", wantKind: core.KindBMC},
+		{uuid: "4C4C45440042351080 53B4C04F4A3232", wantKind: core.KindBMC},
 		{uuid: "4C4C4544004235108053B4C04F4A3232", want: canonical},
 		{uuid: "{4C4C4544-0042-3510-8053-B4C04F4A3232}", want: canonical},
 		{uuid: "urn:uuid:4c4c4544-0042-3510-8053-b4c04f4a3232", want: canonical},
-		{uuid: "", wantKind: KindNotSupported},
-		{uuid: "not-a-uuid", wantKind: KindBMC},
-		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A32ZZ", wantKind: KindBMC},
-		{uuid: "4C4C45440-042-3510-8053-B4C04F4A3232", wantKind: KindBMC},
+		{uuid: "", wantKind: core.KindNotSupported},
+		{uuid: "not-a-uuid", wantKind: core.KindBMC},
+		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A32ZZ", wantKind: core.KindBMC},
+		{uuid: "4C4C45440-042-3510-8053-B4C04F4A3232", wantKind: core.KindBMC},
 	}
 	for _, tc := range tests {
 		t.Run(tc.uuid, func(t *testing.T) {
@@ -239,9 +240,9 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = rfStaticPassword(rfTestPassword + "-wrong")
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindAuth, sim.URL)
-			if got != PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			rfCheckErr(t, err, core.KindAuth, sim.URL)
+			if got != core.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 			}
 			if strings.Contains(err.Error(), rfTestPassword+"-wrong") {
 				t.Errorf("wrong password leaked: %v", err)
@@ -261,7 +262,7 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = func() (string, error) { return "", errors.New("secret file missing") }
 			})
 			_, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindAuth, sim.URL)
+			rfCheckErr(t, err, core.KindAuth, sim.URL)
 			if len(sim.Requests()) != 0 {
 				t.Errorf("BMC contacted without a password: %v", sim.Requests())
 			}
@@ -274,9 +275,9 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = rfStaticPassword("")
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindAuth, sim.URL)
-			if got != PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			rfCheckErr(t, err, core.KindAuth, sim.URL)
+			if got != core.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 			}
 		})
 
@@ -297,7 +298,7 @@ func TestRedfishAuth(t *testing.T) {
 				t.Fatalf("before rotation: %v", err)
 			}
 			sim.SetPassword(rfTestPassword + "-2")
-			if _, err := d.PowerState(ctx); KindOf(err) != KindAuth {
+			if _, err := d.PowerState(ctx); KindOf(err) != core.KindAuth {
 				t.Fatalf("after BMC rotation with old secret: err = %v, want kind auth", err)
 			}
 			mu.Lock()
@@ -325,16 +326,16 @@ func TestRedfishBMCFaults(t *testing.T) {
 	tests := []struct {
 		name     string
 		fault    redfishsim.Fault
-		wantKind ErrorKind
+		wantKind core.ErrorKind
 	}{
-		{name: "404 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusNotFound}, wantKind: KindBMC},
-		{name: "500 everywhere", fault: redfishsim.Fault{Status: http.StatusInternalServerError}, wantKind: KindBMC},
-		{name: "500 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantKind: KindBMC},
-		{name: "503 on service root", fault: redfishsim.Fault{Path: redfishsim.ServiceRootPath, Status: http.StatusServiceUnavailable}, wantKind: KindBMC},
-		{name: "401 everywhere", fault: redfishsim.Fault{Status: http.StatusUnauthorized}, wantKind: KindAuth},
-		{name: "403 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden}, wantKind: KindAuth},
-		{name: "malformed JSON on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, MalformedJSON: true}, wantKind: KindBMC},
-		{name: "malformed JSON everywhere", fault: redfishsim.Fault{MalformedJSON: true}, wantKind: KindBMC},
+		{name: "404 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusNotFound}, wantKind: core.KindBMC},
+		{name: "500 everywhere", fault: redfishsim.Fault{Status: http.StatusInternalServerError}, wantKind: core.KindBMC},
+		{name: "500 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantKind: core.KindBMC},
+		{name: "503 on service root", fault: redfishsim.Fault{Path: redfishsim.ServiceRootPath, Status: http.StatusServiceUnavailable}, wantKind: core.KindBMC},
+		{name: "401 everywhere", fault: redfishsim.Fault{Status: http.StatusUnauthorized}, wantKind: core.KindAuth},
+		{name: "403 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden}, wantKind: core.KindAuth},
+		{name: "malformed JSON on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, MalformedJSON: true}, wantKind: core.KindBMC},
+		{name: "malformed JSON everywhere", fault: redfishsim.Fault{MalformedJSON: true}, wantKind: core.KindBMC},
 	}
 	for _, mode := range rfAuthModes() {
 		for _, tc := range tests {
@@ -349,8 +350,8 @@ func TestRedfishBMCFaults(t *testing.T) {
 				sim.SetFault(tc.fault)
 				got, err := d.PowerState(rfCtx(t, 10*time.Second))
 				rfCheckErr(t, err, tc.wantKind, sim.URL)
-				if got != PowerUnknown {
-					t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+				if got != core.PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 				}
 				if n := rfCountRequests(sim, "GET "+redfishsim.ServiceRootPath); n != 1 {
 					t.Errorf("service root fetched %d times, want 1 (BMC errors are not retried)", n)
@@ -396,9 +397,9 @@ func TestRedfishTimeout(t *testing.T) {
 				start := time.Now()
 				got, err := d.PowerState(ctx)
 				elapsed := time.Since(start)
-				rfCheckErr(t, err, KindTimeout, sim.URL)
-				if got != PowerUnknown {
-					t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+				rfCheckErr(t, err, core.KindTimeout, sim.URL)
+				if got != core.PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 				}
 				if elapsed > 2*tc.budget {
 					t.Errorf("returned after %s, want at most %s (2x budget)", elapsed, 2*tc.budget)
@@ -431,9 +432,9 @@ func TestRedfishUnreachable(t *testing.T) {
 			})
 			start := time.Now()
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindUnreachable, endpoint)
-			if got != PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			rfCheckErr(t, err, core.KindUnreachable, endpoint)
+			if got != core.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 			}
 			if elapsed := time.Since(start); elapsed > 2*time.Second {
 				t.Errorf("refused connection took %s", elapsed)
@@ -452,13 +453,13 @@ func TestRedfishTLS(t *testing.T) {
 	tests := []struct {
 		name     string
 		edit     func(*RedfishOptions)
-		want     PowerState
-		wantKind ErrorKind
+		want     core.PowerState
+		wantKind core.ErrorKind
 	}{
-		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: PowerOff},
-		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: PowerOff},
-		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: PowerUnknown, wantKind: KindBMC},
-		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: PowerOff},
+		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: core.PowerOff},
+		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: core.PowerOff},
+		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: core.PowerUnknown, wantKind: core.KindBMC},
+		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: core.PowerOff},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -498,13 +499,13 @@ func TestRedfishPasswordNeverInErrors(t *testing.T) {
 	tests := []struct {
 		mode   string
 		status int
-		kind   ErrorKind
+		kind   core.ErrorKind
 		want   string
 	}{
-		{RedfishAuthSession, http.StatusUnauthorized, KindAuth, "HTTP 401 Unauthorized, response body not shown"},
-		{RedfishAuthBasic, http.StatusUnauthorized, KindAuth, "HTTP 401 Unauthorized, response body not shown"},
-		{RedfishAuthSession, http.StatusInternalServerError, KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
-		{RedfishAuthBasic, http.StatusInternalServerError, KindBMC, "bad login  fenced:<redacted>"},
+		{RedfishAuthSession, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthBasic, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthSession, http.StatusInternalServerError, core.KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
+		{RedfishAuthBasic, http.StatusInternalServerError, core.KindBMC, "bad login  fenced:<redacted>"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%d", tt.mode, tt.status), func(t *testing.T) {
@@ -536,7 +537,7 @@ func TestRedfishDiscoverSystem(t *testing.T) {
 		d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) { o.SystemPath = "" })
 		ctx := rfCtx(t, 10*time.Second)
 		got, err := d.PowerState(ctx)
-		if err != nil || got != PowerOff {
+		if err != nil || got != core.PowerOff {
 			t.Fatalf("PowerState = %s, %v; want off", got, err)
 		}
 		if err := d.PowerOn(ctx); err != nil {
@@ -573,9 +574,9 @@ func TestRedfishDiscoverSystem(t *testing.T) {
 				o.Auth = RedfishAuthBasic
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, KindBMC, srv.URL)
-			if got != PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+			rfCheckErr(t, err, core.KindBMC, srv.URL)
+			if got != core.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 			}
 		})
 	}
@@ -624,9 +625,9 @@ func TestRedfishCallerContextAlreadyDone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	got, err := d.PowerState(ctx)
-	rfCheckErr(t, err, KindTimeout, sim.URL)
-	if got != PowerUnknown {
-		t.Errorf("PowerState = %s, want %s", got, PowerUnknown)
+	rfCheckErr(t, err, core.KindTimeout, sim.URL)
+	if got != core.PowerUnknown {
+		t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
 	}
 	if len(sim.Requests()) != 0 {
 		t.Errorf("BMC contacted after the caller gave up: %v", sim.Requests())
@@ -650,7 +651,7 @@ func TestRedfishConcurrentOperations(t *testing.T) {
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
-					if st, err := d.PowerState(ctx); err != nil || st != PowerOff {
+					if st, err := d.PowerState(ctx); err != nil || st != core.PowerOff {
 						errs <- fmt.Errorf("PowerState = %s, %v", st, err)
 					}
 				}()

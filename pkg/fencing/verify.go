@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
@@ -193,7 +194,7 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 	f.mu.Lock()
 	st := f.agents[name]
 	if st == nil {
-		st = &AgentObs{}
+		st = &core.AgentObs{}
 		f.agents[name] = st
 	}
 	if st.Challenging {

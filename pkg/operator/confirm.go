@@ -97,7 +97,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		if err != nil {
 			return fmt.Errorf("node %s not fenced: power-off through BMC %s failed: %w", n.Name, bv.endpoint, err)
 		}
-		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = string(fencing.PowerOff), o.now(), true
+		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = string(core.PowerOff), o.now(), true
 		fmt.Fprintf(w, "BMC reads off after %s.\n", res.Elapsed.Round(100*time.Millisecond))
 	}
 
@@ -203,7 +203,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 	bv := bmcView{b: b, endpoint: endpoint}
 	state, err := b.PowerState(ctx)
 	at := o.now()
-	if err != nil || (state != fencing.PowerOn && state != fencing.PowerOff) {
+	if err != nil || (state != core.PowerOn && state != core.PowerOff) {
 		fmt.Fprintf(w, "  BMC:         %s: power state could NOT be read (%s): %v\n", endpoint, kindOf(err), err)
 		fmt.Fprintf(w, "               not a refusal: your confirmation will be the only evidence\n")
 		if powerOff {
@@ -234,7 +234,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 			endpoint, guid, n.Name, uuid)
 	}
 	bv.reading = &taint.BMCReading{Power: string(state), At: at, Endpoint: endpoint, SystemGUID: guid}
-	if state == fencing.PowerOn {
+	if state == core.PowerOn {
 		if !powerOff {
 			return bmcView{}, refused("the BMC %s reads node %s's power ON: it may still be writing to its volumes. "+
 				"Switch it off first (fenced bmc off %s) or pass --power-off", endpoint, n.Name, n.Name)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencing"
 )
 
@@ -164,7 +165,7 @@ func kindOf(err error) string {
 		return string(k)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return string(fencing.KindTimeout)
+		return string(core.KindTimeout)
 	}
 	return "error"
 }

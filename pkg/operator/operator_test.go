@@ -26,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -41,17 +42,17 @@ const (
 // fakeBMC is a BMC whose power is a variable.
 type fakeBMC struct {
 	mu       sync.Mutex
-	state    fencing.PowerState
+	state    core.PowerState
 	err      error // returned by PowerState
 	guid     string
 	offCalls int
 }
 
-func (b *fakeBMC) PowerState(context.Context) (fencing.PowerState, error) {
+func (b *fakeBMC) PowerState(context.Context) (core.PowerState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
-		return fencing.PowerUnknown, b.err
+		return core.PowerUnknown, b.err
 	}
 	return b.state, nil
 }
@@ -60,7 +61,7 @@ func (b *fakeBMC) PowerOff(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.offCalls++
-	b.state = fencing.PowerOff
+	b.state = core.PowerOff
 	return nil
 }
 
@@ -70,7 +71,7 @@ func (b *fakeBMC) Close() error                     { return nil }
 
 func (b *fakeBMC) SystemGUID(context.Context) (string, error) {
 	if b.guid == "" {
-		return "", &fencing.Error{Op: fencing.OpSystemGUID, Kind: fencing.KindNotSupported, Err: errors.New("no GUID")}
+		return "", &fencing.Error{Op: core.OpSystemGUID, Kind: core.KindNotSupported, Err: errors.New("no GUID")}
 	}
 	return b.guid, nil
 }
@@ -98,8 +99,8 @@ func (i fakeInventory) Endpoint(node string) (string, bool) {
 }
 
 func timeoutErr(node string) error {
-	return &fencing.Error{Node: node, Op: fencing.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
-		Kind: fencing.KindTimeout, Err: context.DeadlineExceeded}
+	return &fencing.Error{Node: node, Op: core.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
+		Kind: core.KindTimeout, Err: context.DeadlineExceeded}
 }
 
 // newNode is a Node as its kubelet left it: Ready since an hour before t0.
@@ -204,7 +205,7 @@ func hasEvent(evs []string, prefix string, contains ...string) bool {
 }
 
 func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
-	bmc := &fakeBMC{state: fencing.PowerOn, guid: nodeUUID}
+	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "power ON") {
@@ -219,7 +220,7 @@ func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
 }
 
 func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
-	bmc := &fakeBMC{state: fencing.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
+	bmc := &fakeBMC{state: core.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "another machine") {
@@ -231,7 +232,7 @@ func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
 }
 
 func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
-	bmc := &fakeBMC{state: fencing.PowerOn, guid: nodeUUID}
+	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true, Reason: "hung"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
@@ -283,7 +284,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app", UID: "p2"}, Spec: corev1.PodSpec{NodeName: "n2"}}
 	bmcs := fakeInventory{
 		"n1": {err: timeoutErr("n1")}, // unreadable: the operator's word is the evidence
-		"n2": {state: fencing.PowerOff, guid: nodeUUID},
+		"n2": {state: core.PowerOff, guid: nodeUUID},
 	}
 	e := newEnv(bmcs, newNode("n1", corev1.ConditionUnknown), newNode("n2", corev1.ConditionTrue), pod, other)
 
@@ -349,7 +350,7 @@ func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
 func TestConfirmOnFencedNodeIsANoop(t *testing.T) {
 	for name, mod := range map[string]func(*corev1.Node){"fenced": fencedWith(bootA), "foreign": foreignTaint} {
 		t.Run(name, func(t *testing.T) {
-			bmc := &fakeBMC{state: fencing.PowerOn}
+			bmc := &fakeBMC{state: core.PowerOn}
 			e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionFalse, mod))
 			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true}); err != nil {
 				t.Fatal(err)
@@ -457,8 +458,8 @@ func TestStatus(t *testing.T) {
 	defer agent.Close()
 
 	bmcs := fakeInventory{
-		"healthy": {state: fencing.PowerOn},
-		"fenced":  {state: fencing.PowerOff},
+		"healthy": {state: core.PowerOn},
+		"fenced":  {state: core.PowerOff},
 		"hung":    {err: timeoutErr("hung")},
 	}
 	fencedNode := newNode("fenced", corev1.ConditionFalse, fencedWith(bootA))

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/harness"
@@ -38,13 +39,13 @@ func TestConfirmOnlyFencing(t *testing.T) {
 		m := h.Machine("w-3")
 		must(t, m.Hang())
 		t.Cleanup(func() { _ = m.Resume() })
-		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
 		must(t, err)
 		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
 		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
 		must(t, m.Resume())
 		must(t, h.WaitNodeReady(ctx, m.Name, notReadyTimeout))
-		_, err = h.WaitEvent(ctx, "default", m.Name, fencing.ReasonSuspicionCleared, "", podTimeout)
+		_, err = h.WaitEvent(ctx, "default", m.Name, core.ReasonSuspicionCleared, "", podTimeout)
 		must(t, err)
 		requireNoTaintFor(ctx, t, h, m.Name, time.Second)
 	})
@@ -53,7 +54,7 @@ func TestConfirmOnlyFencing(t *testing.T) {
 		m := h.Machine("w-4")
 		must(t, m.Isolate())
 		t.Cleanup(func() { _ = m.Heal() })
-		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
 		must(t, err)
 		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
 		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
@@ -80,7 +81,7 @@ func TestConfirmOnlyFencing(t *testing.T) {
 				must(t, f.breakBMC(m))
 			}
 			must(t, m.PowerLoss())
-			ev, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonCannotConfirmPowerState, f.message, podTimeout)
+			ev, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonCannotConfirmPowerState, f.message, podTimeout)
 			must(t, err)
 			t.Logf("event: %s", ev.Message)
 			requireNoTaintFor(ctx, t, h, m.Name, 20*time.Second)
@@ -216,7 +217,7 @@ func TestPowerOffFencing(t *testing.T) {
 			}
 		})
 		for _, m := range hungs {
-			_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "storm", notReadyTimeout)
+			_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "storm", notReadyTimeout)
 			must(t, err)
 		}
 		// Well past NotReady and fenceAfter: still nobody switched off.
@@ -238,7 +239,7 @@ func TestPowerOffFencing(t *testing.T) {
 		must(t, m.PartitionFromAPI())
 		t.Cleanup(func() { _ = m.Heal() })
 		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
-		_, err := h.WaitEvent(ctx, "default", m.Name, fencing.ReasonUnresponsiveButPoweredOn, "its agent answers liveness challenges", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "its agent answers liveness challenges", podTimeout)
 		must(t, err)
 		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
 		waitPower(t, m, "on")
@@ -258,7 +259,7 @@ func TestPowerOffFencing(t *testing.T) {
 
 		// The first fencer to take the Lease waits out the fence delay...
 		holder := waitLeaseHolder(ctx, t, h, victim)
-		_, err := h.WaitEvent(ctx, "default", victim, fencing.ReasonPoweringOff, "switching it off", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", victim, core.ReasonPoweringOff, "switching it off", podTimeout)
 		must(t, err)
 		// ...and dies before switching: the other one must take over.
 		must(t, h.Machine(holder).KillAgent())

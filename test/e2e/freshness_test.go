@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/harness"
 )
@@ -78,7 +78,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		if m.BootID() == boot {
 			t.Fatal("the machine did not reboot")
 		}
-		ev, err := h.WaitEvent(ctx, "default", victim, fencing.ReasonEvidenceVoided, "", podTimeout)
+		ev, err := h.WaitEvent(ctx, "default", victim, core.ReasonEvidenceVoided, "", podTimeout)
 		must(t, err)
 		t.Logf("timeline (power loss at 0): BMC read off %.1fs, API back %.1fs; no taint; event: %s",
 			secs(tRead, t0), secs(tAPI, t0), ev.Message)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/harness"
 )
@@ -91,7 +91,7 @@ func TestCleanShutdown(t *testing.T) {
 		must(t, m.Shutdown(ctx))
 		// The agent gives up waiting for the unmount and leaves without
 		// shutdown-complete; the fencer then goes to the BMC, which is down.
-		ev, err := h.WaitEvent(ctx, "default", victim, fencing.ReasonCannotConfirmPowerState, "timeout", podTimeout)
+		ev, err := h.WaitEvent(ctx, "default", victim, core.ReasonCannotConfirmPowerState, "timeout", podTimeout)
 		must(t, err)
 		tAsked := time.Now()
 		t.Logf("event: %s", ev.Message)

@@ -1,11 +1,9 @@
-package fencing
+package core
 
 import (
 	"fmt"
 	"strings"
 	"time"
-
-	"fenced.io/fenced/pkg/core"
 )
 
 // This file is the decision core: a state machine per target node, with no
@@ -298,11 +296,11 @@ const (
 	ReasonEvidenceVoided             = "FenceEvidenceVoided"
 )
 
-// taintRetry is how long the core waits to see its own taint on the Node
+// TaintRetry is how long the core waits to see its own taint on the Node
 // before writing it again (and to see the rest of the fence done before
 // redoing it). The fencer goes on from the Node its write returned, so a
 // write that succeeded is seen at once: a retry means the write failed.
-const taintRetry = 2 * time.Second
+const TaintRetry = 2 * time.Second
 
 // SuspectSince is when the current suspicion began (zero when healthy).
 func (t *Target) SuspectSince() time.Time { return t.suspectSince }
@@ -899,7 +897,7 @@ func (d *decider) fenceWith(ev FenceRecord) {
 		d.do(Action{Kind: ActReleaseLease})
 	}
 	d.enter(PhaseFenced, "fencing: "+ev.Method)
-	d.requeue(taintRetry)
+	d.requeue(TaintRetry)
 }
 
 // fenced handles Fenced and Recovering: until the taint is there, keep
@@ -943,11 +941,11 @@ func (d *decider) fenced() {
 			return
 		}
 		t.Phase = PhaseSuspect // fenceIfStillTrue re-enters Fenced
-		if o.Now.Sub(t.taintSent) < taintRetry && t.Since.Before(o.Now) {
+		if o.Now.Sub(t.taintSent) < TaintRetry && t.Since.Before(o.Now) {
 			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(evidenceTime(&ev)) {
 				t.Phase = PhaseFenced
 				d.reason = "waiting to see our taint on the Node"
-				d.requeue(taintRetry - o.Now.Sub(t.taintSent))
+				d.requeue(TaintRetry - o.Now.Sub(t.taintSent))
 				return
 			}
 		}
@@ -1015,7 +1013,7 @@ func (d *decider) fenced() {
 		done = false
 	}
 	if !done {
-		d.requeue(taintRetry)
+		d.requeue(TaintRetry)
 	}
 	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.AfterPowerOff && !t.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight {
@@ -1079,7 +1077,7 @@ func (d *decider) guidMatches(r *Reading) bool {
 	if r.GUID == "" || d.o.Node.SystemUUID == "" {
 		return true
 	}
-	return core.SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
+	return SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.

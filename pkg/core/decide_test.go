@@ -1,4 +1,4 @@
-package fencing
+package core
 
 import (
 	"math/rand/v2"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"fenced.io/fenced/pkg/core"
 )
 
 var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
@@ -146,7 +144,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	}
 	// ...unless the write was lost: then it is written again, with the
 	// same evidence.
-	o.Now = o.Now.Add(taintRetry)
+	o.Now = o.Now.Add(TaintRetry)
 	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence {
 		t.Fatalf("lost taint write not retried: %v", kinds(d.Actions))
@@ -160,7 +158,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || !slices.Contains(events(d.Actions), ReasonFenced) {
 		t.Fatalf("taint seen: %v %v", kinds(d.Actions), events(d.Actions))
 	}
-	o.Now = o.Now.Add(taintRetry)
+	o.Now = o.Now.Add(TaintRetry)
 	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || slices.Contains(events(d.Actions), ReasonFenced) {
 		t.Fatalf("fast path not redone, or NodeFenced twice: %v %v", kinds(d.Actions), events(d.Actions))
@@ -913,7 +911,7 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != PowerOff {
 			t.Fatalf("bmc-power-off taint on %+v although the latest reading is %+v", r, now)
 		}
-		if r.GUID != "" && !core.SameSystemUUID(r.GUID, o.Node.SystemUUID) {
+		if r.GUID != "" && !SameSystemUUID(r.GUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
 		}
 	case EvidenceCleanShutdown:
