@@ -10,7 +10,7 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/device"
 )
 
 // bmcFlags are shared by the bmc subcommands.
@@ -38,24 +38,24 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
-	pf.DurationVar(&f.powerTimeout, "power-timeout", fencing.DefaultPowerTimeout,
+	pf.DurationVar(&f.powerTimeout, "power-timeout", device.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
-	pf.DurationVar(&f.powerWait, "power-wait", fencing.DefaultPowerWait,
+	pf.DurationVar(&f.powerWait, "power-wait", device.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")
 
 	actions := []struct {
 		use, short, long string
-		do               func(context.Context, fencing.BMC, fencing.VerifyOptions) (fencing.ActionResult, error)
+		do               func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)
 	}{
 		{"off", "Switch a node off (hard) and confirm it reads off",
 			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent.",
-			fencing.PowerOffVerified},
+			device.PowerOffVerified},
 		{"on", "Switch a node on and confirm it reads on",
 			"Switch the chassis on, then read the power state every second until it is on.",
-			fencing.PowerOnVerified},
+			device.PowerOnVerified},
 		{"cycle", "Switch a node off and on again, confirming each step",
 			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on.",
-			fencing.PowerCycleVerified},
+			device.PowerCycleVerified},
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:     "status NODE",
@@ -100,7 +100,7 @@ type bmcResult struct {
 }
 
 func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
-	do func(context.Context, fencing.BMC, fencing.VerifyOptions) (fencing.ActionResult, error)) error {
+	do func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)) error {
 	if f.output != "text" && f.output != "json" {
 		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", f.output)}
 	}
@@ -113,7 +113,7 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
 		return &usageError{command: cmd.CommandPath(),
 			err: fmt.Errorf("node %q is not in the BMC inventory of %s", node, cfg.Source)}
 	}
-	b, err := fencing.NewDriver(entry, g.log)
+	b, err := device.NewDriver(entry, g.log)
 	if err != nil {
 		return err
 	}
@@ -135,14 +135,14 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
 			}
 		}
 	} else {
-		var ar fencing.ActionResult
-		ar, err = do(ctx, b, fencing.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout})
+		var ar device.ActionResult
+		ar, err = do(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout})
 		res.Power, res.Already = string(ar.State), ar.AlreadyInState
 	}
 	res.ElapsedMS = time.Since(start).Milliseconds()
 	res.OK = err == nil
 	if err != nil {
-		res.Error, res.ErrorKind, res.Hint = err.Error(), string(fencing.KindOf(err)), hintFor(err, entry)
+		res.Error, res.ErrorKind, res.Hint = err.Error(), string(device.KindOf(err)), hintFor(err, entry)
 	}
 	g.log.Debug("bmc request done", "node", node, "action", action, "power", res.Power,
 		"elapsed", time.Duration(res.ElapsedMS)*time.Millisecond, "err", err)
@@ -188,7 +188,7 @@ func printBMCText(g *globals, res bmcResult) {
 
 // hintFor tells an operator what to check for each kind of failure.
 func hintFor(err error, e config.ResolvedBMC) string {
-	switch fencing.KindOf(err) {
+	switch device.KindOf(err) {
 	case core.KindAuth:
 		return fmt.Sprintf("the BMC refused user %q: check the password (%s) and that the user may open %s sessions",
 			e.Username, e.Password, privilegeFor(e))

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/operator"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -84,10 +84,10 @@ func (g *globals) newOperator(component string) (op *operator.Operator, done fun
 		return nil, nil, err
 	}
 	op = &operator.Operator{Client: client, Out: g.stdout, Log: g.log,
-		Verify: fencing.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
+		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
 	var closers []func()
 	if len(cfg.BMCs) > 0 {
-		inv, err := fencing.NewInventory(cfg, g.log)
+		inv, err := device.NewInventory(cfg, g.log)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -28,6 +28,7 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
@@ -72,7 +73,7 @@ type Options struct {
 type Agent struct {
 	o   Options
 	key []byte
-	inv *fencing.Inventory // nil for an observer
+	inv *device.Inventory // nil for an observer
 }
 
 // New checks everything that can be checked before touching the network —
@@ -96,7 +97,7 @@ func New(o Options) (*Agent, error) {
 		}
 	}
 	if len(o.Config.BMCs) > 0 {
-		if a.inv, err = fencing.NewInventory(o.Config, o.Logger); err != nil {
+		if a.inv, err = device.NewInventory(o.Config, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -266,7 +267,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Tainter: taint.New(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration: o.Config.Fencer.LeaseDuration,
-			Verify:        fencing.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
+			Verify:        device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			GossipPort:    o.Config.Gossip.Port,
 			Metrics:       fencing.NewMetrics(reg), Logger: log,
 		})

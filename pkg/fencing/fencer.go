@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -46,7 +47,7 @@ type FencerConfig struct {
 	// (its node name).
 	Identity  string
 	Client    kubernetes.Interface
-	Inventory *Inventory
+	Inventory *device.Inventory
 	Members   MemberSource
 	Tainter   *taint.Tainter
 	Recorder  record.EventRecorder
@@ -57,7 +58,7 @@ type FencerConfig struct {
 	// while a power action runs, so a dead fencer's Lease lapses quickly.
 	LeaseDuration time.Duration
 	// Verify controls how power actions are confirmed.
-	Verify VerifyOptions
+	Verify device.VerifyOptions
 	// GossipPort is where agents listen for gossip, and so for liveness
 	// challenges (at their Node's InternalIP).
 	GossipPort int
@@ -695,13 +696,13 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 				r = &core.Reading{Power: state, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name)}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
 					r.GUID = guid
-				} else if KindOf(gerr) != core.KindNotSupported {
+				} else if device.KindOf(gerr) != core.KindNotSupported {
 					err = gerr // a BMC that answers power but fails GUID is not trusted this round
 				}
 			}
 		case core.OpPowerOff:
-			var res ActionResult
-			res, err = PowerOffVerified(ctx, b, f.cfg.Verify)
+			var res device.ActionResult
+			res, err = device.PowerOffVerified(ctx, b, f.cfg.Verify)
 			if err == nil {
 				r = &core.Reading{Power: res.State, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name), AfterPowerOff: true}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
@@ -709,7 +710,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 				}
 			}
 		case core.OpPowerOn:
-			_, err = PowerOnVerified(ctx, b, f.cfg.Verify)
+			_, err = device.PowerOnVerified(ctx, b, f.cfg.Verify)
 		}
 		elapsed := f.cfg.Now().Sub(start)
 		f.cfg.Metrics.bmcRequest(op, err, elapsed)
@@ -720,7 +721,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		f.mu.Lock()
 		st.InFlight = false
 		if err != nil {
-			st.Failure = &core.Failure{Op: op, Kind: KindOf(err), Message: err.Error(), At: f.cfg.Now()}
+			st.Failure = &core.Failure{Op: op, Kind: device.KindOf(err), Message: err.Error(), At: f.cfg.Now()}
 		} else if r != nil {
 			r.Endpoint = endpoint
 			st.Reading = r

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -47,14 +48,14 @@ func kubeletLease(node string, renew time.Time) *coordinationv1.Lease {
 
 // runFencer starts a fencer for node "victim" (NotReady, dead in gossip)
 // whose BMC is b.
-func runFencer(t *testing.T, b BMC, objs ...runtime.Object) (*Fencer, *fake.Clientset) {
+func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fake.Clientset) {
 	t.Helper()
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
 	p := testPolicy(core.ModeConfirmOnly)
 	f := NewFencer(FencerConfig{
 		Identity: "fencer", Client: client,
-		Inventory: &Inventory{bmcs: map[string]BMC{"victim": b}, endpoints: map[string]string{"victim": "test://victim"}},
+		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: heartbeat.StateDead, Since: time.Now()}},
 		Tainter:   taint.New(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),

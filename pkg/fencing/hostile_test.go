@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
@@ -67,7 +68,7 @@ func (b *countingBMC) PowerOff(context.Context) error {
 func (b *countingBMC) PowerOn(context.Context) error    { b.power.Store(core.PowerOn); return nil }
 func (b *countingBMC) PowerCycle(context.Context) error { return nil }
 func (b *countingBMC) SystemGUID(context.Context) (string, error) {
-	return "", &Error{Kind: core.KindNotSupported}
+	return "", &device.Error{Kind: core.KindNotSupported}
 }
 func (b *countingBMC) Close() error { return nil }
 
@@ -164,7 +165,7 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 		return err == nil
 	}
 	b.ring = b.join("fencer", "boot-fencer", ips[0], nil, isNode)
-	inv := &Inventory{bmcs: map[string]BMC{}, endpoints: map[string]string{}}
+	bmcs, endpoints := map[string]device.BMC{}, map[string]string{}
 	for _, name := range victims {
 		v := b.victims[name]
 		var err error
@@ -175,8 +176,9 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 			t.Fatal(err)
 		}
 		v.ring = b.join(name, v.boot, v.ip, v.key, isNode)
-		inv.bmcs[name], inv.endpoints[name] = v.bmc, "test://"+name
+		bmcs[name], endpoints[name] = v.bmc, "test://"+name
 	}
+	inv := device.NewInventoryOf(bmcs, endpoints)
 	b.fencer = NewFencer(FencerConfig{
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
 		Tainter: taint.New(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),

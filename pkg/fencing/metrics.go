@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/device"
 )
 
 // Metrics are the fencer's Prometheus metrics.
@@ -86,7 +87,7 @@ func (m *Metrics) setPhase(node string, before, now core.Phase) {
 func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {
 	result := "ok"
 	if err != nil {
-		result = string(KindOf(err))
+		result = string(device.KindOf(err))
 		if result == "" {
 			result = "error"
 		}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -44,7 +44,7 @@ type ConfirmOptions struct {
 
 // bmcView is what Confirm learned from the node's BMC.
 type bmcView struct {
-	b        fencing.BMC
+	b        device.BMC
 	endpoint string
 	reading  *taint.BMCReading // a reading of "off" (evidence), or nil
 	on       bool              // the BMC reads on
@@ -93,7 +93,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 
 	if bv.on {
 		fmt.Fprintf(w, "Switching node %s off through its BMC %s...\n", n.Name, bv.endpoint)
-		res, err := fencing.PowerOffVerified(ctx, bv.b, o.Verify)
+		res, err := device.PowerOffVerified(ctx, bv.b, o.Verify)
 		if err != nil {
 			return fmt.Errorf("node %s not fenced: power-off through BMC %s failed: %w", n.Name, bv.endpoint, err)
 		}

@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/device"
 )
 
 // ErrRefused is wrapped by the errors of Confirm and Unfence when they
@@ -45,7 +45,7 @@ const UnknownIdentity = "unknown"
 // Inventory is where the commands find a node's BMC. *fencing.Inventory
 // implements it; tests use fakes.
 type Inventory interface {
-	BMC(node string) (fencing.BMC, bool)
+	BMC(node string) (device.BMC, bool)
 	Endpoint(node string) (string, bool)
 }
 
@@ -63,7 +63,7 @@ type Operator struct {
 	// unfence, identity fallback); nil discards them.
 	Log *slog.Logger
 	// Verify bounds confirm --power-off.
-	Verify fencing.VerifyOptions
+	Verify device.VerifyOptions
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -93,7 +93,7 @@ func (o *Operator) warn(n *corev1.Node, reason, format string, args ...any) {
 }
 
 // bmc returns node's BMC and endpoint, if an inventory has it.
-func (o *Operator) bmc(node string) (fencing.BMC, string, bool) {
+func (o *Operator) bmc(node string) (device.BMC, string, bool) {
 	if o.Inventory == nil {
 		return nil, "", false
 	}
@@ -161,7 +161,7 @@ func orNone(s string) string {
 // kindOf names a BMC failure for a table cell: the driver's ErrorKind, or
 // "error" for anything it did not classify.
 func kindOf(err error) string {
-	if k := fencing.KindOf(err); k != "" {
+	if k := device.KindOf(err); k != "" {
 		return string(k)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

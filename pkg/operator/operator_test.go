@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -71,7 +71,7 @@ func (b *fakeBMC) Close() error                     { return nil }
 
 func (b *fakeBMC) SystemGUID(context.Context) (string, error) {
 	if b.guid == "" {
-		return "", &fencing.Error{Op: core.OpSystemGUID, Kind: core.KindNotSupported, Err: errors.New("no GUID")}
+		return "", &device.Error{Op: core.OpSystemGUID, Kind: core.KindNotSupported, Err: errors.New("no GUID")}
 	}
 	return b.guid, nil
 }
@@ -85,7 +85,7 @@ func (b *fakeBMC) off() int {
 // fakeInventory maps node names to fake BMCs.
 type fakeInventory map[string]*fakeBMC
 
-func (i fakeInventory) BMC(node string) (fencing.BMC, bool) {
+func (i fakeInventory) BMC(node string) (device.BMC, bool) {
 	b, ok := i[node]
 	if !ok {
 		return nil, false
@@ -99,7 +99,7 @@ func (i fakeInventory) Endpoint(node string) (string, bool) {
 }
 
 func timeoutErr(node string) error {
-	return &fencing.Error{Node: node, Op: core.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
+	return &device.Error{Node: node, Op: core.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
 		Kind: core.KindTimeout, Err: context.DeadlineExceeded}
 }
 
@@ -153,7 +153,7 @@ func newEnv(inv Inventory, objs ...runtime.Object) *env {
 	e := &env{cs: cs, rec: record.NewFakeRecorder(100), out: &bytes.Buffer{}, log: &bytes.Buffer{}}
 	e.op = &Operator{Client: cs, Inventory: inv, Recorder: e.rec, Out: e.out,
 		Log: slog.New(slog.NewTextHandler(e.log, nil)), Now: func() time.Time { return t0 },
-		Verify: fencing.VerifyOptions{PowerWait: time.Millisecond, Interval: time.Millisecond, Timeout: time.Second}}
+		Verify: device.VerifyOptions{PowerWait: time.Millisecond, Interval: time.Millisecond, Timeout: time.Second}}
 	return e
 }
 

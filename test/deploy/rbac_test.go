@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
@@ -319,7 +320,7 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 	t.Helper()
 	started := make(chan struct{})
 	f := fencing.NewFencer(fencing.FencerConfig{
-		Identity: "fencer-under-test", Client: client, Inventory: &fencing.Inventory{},
+		Identity: "fencer-under-test", Client: client, Inventory: &device.Inventory{},
 		LeaseNamespace: config.DefaultLeaseNamespace,
 		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
 	})

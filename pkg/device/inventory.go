@@ -1,4 +1,4 @@
-package fencing
+package device
 
 import (
 	"fmt"
@@ -29,6 +29,20 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 		inv.endpoints[r.Node] = r.Endpoint()
 	}
 	return inv, nil
+}
+
+// NewInventoryOf is an inventory of the given drivers, keyed by node name,
+// with the endpoints that name them in messages and evidence: for tests and
+// tools that bring their own BMCs. The maps are copied.
+func NewInventoryOf(bmcs map[string]BMC, endpoints map[string]string) *Inventory {
+	inv := &Inventory{bmcs: make(map[string]BMC, len(bmcs)), endpoints: make(map[string]string, len(endpoints))}
+	for n, b := range bmcs {
+		inv.bmcs[n] = b
+	}
+	for n, e := range endpoints {
+		inv.endpoints[n] = e
+	}
+	return inv
 }
 
 // NewDriver returns the driver for one resolved inventory entry.

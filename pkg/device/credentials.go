@@ -1,4 +1,4 @@
-package fencing
+package device
 
 // Credentials supplies a BMC user name and password. Password is called for
 // every new session, so a rotated secret file takes effect without a restart;

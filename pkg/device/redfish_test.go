@@ -1,4 +1,4 @@
-package fencing
+package device
 
 import (
 	"context"
@@ -83,7 +83,7 @@ func rfCheckErr(t *testing.T, err error, want core.ErrorKind, endpoint string) {
 	}
 	var be *Error
 	if !errors.As(err, &be) {
-		t.Fatalf("error %v (%T) is not a *fencing.Error", err, err)
+		t.Fatalf("error %v (%T) is not a *device.Error", err, err)
 	}
 	if be.Kind != want {
 		t.Errorf("kind = %s, want %s (error: %v)", be.Kind, want, err)
