@@ -29,7 +29,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
@@ -254,7 +254,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
 	}
 
-	var fencer *fencing.Fencer
+	var fencerLoop *fencer.Fencer
 	fencerDone := make(chan error, 1)
 	fencerCtx, stopFencer := context.WithCancel(ctx)
 	defer stopFencer()
@@ -262,16 +262,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer inv.Close()
 		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
 		defer stopRecorder()
-		fencer = fencing.NewFencer(fencing.FencerConfig{
+		fencerLoop = fencer.New(fencer.Config{
 			Identity: o.NodeName, Client: o.Client, Inventory: inv, Members: ring,
 			Tainter: taint.New(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration: o.Config.Fencer.LeaseDuration,
 			Verify:        device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			GossipPort:    o.Config.Gossip.Port,
-			Metrics:       fencing.NewMetrics(reg), Logger: log,
+			Metrics:       fencer.NewMetrics(reg), Logger: log,
 		})
-		go func() { fencerDone <- fencer.Run(fencerCtx) }()
+		go func() { fencerDone <- fencerLoop.Run(fencerCtx) }()
 	}
 
 	members := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -312,7 +312,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	alive := time.NewTicker(time.Second)
 	defer alive.Stop()
 	events := ring.Events()
-	fencerRunning := fencer != nil
+	fencerRunning := fencerLoop != nil
 	watcherRunning := watcher != nil
 
 	for {
@@ -344,8 +344,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				return errors.New("gossip ring shut down")
 			}
 			update()
-			if fencer != nil {
-				fencer.Notify(m.Name)
+			if fencerLoop != nil {
+				fencerLoop.Notify(m.Name)
 			}
 		case <-shutdownLeft:
 			// The host is shutting down and the watcher left the ring: stop

@@ -103,7 +103,7 @@ type PasswordSource struct {
 // `kubectl create secret --from-file` and editors add one. A file that
 // group or others may write is refused (CheckSecretFile); the warning for
 // one that others may read is left to callers with a logger
-// (fencing.NewDriver).
+// (device.NewDriver).
 func (p PasswordSource) Read() (string, error) {
 	switch {
 	case p.File != "":

@@ -42,7 +42,7 @@ var ErrRefused = errors.New("refused")
 // say who the caller is.
 const UnknownIdentity = "unknown"
 
-// Inventory is where the commands find a node's BMC. *fencing.Inventory
+// Inventory is where the commands find a node's BMC. *device.Inventory
 // implements it; tests use fakes.
 type Inventory interface {
 	BMC(node string) (device.BMC, bool)

@@ -22,7 +22,7 @@
 //     (OutOfServiceTaintApplied, OutOfServiceTaintRemoved).
 //
 // Whether a node should be fenced or unfenced is not decided here; that is
-// the decision core's job (pkg/fencing).
+// the decision core's job (pkg/core).
 //
 // # RBAC
 //

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/test/cluster"
 )
@@ -26,7 +26,7 @@ import (
 // validation as a cluster would run them. Then it applies the fullest
 // render for real and asks the API server, with `kubectl auth can-i` as
 // each ServiceAccount, for every verb the code uses (yes) and for a set it
-// must not have (no), and runs pkg/fencing's fencer with the fencer
+// must not have (no), and runs pkg/fencer's fencer with the fencer
 // ServiceAccount's token until its informers have synced.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
@@ -108,7 +108,7 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	observerYes := append(queriesOf(observerRules(), ""), queriesOf(agentLeaseRules(), namespace)...)
 	fencerYes := append(append(append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
 		queriesOf(leaseRules(), namespace)...), queriesOf(agentLeaseRules(), namespace)...),
-		queriesOf(kubeletLeaseRules(), fencing.KubeletLeaseNamespace)...)
+		queriesOf(kubeletLeaseRules(), fencer.KubeletLeaseNamespace)...)
 	// Verbs a fencer has that an observer must not (reading the kubelets'
 	// Leases among them).
 	var observerNo []query
@@ -145,11 +145,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "create", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
 		{verb: "list", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
 		{verb: "watch", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
-		{verb: "create", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
-		{verb: "update", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
-		{verb: "patch", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
-		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
-		{verb: "deletecollection", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "create", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
+		{verb: "update", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
+		{verb: "patch", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
+		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
+		{verb: "deletecollection", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
 		{verb: "list", resource: "leases.coordination.k8s.io"},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace},
 		{verb: "update", resource: "daemonsets.apps", namespace: namespace},
@@ -194,11 +194,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	// observer's token may not even list those.
 	admin := c.Client()
 	renewed := metav1.NewMicroTime(time.Now().Truncate(time.Microsecond)) // what a MicroTime keeps
-	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+	if _, err := admin.CoordinationV1().Leases(fencer.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), RenewTime: &renewed},
 	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("a kubelet's Lease in %s: %v", fencing.KubeletLeaseNamespace, err)
+		t.Fatalf("a kubelet's Lease in %s: %v", fencer.KubeletLeaseNamespace, err)
 	}
 	asSA := func(t *testing.T, sa string) kubernetes.Interface {
 		t.Helper()
@@ -215,13 +215,13 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	t.Run("fencer-runs/"+fencerSA, func(t *testing.T) {
 		cl := asSA(t, fencerSA)
 		runFencer(t, cl, time.Minute)
-		l, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
+		l, err := cl.CoordinationV1().Leases(fencer.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
 		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.Equal(&renewed) {
 			t.Errorf("reading node-a's kubelet Lease as %s: %+v, %v", fencerSA, l, err)
 		}
 	})
 	t.Run("kubelet-leases/"+observerSA, func(t *testing.T) {
-		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
+		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencer.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing the kubelets' Leases as %s: %v, want Forbidden", observerSA, err)
 		}

@@ -19,7 +19,7 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -35,7 +35,7 @@ const (
 	// Every agent's own key Lease (pkg/identity/publish).
 	agentLeaseRole = "fenced-agent-leases"
 	// The fencer's view of the kubelets' Leases, in kube-node-lease
-	// (fencing.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
+	// (fencer.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
 	kubeletLeaseRole = "fenced-kubelet-leases"
 	kubeNodeLeaseDir = "deploy/daemonset/base/kube-node-lease"
 	rbacFile         = "deploy/daemonset/base/rbac.yaml"
@@ -56,7 +56,7 @@ func observerRules() []rbacv1.PolicyRule {
 }
 
 // fencerRules: what pkg/taint needs (taint.PolicyRules, the single source)
-// plus pkg/fencing's VolumeAttachment informer (a taint is removed only once
+// plus pkg/fencer's VolumeAttachment informer (a taint is removed only once
 // no VolumeAttachment of the node is left) and publish.PolicyInForce's reads
 // (policyCheckRules). Nodes list/watch come with the observer role, which
 // fencers are bound to as well.
@@ -87,7 +87,7 @@ func agentLeaseRules() []rbacv1.PolicyRule {
 	}
 }
 
-// leaseRules: pkg/fencing's power Leases, in the lease namespace only
+// leaseRules: pkg/fencer's power Leases, in the lease namespace only
 // (informer: list/watch; acquire: create/update; release: delete).
 func leaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -95,9 +95,9 @@ func leaseRules() []rbacv1.PolicyRule {
 	}
 }
 
-// kubeletLeaseRules: pkg/fencing's informer on the kubelets' node Leases
+// kubeletLeaseRules: pkg/fencer's informer on the kubelets' node Leases
 // (list/watch) and its read of the target's Lease right before a taint
-// write (get), in fencing.KubeletLeaseNamespace only. Read only: those
+// write (get), in fencer.KubeletLeaseNamespace only. Read only: those
 // Leases are the kubelets' word, never the fencer's.
 func kubeletLeaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -217,7 +217,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		"RoleBinding " + leaseRole:         {namespace, ref("Role", leaseRole), []rbacv1.Subject{sa(fencerSA)}},
 		"RoleBinding " + agentLeaseRole:    {namespace, ref("Role", agentLeaseRole), []rbacv1.Subject{sa(observerSA), sa(fencerSA)}},
 		// Fencers only: an observer decides nothing on a kubelet's word.
-		"RoleBinding " + kubeletLeaseRole: {fencing.KubeletLeaseNamespace, ref("Role", kubeletLeaseRole), []rbacv1.Subject{sa(fencerSA)}},
+		"RoleBinding " + kubeletLeaseRole: {fencer.KubeletLeaseNamespace, ref("Role", kubeletLeaseRole), []rbacv1.Subject{sa(fencerSA)}},
 	} {
 		if g := got[name]; !reflect.DeepEqual(g, want) {
 			t.Errorf("%s in %s = %+v, want %+v", name, rbacFile, g, want)
@@ -230,7 +230,7 @@ func TestRBACMatchesCode(t *testing.T) {
 // for the others.
 func roleNamespace(name string) (ns, why string) {
 	if name == kubeletLeaseRole {
-		return fencing.KubeletLeaseNamespace, "where the fencer watches the kubelets' Leases"
+		return fencer.KubeletLeaseNamespace, "where the fencer watches the kubelets' Leases"
 	}
 	return config.DefaultLeaseNamespace, "fencer.leaseNamespace's default"
 }
@@ -312,14 +312,14 @@ func (h logSignal) Handle(_ context.Context, r slog.Record) error {
 func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h logSignal) WithGroup(string) slog.Handler      { return h }
 
-// runFencer runs pkg/fencing's fencer (no BMC, no gossip: what it does
+// runFencer runs pkg/fencer's fencer (no BMC, no gossip: what it does
 // before any node needs it) with client until its informers have synced —
 // it logs "fencer started" then — and stops it. Its informers must sync
 // within timeout; one it may not list or watch never does.
 func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration) {
 	t.Helper()
 	started := make(chan struct{})
-	f := fencing.NewFencer(fencing.FencerConfig{
+	f := fencer.New(fencer.Config{
 		Identity: "fencer-under-test", Client: client, Inventory: &device.Inventory{},
 		LeaseNamespace: config.DefaultLeaseNamespace,
 		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
@@ -337,7 +337,7 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 	}
 }
 
-// TestFencerCallsAllowed runs pkg/fencing's fencer against a fake API
+// TestFencerCallsAllowed runs pkg/fencer's fencer against a fake API
 // server until its informers have synced, then checks every call it made
 // against what rbac.yaml grants the fencer ServiceAccount. It asks the code,
 // not a list: an informer added to the fencer fails here until the
@@ -372,9 +372,9 @@ func TestFencerCallsAllowed(t *testing.T) {
 	// The kubelets' heartbeats, where they are.
 	for _, verb := range []string{"list", "watch"} {
 		if !slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
-			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencing.KubeletLeaseNamespace
+			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencer.KubeletLeaseNamespace
 		}) {
-			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencing.KubeletLeaseNamespace, kubeletLeaseRole)
+			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencer.KubeletLeaseNamespace, kubeletLeaseRole)
 		}
 	}
 }

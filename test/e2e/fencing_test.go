@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/test/harness"
 )
@@ -293,7 +293,7 @@ func waitLeaseHolder(ctx context.Context, t *testing.T, h *harness.Harness, node
 	t.Helper()
 	var holder string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
-		l, err := h.Cluster.Client().CoordinationV1().Leases(harness.LeaseNamespace).Get(ctx, fencing.LeasePrefix+node, metav1.GetOptions{})
+		l, err := h.Cluster.Client().CoordinationV1().Leases(harness.LeaseNamespace).Get(ctx, fencer.LeasePrefix+node, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil
 		}

@@ -1,4 +1,4 @@
-package fencing
+package fencer
 
 import (
 	"context"
@@ -41,8 +41,8 @@ type MemberSource interface {
 	Challenge(ctx context.Context, name, addr string) (heartbeat.Proof, error)
 }
 
-// FencerConfig wires a Fencer.
-type FencerConfig struct {
+// Config wires a Fencer.
+type Config struct {
 	// Identity names this fencer in Leases, annotations and Events
 	// (its node name).
 	Identity  string
@@ -74,7 +74,7 @@ type FencerConfig struct {
 // core for every node and carries out its actions. All inputs arrive
 // through informers and gossip notifications; there is no polling.
 type Fencer struct {
-	cfg   FencerConfig
+	cfg   Config
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -123,8 +123,8 @@ var ErrEvidenceVoided = errors.New("evidence no longer holds")
 
 const vaByNode = "byNode"
 
-// NewFencer builds a Fencer; Run starts it.
-func NewFencer(cfg FencerConfig) *Fencer {
+// New builds a Fencer; Run starts it.
+func New(cfg Config) *Fencer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

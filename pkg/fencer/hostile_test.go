@@ -1,4 +1,4 @@
-package fencing
+package fencer
 
 import (
 	"context"
@@ -179,7 +179,7 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 		bmcs[name], endpoints[name] = v.bmc, "test://"+name
 	}
 	inv := device.NewInventoryOf(bmcs, endpoints)
-	b.fencer = NewFencer(FencerConfig{
+	b.fencer = New(Config{
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
 		Tainter: taint.New(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 		Policy: p, LeaseNamespace: hostileNS, GossipPort: b.port, Metrics: NewMetrics(b.reg),

@@ -1,4 +1,4 @@
-package fencing
+package fencer
 
 import (
 	"time"

@@ -1,4 +1,4 @@
-package fencing
+package fencer
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
 	p := testPolicy(core.ModeConfirmOnly)
-	f := NewFencer(FencerConfig{
+	f := New(Config{
 		Identity: "fencer", Client: client,
 		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: heartbeat.StateDead, Since: time.Now()}},
