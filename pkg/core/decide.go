@@ -7,9 +7,9 @@ import (
 )
 
 // This file is the decision core: a state machine per target node, with no
-// I/O. The fencer loop (fencer.go) feeds it an Observation — everything
-// known about the node, its gossip member, its BMC and the cluster, plus
-// the time — and carries out the Actions it returns. Results of those
+// I/O. The fencer loop (pkg/fencer, fencer.go) feeds it an Observation —
+// everything known about the node, its gossip member, its BMC and the
+// cluster, plus the time — and carries out the Actions it returns. Results of those
 // actions come back as later Observations. Tests drive it from tables with
 // a fake clock (decide_test.go).
 //

@@ -1,0 +1,24 @@
+// Package core is fenced's decision core: a state machine per target node
+// that turns what is known about the node into what must be done, with no
+// I/O (DESIGN.md §3 and §4). It imports only the standard library, which
+// TestCoreStaysPure checks.
+//
+// A failure travels through three files in three packages:
+//
+//  1. event: pkg/fencer, fencer.go — informers (Nodes, VolumeAttachments,
+//     Leases) and gossip notifications queue the node; Fencer.sync builds an
+//     [Observation] (Fencer.observe) and calls [Target.Step].
+//  2. decision: here, decide.go — [Target.Step] returns a [Decision]: the
+//     node's [Phase] and the [Action]s to take. The only path to
+//     [ActApplyTaint] is evidence ([FenceRecord]); table tests with a fake
+//     clock and a randomized invariant walk drive it (decide_test.go).
+//  3. action: pkg/fencer, fencer.go — Fencer.execute carries out each Action:
+//     BMC reads and verified power actions through pkg/device (power.go),
+//     the taint with its evidence through pkg/taint. Their results come
+//     back as later Observations.
+//
+// The words the core shares with the BMC drivers of pkg/device — [PowerState],
+// [ErrorKind], the Op names — are defined here (vocab.go), as is the rule that
+// a BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
+// core, by pkg/taint and by `fenced confirm`.
+package core
