@@ -15,6 +15,7 @@ import (
 
 	"fenced.io/fenced/pkg/operator"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/cluster"
 	"fenced.io/fenced/test/ipmisim"
 )
@@ -93,7 +94,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	}
 	n := node()
 	ev, ok, err := taint.EvidenceOf(n)
-	if !taint.HasTaint(n) || !ok || err != nil || ev.Method != taint.MethodManual || ev.By != admin || ev.Reason != "test" ||
+	if !taint.HasTaint(n) || !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != admin || ev.Reason != "test" ||
 		ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != "off" || ev.BMC.SystemGUID != uuid {
 		t.Fatalf("after confirm: taints %+v, evidence %+v (%v, %v)", n.Spec.Taints, ev, ok, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"net"
@@ -197,7 +198,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ring, err := heartbeat.Join(ctx, hb, heartbeat.Options{
 		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: role,
-			State: heartbeat.AnnounceRunning, Agent: o.Version},
+			State: vocab.AnnounceRunning, Agent: o.Version},
 		Seeds:  func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
 		IsNode: func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
 		Logger: log,
@@ -280,14 +281,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}, []string{"state"})
 	reg.MustRegister(members)
 	update := func() {
-		counts := map[heartbeat.MemberState]int{}
+		counts := map[vocab.MemberState]int{}
 		for _, m := range ring.Members() {
 			counts[m.State]++
 		}
-		for _, s := range []heartbeat.MemberState{heartbeat.StateAlive, heartbeat.StateSuspect, heartbeat.StateDead, heartbeat.StateLeft} {
+		for _, s := range []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft} {
 			members.WithLabelValues(string(s)).Set(float64(counts[s]))
 		}
-		status := fmt.Sprintf("%s: %d of %d gossip members alive", role, counts[heartbeat.StateAlive], len(ring.Members()))
+		status := fmt.Sprintf("%s: %d of %d gossip members alive", role, counts[vocab.MemberAlive], len(ring.Members()))
 		_, _ = systemd.Notify(systemd.Status(status))
 	}
 	update()

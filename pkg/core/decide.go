@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // This file is the decision core: a state machine per target node, with no
@@ -133,12 +135,11 @@ type NodeObs struct {
 // vouches for.
 type MemberObs struct {
 	Known bool
-	// State is "alive", "suspect", "dead" or "left".
-	State string
+	State vocab.MemberState
 	Since time.Time
 	// BootID and Announced come from the member's metadata.
 	BootID    string
-	Announced string
+	Announced vocab.Announcement
 	// Signed: Announced and BootID (and, for a left member, its leave
 	// notice) are signed with the key the node itself published for that
 	// boot, and are not a replay of an older statement. Only then is the
@@ -228,21 +229,18 @@ type Observation struct {
 	Cluster ClusterObs
 }
 
+// unknownMethod stands for a fence adopted from a taint whose evidence
+// annotation is missing or unreadable.
+const unknownMethod vocab.EvidenceMethod = "unknown"
+
 // FenceRecord is the evidence of a fence, as stored on the Node.
 type FenceRecord struct {
-	Method string // "bmc-power-off", "clean-shutdown" or "manual"
+	Method vocab.EvidenceMethod
 	At     time.Time
 	BootID string
 	Reason string
 	BMC    *Reading
 }
-
-// Evidence methods.
-const (
-	EvidenceBMCPowerOff   = "bmc-power-off"
-	EvidenceCleanShutdown = "clean-shutdown"
-	EvidenceManual        = "manual"
-)
 
 // ActionKind names what the fencer loop must do.
 type ActionKind string
@@ -397,7 +395,7 @@ func (d *decider) step() {
 	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
 		t.fence = o.Node.Evidence
 		if t.fence == nil {
-			t.fence = &FenceRecord{Method: "unknown"}
+			t.fence = &FenceRecord{Method: unknownMethod}
 		}
 		t.taintSeen = true
 		d.enter(PhaseFenced, "adopted existing fenced taint")
@@ -435,14 +433,14 @@ func (d *decider) step() {
 // after it went unanswered — is not the node's word and counts as gone.
 func (d *decider) unresponsive() bool {
 	o := d.o
-	return o.Node.Ready != ReadyTrue || o.Member.State == "dead" || o.Member.State == "left" || d.aliveUnbacked()
+	return o.Node.Ready != ReadyTrue || o.Member.State.Gone() || d.aliveUnbacked()
 }
 
 // aliveUnbacked reports whether gossip says the member is alive while its
 // agent left a challenge sent after that unanswered.
 func (d *decider) aliveUnbacked() bool {
 	o, a := d.o, d.o.Agent
-	return o.Member.State == "alive" && a.LastSilent.After(o.Member.Since) && !a.LastProof.After(a.LastSilent)
+	return o.Member.State == vocab.MemberAlive && a.LastSilent.After(o.Member.Since) && !a.LastProof.After(a.LastSilent)
 }
 
 // responsiveSince reports whether the node answers on both channels and
@@ -456,7 +454,7 @@ func (d *decider) responsiveSince(t time.Time) bool {
 	if o.Node.Ready != ReadyTrue || o.Node.ReadySince.Before(t.Truncate(time.Second)) {
 		return false
 	}
-	return !o.Member.Known || o.Member.State == "alive" || o.Member.State == "suspect"
+	return !o.Member.Known || o.Member.State == vocab.MemberAlive || o.Member.State == vocab.MemberSuspect
 }
 
 // detect handles Healthy, Suspect and Confirming.
@@ -505,7 +503,7 @@ func (d *decider) detect() {
 	if d.shuttingDown() {
 		until := t.suspectSince.Add(d.p.ShutdownWait)
 		d.enter(PhaseSuspect, "shutting down: waiting for its shutdown-complete announcement")
-		d.notice("shutting-down", "Normal", ReasonShuttingDown, fmt.Sprintf(
+		d.notice("shutdown-wait", "Normal", ReasonShuttingDown, fmt.Sprintf(
 			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
 			d.shutdownSource(), d.p.ShutdownWait))
 		d.requeue(until.Sub(o.Now))
@@ -531,7 +529,7 @@ func (d *decider) detect() {
 			r.Endpoint, r.GUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
-		d.fenceIfStillTrue(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		d.fenceIfStillTrue(FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("BMC %s read power off at %s, after the node stopped answering (%s)",
 				r.Endpoint, r.At.UTC().Format(time.RFC3339Nano), d.channels())})
 	case o.BMC.InFlight:
@@ -710,7 +708,7 @@ func (d *decider) poweringOff() {
 	o, t, p := d.o, d.t, d.p
 	r := o.BMC.Reading
 	if r != nil && r.AfterPowerOff && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
-		d.fenceIfStillTrue(FenceRecord{Method: EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		d.fenceIfStillTrue(FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through BMC %s and read power off at %s",
 				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
 		return
@@ -798,7 +796,7 @@ func LifeAfter(ev *FenceRecord, o Observation) string {
 	switch {
 	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
 		return fmt.Sprintf("Kubernetes reports boot %s, not boot %s of the evidence", o.Node.BootID, ev.BootID)
-	case ev.BootID != "" && o.Member.Signed && o.Member.State == "alive" && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
+	case ev.BootID != "" && o.Member.Signed && o.Member.State == vocab.MemberAlive && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
 		return fmt.Sprintf("its agent announced boot %s, signed, not boot %s of the evidence", o.Member.BootID, ev.BootID)
 	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
 		return fmt.Sprintf("its BMC %s reads power on at %s", o.BMC.Reading.Endpoint, o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
@@ -829,7 +827,7 @@ func EvidenceHolds(ev *FenceRecord, o Observation, maxAge time.Duration) (ok boo
 // challenge timeout per reading at most.
 func (d *decider) proofPending(at time.Time) bool {
 	o := d.o
-	if o.Member.State != "alive" || !o.Member.Since.After(at) {
+	if o.Member.State != vocab.MemberAlive || !o.Member.Since.After(at) {
 		return false
 	}
 	return !o.Agent.LastSilent.After(o.Member.Since) && !o.Agent.LastProof.After(at)
@@ -896,7 +894,7 @@ func (d *decider) fenceWith(ev FenceRecord) {
 	if o.Cluster.LeaseHeld {
 		d.do(Action{Kind: ActReleaseLease})
 	}
-	d.enter(PhaseFenced, "fencing: "+ev.Method)
+	d.enter(PhaseFenced, "fencing: "+string(ev.Method))
 	d.requeue(TaintRetry)
 }
 
@@ -908,7 +906,7 @@ func (d *decider) fenced() {
 	o, t, p := d.o, d.t, d.p
 	fence := t.fence
 	if fence == nil {
-		fence = &FenceRecord{Method: "unknown"}
+		fence = &FenceRecord{Method: unknownMethod}
 	}
 	if !o.Node.TaintedByFenced && !t.taintSeen {
 		// Our taint write has not shown up: it failed (API unreachable, a
@@ -920,7 +918,7 @@ func (d *decider) fenced() {
 			return
 		}
 		ev := *t.fence
-		if ev.Method == EvidenceCleanShutdown {
+		if ev.Method == vocab.EvidenceCleanShutdown {
 			// The node's own word is re-derived from what gossip and the
 			// API show now, not replayed from memory.
 			fresh, ok := d.cleanShutdown()
@@ -956,7 +954,7 @@ func (d *decider) fenced() {
 	bootNow := d.bootID()
 	// Only the member's own signed word counts here: a forged alive with
 	// the fenced boot ID must not raise a false alarm.
-	memberBackSameBoot := o.Member.State == "alive" && o.Member.Signed && o.Member.BootID != "" &&
+	memberBackSameBoot := o.Member.State == vocab.MemberAlive && o.Member.Signed && o.Member.BootID != "" &&
 		o.Member.BootID == fence.BootID && o.Member.Since.After(fence.At)
 	// Back on a new boot: Ready with a boot ID other than the fenced one,
 	// whether or not its Ready condition changed since the fence (the node
@@ -1029,7 +1027,7 @@ func (d *decider) fenced() {
 // so, and ShutdownWait since the suspicion began has not passed.
 func (d *decider) shuttingDown() bool {
 	o := d.o
-	if d.p.ShutdownWait <= 0 || !o.Member.Known || (o.Member.State != "alive" && o.Member.State != "suspect") {
+	if d.p.ShutdownWait <= 0 || !o.Member.Known || (o.Member.State != vocab.MemberAlive && o.Member.State != vocab.MemberSuspect) {
 		return false
 	}
 	if !o.Member.announcedShutdown() && !o.Node.ShuttingDown {
@@ -1041,7 +1039,7 @@ func (d *decider) shuttingDown() bool {
 // shutdownSource says who reported the shutdown.
 func (d *decider) shutdownSource() string {
 	if d.o.Member.announcedShutdown() {
-		return "its agent announced " + d.o.Member.Announced
+		return "its agent announced " + string(d.o.Member.Announced)
 	}
 	return "its kubelet reports it"
 }
@@ -1051,14 +1049,14 @@ func (d *decider) shutdownSource() string {
 // its volumes). An unsigned announcement could be anyone's: it would hold
 // back the BMC read for ShutdownWait, so it counts for nothing.
 func (m MemberObs) announcedShutdown() bool {
-	return m.Signed && (m.Announced == "shutting-down" || m.Announced == "shutdown-complete")
+	return m.Signed && m.Announced.Shutdown()
 }
 
 // cleanShutdown returns clean-shutdown evidence when the member announced
 // shutdown-complete for the node's current boot and has left the ring.
 func (d *decider) cleanShutdown() (FenceRecord, bool) {
 	m, n := d.o.Member, d.o.Node
-	if !m.Known || !m.Signed || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID == "" {
+	if !m.Known || !m.Signed || m.State != vocab.MemberLeft || m.Announced != vocab.AnnounceShutdownComplete || m.BootID == "" {
 		return FenceRecord{}, false
 	}
 	// The announcement must be about the boot the API knows; an old
@@ -1066,7 +1064,7 @@ func (d *decider) cleanShutdown() (FenceRecord, bool) {
 	if n.BootID != "" && n.BootID != m.BootID {
 		return FenceRecord{}, false
 	}
-	return FenceRecord{Method: EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
+	return FenceRecord{Method: vocab.EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
 		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s, signed with its own key, and left the ring at %s",
 			m.BootID, m.Since.UTC().Format(time.RFC3339))}, true
 }
@@ -1094,8 +1092,8 @@ func (d *decider) channels() string {
 	if d.o.Node.Ready != ReadyTrue {
 		c = append(c, "Kubernetes Ready="+string(d.o.Node.Ready))
 	}
-	if s := d.o.Member.State; s == "dead" || s == "left" {
-		c = append(c, "gossip "+s)
+	if s := d.o.Member.State; s.Gone() {
+		c = append(c, "gossip "+string(s))
 	}
 	if d.aliveUnbacked() {
 		c = append(c, "gossip alive, but its agent does not answer challenges")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
@@ -171,7 +173,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 
 	// The recorded evidence says what was seen.
 	ev := tgt.fence
-	if ev == nil || ev.Method != EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != PowerOff ||
+	if ev == nil || ev.Method != vocab.EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != PowerOff ||
 		!strings.Contains(ev.Reason, "read power off") {
 		t.Fatalf("evidence = %+v", ev)
 	}
@@ -314,7 +316,7 @@ func TestCleanShutdownIsEvidence(t *testing.T) {
 	tgt := &Target{Name: "node-a"}
 	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
 	a := find(d.Actions, ActApplyTaint)
-	if d.Phase != PhaseFenced || a == nil || a.Evidence.Method != EvidenceCleanShutdown || a.Evidence.BootID != "boot-1" {
+	if d.Phase != PhaseFenced || a == nil || a.Evidence.Method != vocab.EvidenceCleanShutdown || a.Evidence.BootID != "boot-1" {
 		t.Fatalf("phase %s, actions %v", d.Phase, kinds(d.Actions))
 	}
 	if has(d.Actions, ActReadPower) {
@@ -338,7 +340,7 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 	}
 	ends := []struct {
 		name      string
-		announced string
+		announced vocab.Announcement
 		wantTaint bool
 	}{
 		{"leaves after shutdown-complete", "shutdown-complete", true},
@@ -377,7 +379,7 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 					d := tgt.Step(o, p)
 					a := find(d.Actions, ActApplyTaint)
 					if end.wantTaint {
-						if a == nil || a.Evidence.Method != EvidenceCleanShutdown || has(d.Actions, ActReadPower) {
+						if a == nil || a.Evidence.Method != vocab.EvidenceCleanShutdown || has(d.Actions, ActReadPower) {
 							t.Fatalf("after leaving with shutdown-complete: %s %v", d.Phase, kinds(d.Actions))
 						}
 						return
@@ -448,7 +450,7 @@ func TestSameBootIDAfterFenceRaisesSafetyAlarmAndKeepsTaint(t *testing.T) {
 	p := testPolicy(ModeConfirmOnly)
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince = ReadyTrue, t0.Add(time.Minute) // came back after the fence
 	o.Now = t0.Add(2 * time.Minute)
 	tgt := &Target{Name: "node-a"}
@@ -479,7 +481,7 @@ func TestGossipBackWithFencedBootRaisesAlarm(t *testing.T) {
 	// with the boot ID it had when fenced: it never went off.
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 	o.Member.State, o.Member.Since = "alive", t0.Add(30*time.Second)
 	o.Now = t0.Add(time.Minute)
@@ -495,7 +497,7 @@ func TestStaleReadyDoesNotCountAsBack(t *testing.T) {
 	// node coming back, so no alarm and no untaint.
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Member.State, o.Member.Since = "dead", t0.Add(-5*time.Second)
 	o.Now = t0.Add(10 * time.Second)
 	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
@@ -511,7 +513,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 	fenceAt := t0.Add(40 * time.Millisecond)
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: fenceAt, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: fenceAt, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0, "boot-2"
 	o.Member.BootID, o.Member.Since = "boot-2", t0.Add(300*time.Millisecond)
 	o.Now = t0.Add(2 * time.Second)
@@ -524,7 +526,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 func TestUnknownBootIDKeepsTaint(t *testing.T) {
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.BootID, o.Member.BootID = "", ""
 	o.Node.ReadySince = t0.Add(time.Minute)
 	o.Now = t0.Add(2 * time.Minute)
@@ -712,7 +714,7 @@ func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
 func TestAdoptsExistingFenceAndReleasesOnNodeDeletion(t *testing.T) {
 	o := powerLoss(healthy(), t0.Add(time.Minute))
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	tgt := &Target{Name: "node-a"}
 	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
@@ -739,7 +741,7 @@ func TestPowerOnAfterFenceOnceVolumesReleased(t *testing.T) {
 	r := reading(PowerOff, t0, nodeUUID)
 	r.AfterPowerOff = true
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
 	o.Node.VolumeAttachments = 1
 	tgt := &Target{Name: "node-a"}
 	if d := tgt.Step(o, p); has(d.Actions, ActPowerOn) {
@@ -780,7 +782,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
-	states := []string{"alive", "suspect", "dead", "left"}
+	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
 	taints, powerOffs := 0, 0
 	for walk := 0; walk < 2000; walk++ {
@@ -808,7 +810,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			case 5:
 				o.Cluster.LeaseHeld = !o.Cluster.LeaseHeld
 			case 6:
-				o.Member.Announced = []string{"running", "shutting-down", "shutdown-complete"}[rng.IntN(3)]
+				o.Member.Announced = []vocab.Announcement{vocab.AnnounceRunning, vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete}[rng.IntN(3)]
 				o.Member.BootID = []string{"boot-1", "boot-0"}[rng.IntN(2)]
 				// A hostile member forges announcements it cannot sign.
 				o.Member.Signed = rng.IntN(3) != 0
@@ -901,7 +903,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince time.Time) {
 	t.Helper()
 	switch ev.Method {
-	case EvidenceBMCPowerOff:
+	case vocab.EvidenceBMCPowerOff:
 		// The evidence's reading is an off reading taken during this
 		// suspicion, and no newer reading says on.
 		r := ev.BMC
@@ -914,7 +916,7 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		if r.GUID != "" && !SameSystemUUID(r.GUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
 		}
-	case EvidenceCleanShutdown:
+	case vocab.EvidenceCleanShutdown:
 		m := o.Member
 		if !m.Signed || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID != o.Node.BootID {
 			t.Fatalf("clean-shutdown taint with member %+v, node boot %s", m, o.Node.BootID)
@@ -979,7 +981,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 	t.Run("forged alive with the fenced boot raises no alarm", func(t *testing.T) {
 		o := healthy()
 		o.Node.TaintedByFenced = true
-		o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+		o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 		o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 		o.Member.State, o.Member.Since, o.Member.Signed = "alive", t0.Add(30*time.Second), false
 		o.Now = t0.Add(time.Minute)
@@ -1022,7 +1024,7 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 	o.Now = o.Now.Add(time.Second)
 	o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
 	d = tgt.Step(o, p)
-	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence.Method != EvidenceBMCPowerOff {
+	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence.Method != vocab.EvidenceBMCPowerOff {
 		t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
 	}
 }
@@ -1113,7 +1115,7 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 	o := healthy()
 	o.Now = t0.Add(time.Minute)
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
+	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
 		BMC: reading(PowerOff, t0.Add(10*time.Second), nodeUUID)}
 	o.Node.ReadySince = t0.Add(-time.Hour) // never transitioned
 	o.Node.BootID = "boot-2"

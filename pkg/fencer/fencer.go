@@ -3,6 +3,7 @@ package fencer
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -367,7 +368,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		node = nil
 	}
 	if m, ok := f.cfg.Members.Member(name); ok {
-		o.Member = core.MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 			Signed: f.signed(name, m)}
 	}
 	_, configured := f.cfg.Inventory.BMC(name)
@@ -397,13 +398,13 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	o.Cluster.GossipAlive = f.cfg.Members.Alive()
 	for _, n := range all {
 		m, known := f.cfg.Members.Member(n.Name)
-		gone := known && (m.State == heartbeat.StateDead || m.State == heartbeat.StateLeft)
+		gone := known && m.State.Gone()
 		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
 		if ready, _ := readyCondition(n); ready != core.ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
 		}
 		if fenced {
-			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == core.EvidenceCleanShutdown &&
+			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown &&
 				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
 				cleanFences[n.Name] = true
 			}
@@ -487,7 +488,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.FenceR
 			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
 		}
 		if m, ok := f.cfg.Members.Member(name); ok {
-			o.Member = core.MemberObs{Known: true, State: string(m.State), Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+			o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 				Signed: f.signed(name, m)}
 		}
 		f.mu.Lock()
@@ -607,7 +608,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.mu.Unlock()
 			f.queue.Add(name) // go on from the written Node at once
 		}
-		if applied && ev.Method == core.EvidenceCleanShutdown {
+		if applied && ev.Method == vocab.EvidenceCleanShutdown {
 			f.mu.Lock()
 			f.cleanFences[name] = f.cfg.Now()
 			f.mu.Unlock()
@@ -905,7 +906,7 @@ func actionNames(as []core.Action) string {
 func evidenceMethod(as []core.Action) string {
 	for _, a := range as {
 		if a.Kind == core.ActApplyTaint && a.Evidence != nil {
-			return a.Evidence.Method
+			return string(a.Evidence.Method)
 		}
 	}
 	return ""

@@ -3,6 +3,7 @@ package fencer
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	f := New(Config{
 		Identity: "fencer", Client: client,
 		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
-		Members:   stillMembers{"victim": {Name: "victim", State: heartbeat.StateDead, Since: time.Now()}},
+		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}},
 		Tainter:   taint.New(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
 	})
@@ -107,7 +108,7 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	reading := time.Now()
 	b := newCountingBMC(core.PowerOff)
 	f, client := runFencer(t, b, kubeletLease("victim", reading.Add(-5*time.Second)))
-	ev := &core.FenceRecord{Method: core.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+	ev := &core.FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
 		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(-5 * time.Second)}}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
 	if err != nil {
@@ -128,7 +129,7 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	}
 	// A new boot in the Node as just read.
 	n.Status.NodeInfo.BootID = "boot-2"
-	if err := f.evidenceCheck(context.Background(), "victim", &core.FenceRecord{Method: core.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+	if err := f.evidenceCheck(context.Background(), "victim", &core.FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
 		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
 		t.Fatalf("new boot: %v", err)
 	}

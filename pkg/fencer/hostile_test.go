@@ -2,6 +2,7 @@ package fencer
 
 import (
 	"context"
+	"fenced.io/fenced/pkg/vocab"
 	"log/slog"
 	"net"
 	"strconv"
@@ -270,7 +271,7 @@ func (b *hostileBed) forgeries(kind string) float64 {
 // metaFor is a victim's metadata as the attacker writes it: the victim's
 // real boot ID (public in status.nodeInfo.bootID), any state, and a
 // signature by key (nil: unsigned).
-func metaFor(t *testing.T, v *victim, state, boot string, key *identity.Key, seq uint64) []byte {
+func metaFor(t *testing.T, v *victim, state vocab.Announcement, boot string, key *identity.Key, seq uint64) []byte {
 	t.Helper()
 	// It claims to be a fencer, too: roles come from Kubernetes labels,
 	// so the claim gains nothing.
@@ -316,21 +317,21 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 
 	// A genuine cancelled shutdown of victim-4 gives the attacker a real
 	// signed shutting-down to replay later.
-	if err := v4.ring.Announce(heartbeat.AnnounceShuttingDown); err != nil {
+	if err := v4.ring.Announce(vocab.AnnounceShuttingDown); err != nil {
 		t.Fatal(err)
 	}
 	b.waitFor(10*time.Second, "the fencer sees victim-4 shutting down", func() bool {
 		m, _ := b.ring.Member("victim-4")
-		return m.Meta.State == heartbeat.AnnounceShuttingDown
+		return m.Meta.State == vocab.AnnounceShuttingDown
 	})
 	m, _ := b.ring.Member("victim-4")
 	genuineShuttingDown := m.Meta
-	if err := v4.ring.Announce(heartbeat.AnnounceRunning); err != nil {
+	if err := v4.ring.Announce(vocab.AnnounceRunning); err != nil {
 		t.Fatal(err)
 	}
 	b.waitFor(10*time.Second, "the fencer sees victim-4 running again", func() bool {
 		m, _ := b.ring.Member("victim-4")
-		return m.Meta.State == heartbeat.AnnounceRunning
+		return m.Meta.State == vocab.AnnounceRunning
 	})
 	b.assertNoHarm(time.Second)
 
@@ -341,16 +342,16 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	}{
 		{"unsigned shutdown-complete, leave notice and leave, three nodes at once", func() {
 			for i, v := range []*victim{v1, v2, v3} {
-				b.cleanShutdownBurst(v, metaFor(t, v, heartbeat.AnnounceShutdownComplete, v.boot, nil, 0), uint32(1000+i),
+				b.cleanShutdownBurst(v, metaFor(t, v, vocab.AnnounceShutdownComplete, v.boot, nil, 0), uint32(1000+i),
 					heartbeat.LeaveNotice{Node: v.name, BootID: v.boot})
 			}
 		}, forgedUnsigned},
 		{"signed with the attacker's own key", func() {
-			b.cleanShutdownBurst(v1, metaFor(t, v1, heartbeat.AnnounceShutdownComplete, v1.boot, attackerKey, 99), 2000,
+			b.cleanShutdownBurst(v1, metaFor(t, v1, vocab.AnnounceShutdownComplete, v1.boot, attackerKey, 99), 2000,
 				signedNotice(attackerKey, v1.name, v1.boot, 100))
 		}, forgedBadSignature},
 		{"replay from an earlier boot", func() {
-			b.cleanShutdownBurst(v2, metaFor(t, v2, heartbeat.AnnounceShutdownComplete, "boot-earlier", oldKey, 7), 3000,
+			b.cleanShutdownBurst(v2, metaFor(t, v2, vocab.AnnounceShutdownComplete, "boot-earlier", oldKey, 7), 3000,
 				signedNotice(oldKey, v2.name, "boot-earlier", 8))
 		}, forgedBadSignature},
 		{"replay of a genuine shutting-down from an earlier moment, then dead at the top incarnation", func() {
@@ -401,7 +402,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	// hide their own updates from the fencer until memberlist refutes
 	// them: then the fencer asks their BMC, which is safe, just slower.)
 	bystander := b.victims["bystander"]
-	for _, s := range []string{heartbeat.AnnounceShuttingDown, heartbeat.AnnounceShutdownComplete} {
+	for _, s := range []vocab.Announcement{vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete} {
 		if err := bystander.ring.Announce(s); err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +413,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	b.waitFor(20*time.Second, "the bystander tainted on its own clean-shutdown word", func() bool {
 		n, _ := b.client.CoreV1().Nodes().Get(context.Background(), "bystander", metav1.GetOptions{})
 		ev, ok, _ := taint.EvidenceOf(n)
-		return taint.HasTaint(n) && ok && ev.Method == core.EvidenceCleanShutdown
+		return taint.HasTaint(n) && ok && ev.Method == vocab.EvidenceCleanShutdown
 	})
 	if tn := b.tainted(); len(tn) != 1 {
 		t.Fatalf("tainted %v, want only the bystander", tn)
@@ -445,7 +446,7 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	}
 	b.waitFor(10*time.Second, "the fencer sees the forged dead", func() bool {
 		m, _ := b.ring.Member(v1.name)
-		return m.State == heartbeat.StateDead
+		return m.State == vocab.MemberDead
 	})
 	b.waitFor(20*time.Second, "the fencer challenges victim-1 and gets its proof", func() bool {
 		b.fencer.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Metrics are the fencer's Prometheus metrics.
@@ -96,10 +97,10 @@ func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {
 	m.BMCDuration.WithLabelValues(op).Observe(d.Seconds())
 }
 
-func (m *Metrics) fence(method string, err error) {
+func (m *Metrics) fence(method vocab.EvidenceMethod, err error) {
 	result := "applied"
 	if err != nil {
 		result = "error"
 	}
-	m.Fences.WithLabelValues(method, result).Inc()
+	m.Fences.WithLabelValues(string(method), result).Inc()
 }

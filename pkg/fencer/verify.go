@@ -3,6 +3,7 @@ package fencer
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"net"
 	"strconv"
 	"time"
@@ -75,11 +76,11 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 	// Only claims that could change a decision are counted: a plain
 	// "running" whose signature does not verify yet is what every reboot
 	// looks like until the fencer sees the new boot's key.
-	matters := m.Meta.State == heartbeat.AnnounceShuttingDown || m.Meta.State == heartbeat.AnnounceShutdownComplete ||
-		m.State == heartbeat.StateLeft
+	matters := m.Meta.State.Shutdown() ||
+		m.State == vocab.MemberLeft
 	reject := func(kind string) bool {
 		if matters {
-			f.forgery(node, kind, m.Meta.Sig+"/"+m.Meta.State+"/"+string(m.State))
+			f.forgery(node, kind, m.Meta.Sig+"/"+string(m.Meta.State)+"/"+string(m.State))
 		}
 		return false
 	}
@@ -95,7 +96,7 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 	case m.Meta.BootID != k.BootID:
 		return reject(forgedOtherBoot)
 	}
-	if m.State == heartbeat.StateLeft {
+	if m.State == vocab.MemberLeft {
 		n := m.Leave
 		switch {
 		case n.Sig == "":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"time"
@@ -74,7 +75,7 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) {
 	if n.Name == r.self {
 		r.localAddr = n.Address()
 	}
-	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive, LeaveNotice{})
+	r.observeLocked(n.Name, n.Address(), n.Meta, vocab.MemberAlive, LeaveNotice{})
 }
 
 // NotifyUpdate is a member whose metadata changed.
@@ -82,33 +83,33 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	r := (*Ring)(d)
 	r.mu.Lock()
 	r.cancelPendingDeadLocked(n.Name)
-	r.observeLocked(n.Name, n.Address(), n.Meta, StateAlive, LeaveNotice{})
+	r.observeLocked(n.Name, n.Address(), n.Meta, vocab.MemberAlive, LeaveNotice{})
 }
 
 // NotifyLeave is a member that memberlist declared dead or that left.
 // memberlist v0.7.0 does not tell which (n.State is never filled in,
 // hashicorp/memberlist#293): a member is left when it sent us a leave
 // notice for its current boot (see Ring.Leave) or, with a memberlist that
-// fills in n.State, when that says StateLeft. Otherwise it is dead.
+// fills in n.State, when that says vocab.MemberLeft. Otherwise it is dead.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	r := (*Ring)(d)
 	r.mu.Lock()
-	state := StateDead
+	state := vocab.MemberDead
 	hint, noticed := r.leaving[n.Name]
 	delete(r.leaving, n.Name)
 	switch {
 	case n.Name == r.self && r.selfLeft:
-		state = StateLeft
+		state = vocab.MemberLeft
 	case n.State == memberlist.StateLeft:
-		state = StateLeft
+		state = vocab.MemberLeft
 	case noticed && hint.notice.BootID == r.bootIDLocked(n) && time.Since(hint.at) < leaveNoticeTTL:
-		state = StateLeft
+		state = vocab.MemberLeft
 	}
 	var notice LeaveNotice
-	if state == StateLeft && noticed {
+	if state == vocab.MemberLeft && noticed {
 		notice = hint.notice
 	}
-	if state == StateDead && n.Name != r.self && r.announcedShutdownLocked(n) {
+	if state == vocab.MemberDead && n.Name != r.self && r.announcedShutdownLocked(n) {
 		r.holdDeadLocked(n.Name, n.Address(), append([]byte(nil), n.Meta...))
 		r.mu.Unlock()
 		return
@@ -119,13 +120,13 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 // announcedShutdownLocked reports whether n's last metadata announced a
 // shutdown (shutting-down or shutdown-complete).
 func (r *Ring) announcedShutdownLocked(n *memberlist.Node) bool {
-	state := ""
+	var state vocab.Announcement
 	if meta, err := DecodeMeta(n.Meta); err == nil {
 		state = meta.State
 	} else if m, ok := r.members[n.Name]; ok {
 		state = m.Meta.State
 	}
-	return state == AnnounceShuttingDown || state == AnnounceShutdownComplete
+	return state.Shutdown()
 }
 
 // holdDeadLocked reports the member dead after leaveNoticeGrace unless its
@@ -140,7 +141,7 @@ func (r *Ring) holdDeadLocked(name, addr string, rawMeta []byte) {
 			return
 		}
 		delete(r.pendingDead, name)
-		r.observeLocked(name, addr, rawMeta, StateDead, LeaveNotice{})
+		r.observeLocked(name, addr, rawMeta, vocab.MemberDead, LeaveNotice{})
 	})
 	r.pendingDead[name] = timer
 }
@@ -167,7 +168,7 @@ func (r *Ring) bootIDLocked(n *memberlist.Node) string {
 // observeLocked records a member's address, metadata (kept as it was
 // when rawMeta does not decode), state and the leave notice that made it
 // left, then unlocks r.mu, queues an event and logs the change.
-func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberState, notice LeaveNotice) {
+func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.MemberState, notice LeaveNotice) {
 	now := time.Now()
 	m, known := r.members[name]
 	if !known {
@@ -185,7 +186,7 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state MemberStat
 	}
 	m.Leave = notice
 	cur := *m
-	wakeJoin := known && prev.State == StateAlive && state != StateAlive &&
+	wakeJoin := known && prev.State == vocab.MemberAlive && state != vocab.MemberAlive &&
 		name != r.self && r.aliveLocked() <= 1
 	r.mu.Unlock()
 
@@ -277,18 +278,18 @@ func (r *Ring) leaveNoticed(notice LeaveNotice) {
 		// memberlist reported it gone a moment ago and the notice was
 		// late (holdDeadLocked): it left, and was never reported dead.
 		r.cancelPendingDeadLocked(name)
-		r.observeLocked(name, m.Addr, nil, StateLeft, notice)
-	case m.State == StateAlive:
+		r.observeLocked(name, m.Addr, nil, vocab.MemberLeft, notice)
+	case m.State == vocab.MemberAlive:
 		// The usual order: remember it until memberlist reports the
 		// member gone (NotifyLeave).
 		r.leaving[name] = leaveHint{notice: notice, at: time.Now()}
 		r.mu.Unlock()
-	case m.State == StateDead && m.Meta.BootID == boot:
+	case m.State == vocab.MemberDead && m.Meta.BootID == boot:
 		// The notice and memberlist's leave broadcast travel on different
 		// paths (TCP and UDP gossip) and the broadcast won. A member that
 		// sends a leave notice is up and leaving on purpose, so dead was
 		// a misreading: correct it.
-		r.observeLocked(name, m.Addr, nil, StateLeft, notice)
+		r.observeLocked(name, m.Addr, nil, vocab.MemberLeft, notice)
 	default:
 		r.mu.Unlock()
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -134,7 +136,7 @@ func waitEvent(t *testing.T, r *Ring, timeout time.Duration, what string, match 
 }
 
 // stateIs reports whether r sees name in state.
-func stateIs(r *Ring, name string, state MemberState) func() bool {
+func stateIs(r *Ring, name string, state vocab.MemberState) func() bool {
 	return func() bool {
 		m, ok := r.Member(name)
 		return ok && m.State == state

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"net"
 	"strconv"
 	"testing"
@@ -27,7 +28,7 @@ func TestSignedAnnouncementsAndLeave(t *testing.T) {
 	key := newKey(t)
 	a := start(t, fastConfig(t, "a", 0), Options{Key: key})
 	b := start(t, fastConfig(t, "b", 0), Options{Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "b sees a", func() bool { m, ok := b.Member("a"); return ok && m.State == StateAlive })
+	waitFor(t, settle, "b sees a", func() bool { m, ok := b.Member("a"); return ok && m.State == vocab.MemberAlive })
 
 	m, _ := b.Member("a")
 	if !key.Public().Verify(m.Meta.Statement(), m.Meta.Signature()) || m.Meta.Seq != 1 {
@@ -38,11 +39,11 @@ func TestSignedAnnouncementsAndLeave(t *testing.T) {
 		t.Fatal("a's signature verifies against another key")
 	}
 	var last uint64 = 1
-	for _, state := range []string{AnnounceShuttingDown, AnnounceShutdownComplete} {
+	for _, state := range []vocab.Announcement{vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete} {
 		if err := a.Announce(state); err != nil {
 			t.Fatal(err)
 		}
-		m := waitEvent(t, b, settle, "a announces "+state, func(m Member) bool { return m.Name == "a" && m.Meta.State == state })
+		m := waitEvent(t, b, settle, "a announces "+string(state), func(m Member) bool { return m.Name == "a" && m.Meta.State == state })
 		if !key.Public().Verify(m.Meta.Statement(), m.Meta.Signature()) || m.Meta.Seq <= last {
 			t.Fatalf("announcement %s: seq %d (last %d), signature valid %v", state, m.Meta.Seq, last,
 				key.Public().Verify(m.Meta.Statement(), m.Meta.Signature()))
@@ -50,7 +51,7 @@ func TestSignedAnnouncementsAndLeave(t *testing.T) {
 		// The signature covers the state: the same signature for another
 		// state does not verify.
 		forged := m.Meta
-		forged.State = AnnounceRunning
+		forged.State = vocab.AnnounceRunning
 		if key.Public().Verify(forged.Statement(), forged.Signature()) {
 			t.Fatal("signature verifies for another state")
 		}
@@ -59,8 +60,8 @@ func TestSignedAnnouncementsAndLeave(t *testing.T) {
 	if err := a.Leave(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	m = waitEvent(t, b, settle, "a left", func(m Member) bool { return m.Name == "a" && m.State != StateAlive })
-	if m.State != StateLeft || m.Leave.BootID != "boot-a" || m.Leave.Seq <= last ||
+	m = waitEvent(t, b, settle, "a left", func(m Member) bool { return m.Name == "a" && m.State != vocab.MemberAlive })
+	if m.State != vocab.MemberLeft || m.Leave.BootID != "boot-a" || m.Leave.Seq <= last ||
 		!key.Public().Verify(m.Leave.Statement(), m.Leave.Signature()) {
 		t.Fatalf("b sees %+v: want left with a's signed leave notice", m)
 	}
@@ -83,7 +84,7 @@ func TestChallengeProvesLiveness(t *testing.T) {
 	key := newKey(t)
 	a := start(t, fastConfig(t, "a", 0), Options{Key: key})
 	f := start(t, fastConfig(t, "fencer", 0), Options{Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == StateAlive })
+	waitFor(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == vocab.MemberAlive })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

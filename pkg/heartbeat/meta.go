@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
@@ -31,19 +32,6 @@ const (
 	RoleFencer = "fencer"
 )
 
-// Announced states an agent publishes about its own host (Meta.State).
-const (
-	// AnnounceRunning is the normal state of a host.
-	AnnounceRunning = "running"
-	// AnnounceShuttingDown means the host has begun shutting down; its
-	// volumes may still be mounted.
-	AnnounceShuttingDown = "shutting-down"
-	// AnnounceShutdownComplete means the host's shutdown has passed the
-	// point where no CSI volume is mounted any more: together with a clean
-	// leave and the boot ID it is evidence for the clean-shutdown path.
-	AnnounceShutdownComplete = "shutdown-complete"
-)
-
 // Meta is what every member publishes about itself, carried as
 // memberlist node metadata. It is encoded as JSON with short keys and a
 // version field, and must fit MaxMetaSize bytes.
@@ -60,8 +48,8 @@ type Meta struct {
 	// status`: any key holder can claim any role, so nothing is decided on
 	// it (a fencer is a Node labelled as one).
 	Role string `json:"role,omitempty"`
-	// State is one of the Announce* values.
-	State string `json:"state,omitempty"`
+	// State is what the agent announces about its host.
+	State vocab.Announcement `json:"state,omitempty"`
 	// Agent is the fenced version string.
 	Agent string `json:"agent,omitempty"`
 	// Seq and Sig sign Node, BootID and State with the agent's own key
@@ -138,15 +126,6 @@ func DecodeMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
-// validAnnounce reports whether s is one of the Announce* values.
-func validAnnounce(s string) bool {
-	switch s {
-	case AnnounceRunning, AnnounceShuttingDown, AnnounceShutdownComplete:
-		return true
-	}
-	return false
-}
-
 // localMeta fills in the defaults of an agent's own Meta, signs it with
 // key (when set) as statement seq, and checks it.
 func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []byte, error) {
@@ -164,9 +143,9 @@ func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown role %q", m.Role)
 	}
 	if m.State == "" {
-		m.State = AnnounceRunning
+		m.State = vocab.AnnounceRunning
 	}
-	if !validAnnounce(m.State) {
+	if !m.State.Valid() {
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
 	}
 	m.Sign(key, seq)

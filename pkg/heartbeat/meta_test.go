@@ -3,10 +3,12 @@ package heartbeat
 import (
 	"strings"
 	"testing"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 func TestMetaRoundTrip(t *testing.T) {
-	in := Meta{Version: MetaVersion, Node: "worker-1", BootID: "6f1c2a9e-3d4b-4c5d-8e7f-0a1b2c3d4e5f", Role: RoleFencer, State: AnnounceShutdownComplete, Agent: "v0.3.1"}
+	in := Meta{Version: MetaVersion, Node: "worker-1", BootID: "6f1c2a9e-3d4b-4c5d-8e7f-0a1b2c3d4e5f", Role: RoleFencer, State: vocab.AnnounceShutdownComplete, Agent: "v0.3.1"}
 	b, err := in.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -26,9 +28,9 @@ func TestMetaEncodeLimits(t *testing.T) {
 		meta    Meta
 		wantErr string
 	}{
-		{"typical", Meta{Version: 1, Node: strings.Repeat("n", 63), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: AnnounceShuttingDown, Agent: "v1.2.3-rc.1+abcdef"}, ""},
+		{"typical", Meta{Version: 1, Node: strings.Repeat("n", 63), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: vocab.AnnounceShuttingDown, Agent: "v1.2.3-rc.1+abcdef"}, ""},
 		// A Kubernetes node name can be 253 characters: it still fits.
-		{"longest node name", Meta{Version: 1, Node: strings.Repeat("n", 253), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: AnnounceShuttingDown, Agent: strings.Repeat("v", 64)}, ""},
+		{"longest node name", Meta{Version: 1, Node: strings.Repeat("n", 253), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: vocab.AnnounceShuttingDown, Agent: strings.Repeat("v", 64)}, ""},
 		{"too large", Meta{Version: 1, Node: "a", Agent: strings.Repeat("v", MaxMetaSize)}, "the limit is 512"},
 		{"no version", Meta{Node: "a"}, "no version"},
 	}
@@ -59,7 +61,7 @@ func TestDecodeMeta(t *testing.T) {
 		wantErr string
 	}{
 		{"current", `{"v":1,"node":"a","boot":"b1","role":"observer","state":"running","agent":"x"}`,
-			Meta{Version: 1, Node: "a", BootID: "b1", Role: RoleObserver, State: AnnounceRunning, Agent: "x"}, ""},
+			Meta{Version: 1, Node: "a", BootID: "b1", Role: RoleObserver, State: vocab.AnnounceRunning, Agent: "x"}, ""},
 		{"future version keeps known fields",
 			`{"v":7,"node":"a","boot":"b1","role":"fencer","state":"draining","agent":"v9","zone":"eu-1","caps":["x",{"y":1}]}`,
 			Meta{Version: 7, Node: "a", BootID: "b1", Role: RoleFencer, State: "draining", Agent: "v9"}, ""},
@@ -92,7 +94,7 @@ func TestLocalMetaDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Meta{Version: MetaVersion, Node: "node-a", BootID: "b", Role: RoleObserver, State: AnnounceRunning}
+	want := Meta{Version: MetaVersion, Node: "node-a", BootID: "b", Role: RoleObserver, State: vocab.AnnounceRunning}
 	if m != want {
 		t.Errorf("got %+v, want %+v", m, want)
 	}

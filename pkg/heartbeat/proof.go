@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"time"
 
@@ -39,12 +40,12 @@ type challenge struct {
 // state it announces, and the challenge's nonce, signed with its own key
 // (identity.KindProof). Sig is empty when the member has no key.
 type Proof struct {
-	Node   string `json:"node"`
-	BootID string `json:"boot"`
-	State  string `json:"state"`
-	Seq    uint64 `json:"seq"`
-	Nonce  []byte `json:"nonce"`
-	Sig    []byte `json:"sig,omitempty"`
+	Node   string             `json:"node"`
+	BootID string             `json:"boot"`
+	State  vocab.Announcement `json:"state"`
+	Seq    uint64             `json:"seq"`
+	Nonce  []byte             `json:"nonce"`
+	Sig    []byte             `json:"sig,omitempty"`
 }
 
 // Statement is what Sig signs.
@@ -150,7 +151,7 @@ func (r *Ring) answerChallenge(c challenge) {
 	r.mu.Lock()
 	m, ok := r.members[c.From]
 	r.mu.Unlock()
-	if !ok || c.From == r.self || m.State != StateAlive || m.Addr != c.ReplyTo {
+	if !ok || c.From == r.self || m.State != vocab.MemberAlive || m.Addr != c.ReplyTo {
 		r.log.Debug("ignored a liveness challenge from outside the ring", "from", c.From, "replyTo", c.ReplyTo)
 		return
 	}

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,23 +18,11 @@ import (
 	"fenced.io/fenced/pkg/identity"
 )
 
-// MemberState of a ring member as this agent sees it.
-type MemberState string
-
-// Member states.
-//
-// StateSuspect is never reported by this version: memberlist v0.7.0 has no
-// callback for suspicion and does not expose a member's state through its
-// API (Node.State is never filled in, hashicorp/memberlist#293), so a
-// member moves from StateAlive to StateDead directly, once memberlist's
-// suspicion timeout has run out. The constant exists so that consumers can
-// already handle it.
-const (
-	StateAlive   MemberState = "alive"
-	StateSuspect MemberState = "suspect"
-	StateDead    MemberState = "dead"
-	StateLeft    MemberState = "left"
-)
+// Member states are vocab.MemberState. vocab.MemberSuspect is never
+// reported by this version: memberlist v0.7.0 has no callback for suspicion
+// and does not expose a member's state through its API (Node.State is never
+// filled in, hashicorp/memberlist#293), so a member moves from alive to dead
+// directly, once memberlist's suspicion timeout has run out.
 
 // ErrShutdown is returned by operations on a Ring that has been shut down.
 var ErrShutdown = errors.New("heartbeat: ring is shut down")
@@ -50,7 +39,7 @@ const DefaultLeaveTimeout = 5 * time.Second
 const maxLeaveNotices = 16
 
 // leaveNoticeTTL is how long a received leave notice can turn the next
-// NotifyLeave of its member into StateLeft. The notice comes at most a
+// NotifyLeave of its member into vocab.MemberLeft. The notice comes at most a
 // Leave timeout before memberlist's leave broadcast, or, if that broadcast
 // is lost, a suspicion timeout (up to a minute in big rings) before the
 // member is found gone. The bound keeps a notice whose leave never showed
@@ -81,12 +70,12 @@ type leaveHint struct {
 type Member struct {
 	Name  string
 	Addr  string // host:port
-	State MemberState
+	State vocab.MemberState
 	// Meta is the last metadata seen, also for dead and left members.
 	Meta Meta
 	// Since is when State last changed, by this agent's clock.
 	Since time.Time
-	// Leave is the leave notice that made the member StateLeft (zero when
+	// Leave is the leave notice that made the member vocab.MemberLeft (zero when
 	// it is not left, or left without a notice).
 	Leave LeaveNotice
 }
@@ -117,7 +106,7 @@ func (n *LeaveNotice) Sign(key *identity.Key, seq uint64) {
 // Options for Join.
 type Options struct {
 	// Meta is this agent's metadata. Defaults: Node = Config.NodeName,
-	// Role = RoleObserver, State = AnnounceRunning; Version is always
+	// Role = RoleObserver, State = vocab.AnnounceRunning; Version is always
 	// MetaVersion.
 	Meta Meta
 	// Seeds returns addresses ("host" or "host:port"; the default port is
@@ -315,7 +304,7 @@ func (r *Ring) Alive() int {
 func (r *Ring) aliveLocked() int {
 	n := 0
 	for _, m := range r.members {
-		if m.State == StateAlive {
+		if m.State == vocab.MemberAlive {
 			n++
 		}
 	}
@@ -329,12 +318,11 @@ func (r *Ring) LocalAddr() string {
 	return r.localAddr
 }
 
-// Announce sets the State of this agent's Meta (one of the Announce*
-// values) and gossips it, waiting up to AnnounceTimeout for the update to
+// Announce sets the State of this agent's Meta and gossips it, waiting up to AnnounceTimeout for the update to
 // go out. On a timeout error the new state is still in effect and keeps
 // spreading.
-func (r *Ring) Announce(state string) error {
-	if !validAnnounce(state) {
+func (r *Ring) Announce(state vocab.Announcement) error {
+	if !state.Valid() {
 		return fmt.Errorf("heartbeat: unknown announced state %q", state)
 	}
 	r.announceMu.Lock()
@@ -368,7 +356,7 @@ func (r *Ring) Announce(state string) error {
 }
 
 // Leave leaves the ring cleanly, so that the others see this agent as
-// StateLeft rather than StateDead, and then shuts it down. timeout bounds
+// vocab.MemberLeft rather than vocab.MemberDead, and then shuts it down. timeout bounds
 // the whole leave (<= 0 means DefaultLeaveTimeout); the agent is shut down
 // even when the leave fails.
 //
@@ -378,7 +366,7 @@ func (r *Ring) Announce(state string) error {
 // channel; a member records it and reports this agent as left once
 // memberlist reports it gone. Then it broadcasts memberlist's own leave,
 // which makes the others drop this agent at once instead of after a
-// suspicion timeout. A member that missed the notice sees StateDead: the
+// suspicion timeout. A member that missed the notice sees vocab.MemberDead: the
 // safe side, as dead only starts the work of getting evidence.
 func (r *Ring) Leave(timeout time.Duration) error {
 	if timeout <= 0 {
@@ -421,7 +409,7 @@ func (r *Ring) sendLeaveNotices(deadline time.Time) error {
 	var peers []*memberlist.Node
 	r.mu.Lock()
 	for _, m := range r.members {
-		if m.Name == r.self || m.State != StateAlive {
+		if m.Name == r.self || m.State != vocab.MemberAlive {
 			continue
 		}
 		// Copies built from our own view: memberlist's Members() returns

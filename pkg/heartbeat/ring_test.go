@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,8 +23,8 @@ func TestMembersJoinThroughSeedsAndSeeEachOther(t *testing.T) {
 			t.Errorf("%s: members not sorted by name: %v", names[i], members)
 		}
 		for j, m := range members {
-			want := Meta{Version: MetaVersion, Node: names[j], BootID: "boot-" + names[j], Role: RoleObserver, State: AnnounceRunning, Agent: "test"}
-			if m.Name != names[j] || m.State != StateAlive || m.Meta != want {
+			want := Meta{Version: MetaVersion, Node: names[j], BootID: "boot-" + names[j], Role: RoleObserver, State: vocab.AnnounceRunning, Agent: "test"}
+			if m.Name != names[j] || m.State != vocab.MemberAlive || m.Meta != want {
 				t.Errorf("%s sees %+v, want %s alive with %+v", names[i], m, names[j], want)
 			}
 			if m.Addr != rings[j].LocalAddr() {
@@ -37,7 +38,7 @@ func TestMembersJoinThroughSeedsAndSeeEachOther(t *testing.T) {
 	// The join was reported as events too.
 	for _, other := range []string{"b", "c"} {
 		waitEvent(t, rings[0], settle, other+" alive at a", func(m Member) bool {
-			return m.Name == other && m.State == StateAlive
+			return m.Name == other && m.State == vocab.MemberAlive
 		})
 	}
 }
@@ -46,11 +47,11 @@ func TestPeerGoneIsDeadOrLeft(t *testing.T) {
 	cases := []struct {
 		name  string
 		stop  func(*Ring) error
-		want  MemberState
-		never MemberState
+		want  vocab.MemberState
+		never vocab.MemberState
 	}{
-		{"crash is dead", (*Ring).Shutdown, StateDead, StateLeft},
-		{"leave is left", func(r *Ring) error { return r.Leave(5 * time.Second) }, StateLeft, StateDead},
+		{"crash is dead", (*Ring).Shutdown, vocab.MemberDead, vocab.MemberLeft},
+		{"leave is left", func(r *Ring) error { return r.Leave(5 * time.Second) }, vocab.MemberLeft, vocab.MemberDead},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestPeerGoneIsDeadOrLeft(t *testing.T) {
 			}
 			for _, r := range rings[:2] {
 				m := waitEvent(t, r, settle, "c "+string(tc.want), func(m Member) bool {
-					return m.Name == "c" && m.State != StateAlive
+					return m.Name == "c" && m.State != vocab.MemberAlive
 				})
 				if m.State != tc.want {
 					t.Fatalf("c went %s, want %s", m.State, tc.want)
@@ -89,14 +90,14 @@ func TestAnnounceReachesOthers(t *testing.T) {
 	if err := a.Announce("rebooting"); err == nil {
 		t.Error("Announce accepted an unknown state")
 	}
-	for _, state := range []string{AnnounceShuttingDown, AnnounceShutdownComplete} {
+	for _, state := range []vocab.Announcement{vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete} {
 		if err := a.Announce(state); err != nil {
 			t.Fatal(err)
 		}
-		m := waitEvent(t, b, settle, "a announces "+state, func(m Member) bool {
+		m := waitEvent(t, b, settle, "a announces "+string(state), func(m Member) bool {
 			return m.Name == "a" && m.Meta.State == state
 		})
-		if m.State != StateAlive || m.Meta.BootID != "boot-a" {
+		if m.State != vocab.MemberAlive || m.Meta.BootID != "boot-a" {
 			t.Errorf("b sees %+v after the announcement", m)
 		}
 		if self, _ := a.Member("a"); self.Meta.State != state {
@@ -107,8 +108,8 @@ func TestAnnounceReachesOthers(t *testing.T) {
 	if err := a.Leave(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	m := waitEvent(t, b, settle, "a left", func(m Member) bool { return m.Name == "a" && m.State != StateAlive })
-	if m.State != StateLeft || m.Meta.State != AnnounceShutdownComplete || m.Meta.BootID != "boot-a" {
+	m := waitEvent(t, b, settle, "a left", func(m Member) bool { return m.Name == "a" && m.State != vocab.MemberAlive })
+	if m.State != vocab.MemberLeft || m.Meta.State != vocab.AnnounceShutdownComplete || m.Meta.BootID != "boot-a" {
 		t.Errorf("b sees %+v, want left after shutdown-complete of boot-a", m)
 	}
 }
@@ -190,13 +191,13 @@ func TestRestartWithNewBootIDIsAliveAgain(t *testing.T) {
 			}
 			if tc.waitDead {
 				for _, r := range rings[:2] {
-					waitFor(t, settle, "c is dead", stateIs(r, "c", StateDead))
+					waitFor(t, settle, "c is dead", stateIs(r, "c", vocab.MemberDead))
 				}
 			}
 			start(t, cfg, Options{Meta: testMeta("boot-c-2"), Seeds: seedsOf(rings[0].LocalAddr())})
 			for _, r := range rings[:2] {
 				waitEvent(t, r, settle, "c alive with its new boot ID", func(m Member) bool {
-					return m.Name == "c" && m.State == StateAlive && m.Meta.BootID == "boot-c-2"
+					return m.Name == "c" && m.State == vocab.MemberAlive && m.Meta.BootID == "boot-c-2"
 				})
 			}
 		})
@@ -241,7 +242,7 @@ func TestRejoinWhenAloneAgain(t *testing.T) {
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, settle, "a sees b dead", stateIs(a, "b", StateDead))
+	waitFor(t, settle, "a sees b dead", stateIs(a, "b", vocab.MemberDead))
 	// The new b has no seeds: only a's retry can bring them together.
 	b2 := start(t, fastConfig(t, "b", portB), Options{Meta: testMeta("boot-b-2")})
 	waitFor(t, settle, "a and the new b see each other", func() bool { return a.Alive() == 2 && b2.Alive() == 2 })
@@ -261,7 +262,7 @@ func TestAfterShutdown(t *testing.T) {
 	if err := r.Leave(time.Second); !errors.Is(err, ErrShutdown) {
 		t.Errorf("Leave after Shutdown = %v, want ErrShutdown", err)
 	}
-	if err := r.Announce(AnnounceShutdownComplete); !errors.Is(err, ErrShutdown) {
+	if err := r.Announce(vocab.AnnounceShutdownComplete); !errors.Is(err, ErrShutdown) {
 		t.Errorf("Announce after Shutdown = %v, want ErrShutdown", err)
 	}
 	for range r.Events() { // must be closed, or this never ends
@@ -273,7 +274,7 @@ func TestLeaveAlone(t *testing.T) {
 	if err := r.Leave(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := r.Member("a"); m.State != StateLeft {
+	if m, _ := r.Member("a"); m.State != vocab.MemberLeft {
 		t.Errorf("own state after Leave = %s, want left", m.State)
 	}
 }
@@ -338,7 +339,7 @@ func TestDetectionTimeLANDefaults(t *testing.T) {
 	}
 	var slowest time.Duration
 	for i, r := range rings[:4] {
-		m := waitEvent(t, r, time.Minute, "e dead", func(m Member) bool { return m.Name == "e" && m.State == StateDead })
+		m := waitEvent(t, r, time.Minute, "e dead", func(m Member) bool { return m.Name == "e" && m.State == vocab.MemberDead })
 		d := m.Since.Sub(stopped)
 		t.Logf("%s saw e dead after %s", names[i], d.Round(10*time.Millisecond))
 		slowest = max(slowest, d)

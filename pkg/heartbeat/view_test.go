@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // newViewRing is a Ring without memberlist, to drive the delegate
@@ -16,7 +18,7 @@ func newViewRing(t *testing.T, isNode func(string) bool) *Ring {
 
 func mlNode(t *testing.T, name, boot string) *memberlist.Node {
 	t.Helper()
-	b, err := Meta{Version: MetaVersion, Node: name, BootID: boot, Role: RoleObserver, State: AnnounceRunning}.Encode()
+	b, err := Meta{Version: MetaVersion, Node: name, BootID: boot, Role: RoleObserver, State: vocab.AnnounceRunning}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,31 +31,31 @@ func TestLeftOrDead(t *testing.T) {
 	cases := []struct {
 		name  string
 		steps func(d *delegate, n *memberlist.Node)
-		want  MemberState
+		want  vocab.MemberState
 	}{
-		{"no notice", func(d *delegate, n *memberlist.Node) { d.NotifyLeave(n) }, StateDead},
+		{"no notice", func(d *delegate, n *memberlist.Node) { d.NotifyLeave(n) }, vocab.MemberDead},
 		{"notice then leave", func(d *delegate, n *memberlist.Node) {
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			d.NotifyLeave(n)
-		}, StateLeft},
+		}, vocab.MemberLeft},
 		{"leave then notice", func(d *delegate, n *memberlist.Node) {
 			d.NotifyLeave(n)
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
-		}, StateLeft},
+		}, vocab.MemberLeft},
 		{"notice of another boot", func(d *delegate, n *memberlist.Node) {
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
 			d.NotifyLeave(n)
-		}, StateDead},
+		}, vocab.MemberDead},
 		{"late notice of another boot", func(d *delegate, n *memberlist.Node) {
 			d.NotifyLeave(n)
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-0"}))
-		}, StateDead},
+		}, vocab.MemberDead},
 		{"notice forgotten when the member comes back", func(d *delegate, n *memberlist.Node) {
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			d.NotifyLeave(n)
 			d.NotifyJoin(n)
 			d.NotifyLeave(n)
-		}, StateDead},
+		}, vocab.MemberDead},
 		{"stale notice", func(d *delegate, n *memberlist.Node) {
 			d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
 			r := (*Ring)(d)
@@ -63,17 +65,17 @@ func TestLeftOrDead(t *testing.T) {
 			r.leaving["x"] = h
 			r.mu.Unlock()
 			d.NotifyLeave(n)
-		}, StateDead},
+		}, vocab.MemberDead},
 		{"memberlist that reports left", func(d *delegate, n *memberlist.Node) {
 			left := *n
 			left.State = memberlist.StateLeft
 			d.NotifyLeave(&left)
-		}, StateLeft},
+		}, vocab.MemberLeft},
 		{"garbage message ignored", func(d *delegate, n *memberlist.Node) {
 			d.NotifyMsg([]byte{msgLeaveNotice, '{'})
 			d.NotifyMsg([]byte{99, '{', '}'})
 			d.NotifyLeave(n)
-		}, StateDead},
+		}, vocab.MemberDead},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,10 +130,10 @@ func TestViewTransitionsAndEvents(t *testing.T) {
 	}
 	// Coalesced per member: the latest state of each, in first-change order.
 	if len(got) != 2 || got[0].Name != "self" || got[1].Name != "x" ||
-		got[1].State != StateAlive || got[1].Meta.BootID != "boot-2" {
+		got[1].State != vocab.MemberAlive || got[1].Meta.BootID != "boot-2" {
 		t.Errorf("events = %+v", got)
 	}
-	if m, _ := r.Member("x"); m.State != StateAlive || m.Meta.BootID != "boot-2" || !m.Since.After(dead.Since) {
+	if m, _ := r.Member("x"); m.State != vocab.MemberAlive || m.Meta.BootID != "boot-2" || !m.Since.After(dead.Since) {
 		t.Errorf("x after reboot = %+v", m)
 	}
 }
@@ -168,7 +170,7 @@ func TestNotifyAlive(t *testing.T) {
 // and vanishes is not reported dead while its leave notice may still be on
 // its way; the notice makes it left, its absence dead after the grace.
 func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
-	announced := func(t *testing.T, state string) *memberlist.Node {
+	announced := func(t *testing.T, state vocab.Announcement) *memberlist.Node {
 		t.Helper()
 		b, err := Meta{Version: MetaVersion, Node: "x", BootID: "boot-1", Role: RoleObserver, State: state}.Encode()
 		if err != nil {
@@ -176,36 +178,36 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 		}
 		return &memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: b}
 	}
-	state := func(r *Ring) MemberState {
+	state := func(r *Ring) vocab.MemberState {
 		m, _ := r.Member("x")
 		return m.State
 	}
 	t.Run("late notice: left, never dead", func(t *testing.T) {
 		r := newViewRing(t, nil)
 		d := (*delegate)(r)
-		n := announced(t, AnnounceShutdownComplete)
+		n := announced(t, vocab.AnnounceShutdownComplete)
 		d.NotifyJoin(n)
 		d.NotifyLeave(n)
-		if s := state(r); s != StateAlive {
+		if s := state(r); s != vocab.MemberAlive {
 			t.Fatalf("right after the leave: %s, want still alive (held back)", s)
 		}
 		d.NotifyMsg(EncodeLeaveNotice(LeaveNotice{Node: "x", BootID: "boot-1"}))
-		if s := state(r); s != StateLeft {
+		if s := state(r); s != vocab.MemberLeft {
 			t.Fatalf("after the late notice: %s, want left", s)
 		}
 		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
-		if s := state(r); s != StateLeft {
+		if s := state(r); s != vocab.MemberLeft {
 			t.Fatalf("after the grace: %s, want still left", s)
 		}
 	})
 	t.Run("no notice: dead after the grace", func(t *testing.T) {
 		r := newViewRing(t, nil)
 		d := (*delegate)(r)
-		n := announced(t, AnnounceShuttingDown)
+		n := announced(t, vocab.AnnounceShuttingDown)
 		d.NotifyJoin(n)
 		d.NotifyLeave(n)
 		deadline := time.Now().Add(10 * time.Second)
-		for state(r) != StateDead {
+		for state(r) != vocab.MemberDead {
 			if time.Now().After(deadline) {
 				t.Fatalf("still %s long after the grace", state(r))
 			}
@@ -215,12 +217,12 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 	t.Run("back before the grace: alive, never dead", func(t *testing.T) {
 		r := newViewRing(t, nil)
 		d := (*delegate)(r)
-		n := announced(t, AnnounceShutdownComplete)
+		n := announced(t, vocab.AnnounceShutdownComplete)
 		d.NotifyJoin(n)
 		d.NotifyLeave(n)
 		d.NotifyJoin(mlNode(t, "x", "boot-2"))
 		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
-		if m, _ := r.Member("x"); m.State != StateAlive || m.Meta.BootID != "boot-2" {
+		if m, _ := r.Member("x"); m.State != vocab.MemberAlive || m.Meta.BootID != "boot-2" {
 			t.Fatalf("x is %+v, want alive with boot-2", m)
 		}
 	})
@@ -230,7 +232,7 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 		n := mlNode(t, "x", "boot-1")
 		d.NotifyJoin(n)
 		d.NotifyLeave(n)
-		if s := state(r); s != StateDead {
+		if s := state(r); s != vocab.MemberDead {
 			t.Fatalf("%s, want dead at once (power loss must not wait)", s)
 		}
 	})

@@ -24,6 +24,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Kind says what a Statement is about. The kind is part of the signed
@@ -65,7 +67,7 @@ type Statement struct {
 	Node   string
 	BootID string
 	// State is the announced state (KindState, KindProof).
-	State string
+	State vocab.Announcement
 	Seq   uint64
 	// Nonce is the challenge a proof answers (KindProof only).
 	Nonce []byte
@@ -87,7 +89,7 @@ func (s Statement) Bytes() []byte {
 	b = append(b, byte(s.Kind))
 	field([]byte(s.Node))
 	field([]byte(s.BootID))
-	field([]byte(s.State))
+	field([]byte(string(s.State)))
 	b = binary.BigEndian.AppendUint64(b, s.Seq)
 	field(s.Nonce)
 	return b

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 func TestSignVerify(t *testing.T) {
@@ -68,8 +70,8 @@ func FuzzStatementBytes(f *testing.F) {
 	f.Add(uint8(1), "worker-1", "boot-1", "shutdown-complete", uint64(3), []byte(nil),
 		uint8(1), "worker-1b", "oot-1", "shutdown-complete", uint64(3), []byte(nil))
 	f.Fuzz(func(t *testing.T, k1 uint8, n1, b1, s1 string, q1 uint64, x1 []byte, k2 uint8, n2, b2, s2 string, q2 uint64, x2 []byte) {
-		a := Statement{Kind(k1), n1, b1, s1, q1, x1}
-		b := Statement{Kind(k2), n2, b2, s2, q2, x2}
+		a := Statement{Kind(k1), n1, b1, vocab.Announcement(s1), q1, x1}
+		b := Statement{Kind(k2), n2, b2, vocab.Announcement(s2), q2, x2}
 		same := a.Kind == b.Kind && a.Node == b.Node && a.BootID == b.BootID && a.State == b.State && a.Seq == b.Seq && bytes.Equal(a.Nonce, b.Nonce)
 		if bytes.Equal(a.Bytes(), b.Bytes()) != same {
 			t.Fatalf("%+v and %+v: equal encodings %v, equal statements %v", a, b, !same, same)

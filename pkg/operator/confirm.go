@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"io"
 	"strings"
@@ -102,7 +103,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	}
 
 	ev := taint.Evidence{
-		Method: taint.MethodManual, By: user, At: o.now(), Reason: opts.Reason, BMC: bv.reading,
+		Method: vocab.EvidenceManual, By: user, At: o.now(), Reason: opts.Reason, BMC: bv.reading,
 		// The boot the operator was shown: pkg/taint refuses if the node
 		// has rebooted since, while the question was open.
 		BootID: n.Status.NodeInfo.BootID,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -122,7 +123,7 @@ func newNode(name string, ready corev1.ConditionStatus, mods ...func(*corev1.Nod
 // fencedWith puts fenced's taint on a node, with evidence for boot.
 func fencedWith(boot string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
-		ev, _ := json.Marshal(taint.Evidence{Method: taint.MethodBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
+		ev, _ := json.Marshal(taint.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
 			Reason: "lost power", BMC: &taint.BMCReading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
 		foreignTaint(n)
 		n.Annotations = map[string]string{taint.AnnotationAppliedBy: "fencer-1", taint.AnnotationEvidence: string(ev)}
@@ -241,7 +242,7 @@ func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
 		t.Fatalf("power-off requests = %d, want 1", bmc.off())
 	}
 	ev, ok, err := taint.EvidenceOf(e.node(t, "n1"))
-	if !ok || err != nil || ev.Method != taint.MethodManual || ev.BMC == nil || ev.BMC.Power != "off" ||
+	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.BMC == nil || ev.BMC.Power != "off" ||
 		!ev.BMC.PoweredOffByFenced || ev.BMC.SystemGUID != nodeUUID {
 		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
 	}
@@ -293,7 +294,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	}
 	n := e.node(t, "n1")
 	ev, ok, err := taint.EvidenceOf(n)
-	if !ok || err != nil || ev.Method != taint.MethodManual || ev.By != "alice" || ev.Reason != "PSU dead" ||
+	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != "alice" || ev.Reason != "PSU dead" ||
 		!ev.At.Equal(t0) || ev.BootID != bootA || ev.BMC != nil {
 		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
 	}
@@ -513,7 +514,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("json: %v\n%s", err, js.String())
 	}
 	if len(back.Nodes) != 4 || back.Nodes[0].Name != "fenced" || back.Nodes[0].Evidence == nil ||
-		back.Nodes[0].Evidence.Method != taint.MethodBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
+		back.Nodes[0].Evidence.Method != vocab.EvidenceBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
 		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[3].Power != "unknown" ||
 		back.Agent == nil || back.Agent.Members["alive"] != 2 {
 		t.Fatalf("json:\n%s", js.String())

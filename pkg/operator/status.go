@@ -239,9 +239,9 @@ func evidenceCell(n NodeStatus) string {
 	case n.Evidence == nil:
 		return "unreadable"
 	case n.Evidence.By == "":
-		return n.Evidence.Method
+		return string(n.Evidence.Method)
 	}
-	return n.Evidence.Method + " by " + n.Evidence.By
+	return string(n.Evidence.Method) + " by " + n.Evidence.By
 }
 
 func sinceCell(n NodeStatus, now time.Time) string {

@@ -3,6 +3,7 @@ package shutdown
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"io"
 	"log/slog"
 	"os"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/test/logind"
 )
 
@@ -129,7 +129,7 @@ func TestWatcherWithLogind(t *testing.T) {
 	case <-pctx.Done():
 		t.Fatalf("no power-off; journal %q, locks %v", j.list(), ld.Inhibitors())
 	}
-	want := []string{"announce " + heartbeat.AnnounceShuttingDown, "announce " + heartbeat.AnnounceShutdownComplete, "leave"}
+	want := []string{"announce " + string(vocab.AnnounceShuttingDown), "announce " + string(vocab.AnnounceShutdownComplete), "leave"}
 	if got := j.list(); !slices.Equal(got, want) {
 		t.Fatalf("journal %q, want %q", got, want)
 	}

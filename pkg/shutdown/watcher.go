@@ -17,6 +17,7 @@ package shutdown
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // Ring is the part of the gossip ring the Watcher uses
 // (*heartbeat.Ring).
 type Ring interface {
-	Announce(state string) error
+	Announce(state vocab.Announcement) error
 	Leave(timeout time.Duration) error
 }
 
@@ -237,7 +238,7 @@ func (w *Watcher) shutdown(ctx context.Context, signals <-chan bool, wait, leave
 	start := time.Now()
 	w.log.Info("the host is shutting down (logind PrepareForShutdown): announcing shutting-down and waiting for the CSI volumes to be unmounted",
 		"waitAtMost", wait)
-	if err := w.c.Ring.Announce(heartbeat.AnnounceShuttingDown); err != nil {
+	if err := w.c.Ring.Announce(vocab.AnnounceShuttingDown); err != nil {
 		w.log.Warn("announcing shutting-down", "err", err)
 	}
 
@@ -257,7 +258,7 @@ func (w *Watcher) shutdown(ctx context.Context, signals <-chan bool, wait, leave
 		case starting, ok := <-signals:
 			if ok && !starting {
 				w.log.Info("logind: the shutdown was cancelled; announcing running again")
-				if err := w.c.Ring.Announce(heartbeat.AnnounceRunning); err != nil {
+				if err := w.c.Ring.Announce(vocab.AnnounceRunning); err != nil {
 					w.log.Warn("announcing running", "err", err)
 				}
 				return true, nil
@@ -287,7 +288,7 @@ func (w *Watcher) shutdown(ctx context.Context, signals <-chan bool, wait, leave
 		w.log.Warn("CSI volumes still mounted: not announcing shutdown-complete; fencers will need the BMC to confirm this node off",
 			"mounts", strings.Join(mounts, ","), "waited", res.Waited.Round(time.Millisecond))
 	default:
-		if err := w.c.Ring.Announce(heartbeat.AnnounceShutdownComplete); err != nil {
+		if err := w.c.Ring.Announce(vocab.AnnounceShutdownComplete); err != nil {
 			// The new state still spreads; a fencer that misses it before
 			// the leave sees a plain leave and asks the BMC.
 			w.log.Warn("announcing shutdown-complete", "err", err)

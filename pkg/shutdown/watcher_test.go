@@ -3,6 +3,7 @@ package shutdown
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"io"
 	"log/slog"
 	"slices"
@@ -10,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"fenced.io/fenced/pkg/heartbeat"
 )
 
 // journal records, in order, what the Watcher did to the ring, the lock
@@ -79,7 +78,10 @@ func (c closer) Close() error { c.j.add("release"); return nil }
 
 type fakeRing struct{ j *journal }
 
-func (r fakeRing) Announce(state string) error       { r.j.add("announce " + state); return nil }
+func (r fakeRing) Announce(state vocab.Announcement) error {
+	r.j.add("announce " + string(state))
+	return nil
+}
 func (r fakeRing) Leave(timeout time.Duration) error { r.j.add("leave"); return nil }
 
 // fakeMounts serves a mount table the test changes.
@@ -192,7 +194,7 @@ func (r *rig) waitLeft(t *testing.T) Result {
 func TestCleanShutdown(t *testing.T) {
 	r := startRig(t, 30*time.Second, mountA)
 	r.logind.signals <- true
-	r.j.waitFor(t, "announce "+heartbeat.AnnounceShuttingDown)
+	r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
 	time.Sleep(100 * time.Millisecond) // mounts still there: nothing more may happen
 	if got := r.j.list(); len(got) != 3 {
 		t.Fatalf("with a CSI volume still mounted the Watcher went on: %q", got)
@@ -237,7 +239,7 @@ func TestShutdownWithoutCompletion(t *testing.T) {
 				tt.setup(r)
 			}
 			r.logind.signals <- true
-			r.j.waitFor(t, "announce "+heartbeat.AnnounceShuttingDown)
+			r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
 			if tt.stopMidWait {
 				r.cancel()
 			}
@@ -258,7 +260,7 @@ func TestShutdownWithoutCompletion(t *testing.T) {
 func TestStoppedAfterUnmount(t *testing.T) {
 	r := startRig(t, time.Minute, mountA)
 	r.logind.signals <- true
-	r.j.waitFor(t, "announce "+heartbeat.AnnounceShuttingDown)
+	r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
 	r.mounts.mu.Lock()
 	r.mounts.mounts = nil // no change notification: only the last look sees it
 	r.mounts.mu.Unlock()
@@ -274,9 +276,9 @@ func TestStoppedAfterUnmount(t *testing.T) {
 func TestShutdownCancelled(t *testing.T) {
 	r := startRig(t, time.Minute, mountA)
 	r.logind.signals <- true
-	r.j.waitFor(t, "announce "+heartbeat.AnnounceShuttingDown)
+	r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
 	r.logind.signals <- false
-	r.j.waitFor(t, "announce "+heartbeat.AnnounceRunning)
+	r.j.waitFor(t, "announce "+string(vocab.AnnounceRunning))
 	if got := r.j.list(); slices.Contains(got, "release") || slices.Contains(got, "leave") {
 		t.Fatalf("cancelled shutdown released the lock or left: %q", got)
 	}

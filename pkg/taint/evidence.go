@@ -3,6 +3,7 @@ package taint
 import (
 	"encoding/json"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"strings"
 	"time"
@@ -10,22 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"fenced.io/fenced/pkg/core"
-)
-
-// Evidence methods: the three kinds of evidence DESIGN.md §2 accepts. There
-// is deliberately no fourth ("timeout", "gossip dead"): anything else is a
-// suspicion and never reaches this package.
-const (
-	// MethodBMCPowerOff: an authenticated read of the node's BMC, taken after
-	// the node stopped answering, says the chassis power is off.
-	MethodBMCPowerOff = "bmc-power-off"
-	// MethodCleanShutdown: the node announced over gossip, with its boot ID,
-	// that its shutdown got past the point where no CSI volume is mounted,
-	// and has left the cluster since.
-	MethodCleanShutdown = "clean-shutdown"
-	// MethodManual: an operator ran `fenced confirm` (identity and reason
-	// recorded) and fenced did not read the power as on.
-	MethodManual = "manual"
 )
 
 // PowerOff is the BMCReading.Power value of a chassis that is off. Apply
@@ -44,8 +29,8 @@ var ErrInvalidEvidence = errors.New("invalid fencing evidence")
 // Evidence is why a node was tainted; it is stored as JSON in
 // AnnotationEvidence and summarised in the OutOfServiceTaintApplied Event.
 type Evidence struct {
-	// Method is one of MethodBMCPowerOff, MethodCleanShutdown, MethodManual.
-	Method string `json:"method"`
+	// Method is the kind of evidence (DESIGN.md §2: there is no fourth).
+	Method vocab.EvidenceMethod `json:"method"`
 	// By is the fencer identity or, for manual evidence, the operator's.
 	// Apply fills in the Tainter's identity when it is empty.
 	By string `json:"by"`
@@ -59,7 +44,7 @@ type Evidence struct {
 	// Reason is human text; for manual evidence the operator's --reason.
 	Reason string `json:"reason,omitempty"`
 	// BMC is the power reading the evidence rests on (required for
-	// MethodBMCPowerOff, optional context for the others).
+	// vocab.EvidenceBMCPowerOff, optional context for the others).
 	BMC *BMCReading `json:"bmc,omitempty"`
 }
 
@@ -95,7 +80,7 @@ func (ev Evidence) Validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidEvidence, fmt.Sprintf(format, args...))
 	}
 	switch ev.Method {
-	case MethodBMCPowerOff, MethodCleanShutdown, MethodManual:
+	case vocab.EvidenceBMCPowerOff, vocab.EvidenceCleanShutdown, vocab.EvidenceManual:
 	case "":
 		return invalid("no method")
 	default:
@@ -111,7 +96,7 @@ func (ev Evidence) Validate() error {
 		return invalid("the BMC at %q reads power on", ev.BMC.Endpoint)
 	}
 	switch ev.Method {
-	case MethodBMCPowerOff:
+	case vocab.EvidenceBMCPowerOff:
 		if ev.BMC == nil {
 			return invalid("bmc-power-off evidence without a BMC reading")
 		}
@@ -121,7 +106,7 @@ func (ev Evidence) Validate() error {
 		if ev.BMC.At.IsZero() {
 			return invalid("bmc-power-off evidence whose BMC reading has no time")
 		}
-	case MethodCleanShutdown:
+	case vocab.EvidenceCleanShutdown:
 		// The announcement is only meaningful for the boot that made it;
 		// without the boot ID a later boot could not be told apart.
 		if ev.BootID == "" {
@@ -152,7 +137,7 @@ func (ev Evidence) checkAgainst(n *corev1.Node) error {
 func (ev Evidence) Summary() string {
 	var b strings.Builder
 	switch ev.Method {
-	case MethodBMCPowerOff:
+	case vocab.EvidenceBMCPowerOff:
 		if ev.BMC != nil {
 			fmt.Fprintf(&b, "BMC %s read power %s at %s", ev.BMC.Endpoint, ev.BMC.Power, ev.BMC.At.UTC().Format(time.RFC3339))
 			if ev.BMC.PoweredOffByFenced {
@@ -161,9 +146,9 @@ func (ev Evidence) Summary() string {
 		} else {
 			b.WriteString("BMC read power off")
 		}
-	case MethodCleanShutdown:
+	case vocab.EvidenceCleanShutdown:
 		fmt.Fprintf(&b, "node announced a clean shutdown of boot %s", ev.BootID)
-	case MethodManual:
+	case vocab.EvidenceManual:
 		b.WriteString("confirmed powered off by an operator")
 	default:
 		fmt.Fprintf(&b, "method %q", ev.Method)

@@ -3,6 +3,7 @@ package taint
 import (
 	"context"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"net/http"
 	"slices"
@@ -115,7 +116,7 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 		t.Fatalf("taints = %+v", n.Spec.Taints)
 	}
 	ev, ok, err := EvidenceOf(n)
-	if err != nil || !ok || ev.Method != MethodBMCPowerOff || ev.By != "fencer-a" || ev.BootID != testBoot || ev.BMC == nil || !ev.BMC.At.Equal(t0) {
+	if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.By != "fencer-a" || ev.BootID != testBoot || ev.BMC == nil || !ev.BMC.At.Equal(t0) {
 		t.Fatalf("evidence = %+v, %v, %v", ev, ok, err)
 	}
 	if n.Annotations[AnnotationAppliedBy] != "fencer-a" {
@@ -136,7 +137,7 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 
 	// stop waits until the recorder has written its Events.
 	stop()
-	for reason, want := range map[string]string{EventTaintApplied: MethodBMCPowerOff, EventTaintRemoved: "new boot ID"} {
+	for reason, want := range map[string]string{EventTaintApplied: string(vocab.EvidenceBMCPowerOff), EventTaintRemoved: "new boot ID"} {
 		evs := nodeEvents(ctx, t, client, "roundtrip", reason)
 		if len(evs) != 1 {
 			t.Errorf("%d %s Events in the API, want 1", len(evs), reason)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fenced.io/fenced/pkg/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func testNode(name string) *corev1.Node {
 
 func bmcEvidence() Evidence {
 	return Evidence{
-		Method: MethodBMCPowerOff,
+		Method: vocab.EvidenceBMCPowerOff,
 		At:     t0,
 		BMC:    &BMCReading{Power: PowerOff, At: t0, Endpoint: "198.18.0.11:623", SystemGUID: testUUID},
 	}
@@ -160,7 +161,7 @@ func TestApplyIdempotent(t *testing.T) {
 
 	evs := events(rec)
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventTaintApplied+" ") ||
-		!strings.Contains(evs[0], MethodBMCPowerOff) || !strings.Contains(evs[0], "198.18.0.11:623") {
+		!strings.Contains(evs[0], string(vocab.EvidenceBMCPowerOff)) || !strings.Contains(evs[0], "198.18.0.11:623") {
 		t.Errorf("events = %q, want one Normal %s naming the method and BMC", evs, EventTaintApplied)
 	}
 }
@@ -219,12 +220,12 @@ func TestApplyRejectsBadEvidence(t *testing.T) {
 		"bmc reads on":                withBMC(func(e *Evidence) { e.BMC.Power = "On" }),
 		"bmc reading unknown":         withBMC(func(e *Evidence) { e.BMC.Power = "unknown" }),
 		"bmc reading without time":    withBMC(func(e *Evidence) { e.BMC.At = time.Time{} }),
-		"clean shutdown without boot": {Method: MethodCleanShutdown, At: t0},
-		"manual but bmc reads on": {Method: MethodManual, At: t0, By: "alice", Reason: "rack 4 unplugged",
+		"clean shutdown without boot": {Method: vocab.EvidenceCleanShutdown, At: t0},
+		"manual but bmc reads on": {Method: vocab.EvidenceManual, At: t0, By: "alice", Reason: "rack 4 unplugged",
 			BMC: &BMCReading{Power: "on", At: t0, Endpoint: "bmc"}},
 		"evidence for an older boot":      withBMC(func(e *Evidence) { e.BootID = "0f0f0f0f-old-boot" }),
 		"bmc of another machine":          withBMC(func(e *Evidence) { e.BMC.SystemGUID = "00000000-0000-0000-0000-000000000001" }),
-		"clean shutdown of an older boot": {Method: MethodCleanShutdown, At: t0, BootID: "0f0f0f0f-old-boot"},
+		"clean shutdown of an older boot": {Method: vocab.EvidenceCleanShutdown, At: t0, BootID: "0f0f0f0f-old-boot"},
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -244,9 +245,9 @@ func TestApplyRejectsBadEvidence(t *testing.T) {
 		"guid spelled unlike k8s": withBMC(func(e *Evidence) { e.BMC.SystemGUID = "{4C4C4544004235108052B4C04F4D4E31}" }),
 		"bmc without guid":        withBMC(func(e *Evidence) { e.BMC.SystemGUID = "" }),
 		"matching boot id":        withBMC(func(e *Evidence) { e.BootID = testBoot }),
-		"clean shutdown":          {Method: MethodCleanShutdown, At: t0, BootID: testBoot, By: "fencer-a"},
-		"manual":                  {Method: MethodManual, At: t0, By: "alice", Reason: "PDU port 7 switched off"},
-		"manual, bmc unreachable": {Method: MethodManual, At: t0, By: "alice",
+		"clean shutdown":          {Method: vocab.EvidenceCleanShutdown, At: t0, BootID: testBoot, By: "fencer-a"},
+		"manual":                  {Method: vocab.EvidenceManual, At: t0, By: "alice", Reason: "PDU port 7 switched off"},
+		"manual, bmc unreachable": {Method: vocab.EvidenceManual, At: t0, By: "alice",
 			BMC: &BMCReading{Power: "unknown", At: t0, Endpoint: "bmc"}},
 	}
 	for name, ev := range good {
@@ -344,7 +345,7 @@ func evidenceEqual(a, b Evidence) bool {
 
 func TestEvidenceJSONRoundTrip(t *testing.T) {
 	full := Evidence{
-		Method: MethodBMCPowerOff,
+		Method: vocab.EvidenceBMCPowerOff,
 		By:     "fencer-a",
 		At:     time.Date(2026, 3, 1, 3, 0, 0, 123456789, time.FixedZone("CET", 3600)),
 		BootID: testBoot,
@@ -370,7 +371,7 @@ func TestEvidenceJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip: got %+v (%+v), want %+v (%+v)", got, *got.BMC, full, *full.BMC)
 	}
 
-	minimal, _ := json.Marshal(Evidence{Method: MethodManual, By: "alice", At: t0})
+	minimal, _ := json.Marshal(Evidence{Method: vocab.EvidenceManual, By: "alice", At: t0})
 	if want := `{"method":"manual","by":"alice","at":"2026-03-01T03:00:00Z"}`; string(minimal) != want {
 		t.Errorf("minimal evidence = %s, want %s (empty optional fields omitted)", minimal, want)
 	}
@@ -394,7 +395,7 @@ func TestEvidenceSummary(t *testing.T) {
 	if s := ev.Summary(); !strings.Contains(s, "198.18.0.11:623") || !strings.Contains(s, "powered it off") || !strings.Contains(s, "fencer-a") {
 		t.Errorf("Summary = %q", s)
 	}
-	m := Evidence{Method: MethodManual, By: "alice", Reason: "PDU off", At: t0}
+	m := Evidence{Method: vocab.EvidenceManual, By: "alice", Reason: "PDU off", At: t0}
 	if s := m.Summary(); !strings.Contains(s, "alice") || !strings.Contains(s, "PDU off") {
 		t.Errorf("Summary = %q", s)
 	}

@@ -14,6 +14,7 @@ import (
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/harness"
 )
 
@@ -113,7 +114,7 @@ func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.H
 	n := waitTaint(ctx, t, h, victim, true)
 	tTaint := time.Now()
 	evidence, ok, err := taint.EvidenceOf(n)
-	if err != nil || !ok || evidence.Method != taint.MethodBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
+	if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 		t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 	}
 	_, tVAGone, tRunning := requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
@@ -268,7 +269,7 @@ func TestPowerOffFencing(t *testing.T) {
 		n := waitTaint(ctx, t, h, victim, true)
 		ev, _, err := taint.EvidenceOf(n)
 		must(t, err)
-		if ev.Method != taint.MethodBMCPowerOff || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.By == holder || ev.BootID != bootBefore {
+		if ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.By == holder || ev.BootID != bootBefore {
 			t.Fatalf("evidence %+v (killed fencer %s, boot before %s)", ev, holder, bootBefore)
 		}
 		requirePowerOffs(t, h, 1)

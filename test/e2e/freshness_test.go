@@ -12,6 +12,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/harness"
 )
 
@@ -102,7 +103,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		ev, ok, err := taint.EvidenceOf(n)
 		// Not the first reading, which got too old during the outage: one
 		// at most 10 s old when the taint was written.
-		if err != nil || !ok || ev.Method != taint.MethodBMCPowerOff || ev.BMC == nil || ev.BMC.At.Before(tRead.Add(9*time.Second)) ||
+		if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.At.Before(tRead.Add(9*time.Second)) ||
 			tTaint.Sub(ev.BMC.At) > 11*time.Second {
 			t.Fatalf("evidence %+v (reading %+v): want a reading read again after the first one (%s) and at most 10 s old when written (%s)",
 				ev, ev.BMC, tRead.Format(time.RFC3339Nano), tTaint.Format(time.RFC3339Nano))
@@ -138,7 +139,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		must(t, fencer.FreezeAgent())
 		must(t, m.PowerLoss())
 		at := time.Now()
-		_, err = taint.New(client, "cp-1", nil).Apply(ctx, victim, taint.Evidence{Method: taint.MethodBMCPowerOff, By: "cp-1", At: at, BootID: boot,
+		_, err = taint.New(client, "cp-1", nil).Apply(ctx, victim, taint.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
 			Reason: "written by the test as the frozen fencer would have", BMC: &taint.BMCReading{Power: "off", At: at, SentAt: at}})
 		must(t, err)
 		// Back on a new boot before Kubernetes noticed it was gone: its

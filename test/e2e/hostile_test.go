@@ -12,6 +12,7 @@ import (
 
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/harness"
 	"fenced.io/fenced/test/hostile"
 )
@@ -72,10 +73,10 @@ func TestHostileMember(t *testing.T) {
 	t0 := time.Now()
 	// One burst, three nodes, no signature: the attack of issue 9.
 	for i, victim := range []string{"w-1", "w-2", "w-3"} {
-		forge(victim, heartbeat.Meta{State: heartbeat.AnnounceShutdownComplete}, heartbeat.LeaveNotice{}, uint32(1_000_000+i))
+		forge(victim, heartbeat.Meta{State: vocab.AnnounceShutdownComplete}, heartbeat.LeaveNotice{}, uint32(1_000_000+i))
 	}
 	// Signed, but with the attacker's own key.
-	forge("w-2", heartbeat.Meta{State: heartbeat.AnnounceShutdownComplete, Seq: 50}, heartbeat.LeaveNotice{Seq: 51}, 2_000_000)
+	forge("w-2", heartbeat.Meta{State: vocab.AnnounceShutdownComplete, Seq: 50}, heartbeat.LeaveNotice{Seq: 51}, 2_000_000)
 	// Dead at the top incarnation: memberlist cannot refute it.
 	must(t, f.Dead(to, "w-3", ^uint32(0), "cp-1"))
 	// A member that is not a Node and claims the fencer role.

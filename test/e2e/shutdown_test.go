@@ -8,6 +8,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/harness"
 )
 
@@ -41,7 +42,7 @@ func TestCleanShutdown(t *testing.T) {
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
 		ev, ok, err := taint.EvidenceOf(n)
-		if err != nil || !ok || ev.Method != taint.MethodCleanShutdown || ev.BMC != nil || ev.BootID != bootBefore {
+		if err != nil || !ok || ev.Method != vocab.EvidenceCleanShutdown || ev.BMC != nil || ev.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", ev, ok, err, bootBefore)
 		}
 		t.Logf("evidence: %s", ev.Reason)
@@ -104,7 +105,7 @@ func TestCleanShutdown(t *testing.T) {
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
 		evidence, ok, err := taint.EvidenceOf(n)
-		if err != nil || !ok || evidence.Method != taint.MethodBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
+		if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 		}
 		requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)

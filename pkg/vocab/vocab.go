@@ -1,0 +1,78 @@
+// Package vocab is the vocabulary fenced's packages share: what gossip
+// says of a member, what an agent announces about its own host, and the
+// kinds of evidence a taint may rest on. Each word is defined here once,
+// as a type, so that a typo does not compile and no package compares a
+// bare string (TestNoBareVocabulary checks that). It imports nothing.
+package vocab
+
+// MemberState is a gossip ring member's state as an agent sees it.
+type MemberState string
+
+// Member states.
+const (
+	MemberAlive   MemberState = "alive"
+	MemberSuspect MemberState = "suspect"
+	MemberDead    MemberState = "dead"
+	MemberLeft    MemberState = "left"
+)
+
+// Gone reports whether the ring says the member is gone: dead or left.
+func (s MemberState) Gone() bool { return s == MemberDead || s == MemberLeft }
+
+// Announcement is the state an agent announces about its own host.
+type Announcement string
+
+// Announcements.
+const (
+	// AnnounceRunning is the normal state of a host.
+	AnnounceRunning Announcement = "running"
+	// AnnounceShuttingDown: the host has begun shutting down; its volumes
+	// may still be mounted.
+	AnnounceShuttingDown Announcement = "shutting-down"
+	// AnnounceShutdownComplete: the host's shutdown has passed the point
+	// where no CSI volume is mounted any more. Signed by the agent's own
+	// key and followed by its signed leave, it is clean-shutdown evidence.
+	AnnounceShutdownComplete Announcement = "shutdown-complete"
+)
+
+// Valid reports whether a is one of the announcements.
+func (a Announcement) Valid() bool {
+	switch a {
+	case AnnounceRunning, AnnounceShuttingDown, AnnounceShutdownComplete:
+		return true
+	}
+	return false
+}
+
+// Shutdown reports whether a announces a shutdown (begun or past the
+// volumes).
+func (a Announcement) Shutdown() bool {
+	return a == AnnounceShuttingDown || a == AnnounceShutdownComplete
+}
+
+// EvidenceMethod is the kind of evidence a taint rests on (DESIGN.md §2).
+// There is deliberately no fourth: anything else is a suspicion.
+type EvidenceMethod string
+
+// Evidence methods.
+const (
+	// EvidenceBMCPowerOff: an authenticated read of the node's power
+	// device, taken after the node stopped answering, says it is off.
+	EvidenceBMCPowerOff EvidenceMethod = "bmc-power-off"
+	// EvidenceCleanShutdown: the node announced, signed with its own key,
+	// that its shutdown got past the point where no CSI volume is mounted,
+	// and left the ring.
+	EvidenceCleanShutdown EvidenceMethod = "clean-shutdown"
+	// EvidenceManual: an operator ran `fenced confirm` (identity and
+	// reason recorded) and fenced did not read the power as on.
+	EvidenceManual EvidenceMethod = "manual"
+)
+
+// Valid reports whether m is one of the evidence methods.
+func (m EvidenceMethod) Valid() bool {
+	switch m {
+	case EvidenceBMCPowerOff, EvidenceCleanShutdown, EvidenceManual:
+		return true
+	}
+	return false
+}
