@@ -38,7 +38,7 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
-	pf.DurationVar(&f.powerTimeout, "power-timeout", device.DefaultPowerTimeout,
+	pf.DurationVar(&f.powerTimeout, "power-timeout", config.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", device.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"net"
@@ -38,6 +37,7 @@ import (
 	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/systemd"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Options are the per-host settings (flags) plus the loaded configuration.
@@ -396,8 +396,9 @@ func policyOf(c *config.Config) core.Policy {
 		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
 		ShutdownWait:   p.ShutdownWait,
-		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
-		ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute, MaxEvidenceAge: 10 * time.Second,
+		ReadBackoffMin: config.DefaultReadBackoffMin, ReadBackoffMax: config.DefaultReadBackoffMax,
+		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
+		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,
 	}
 }
 

@@ -40,6 +40,15 @@ const (
 const (
 	// DefaultGossipPort is memberlist's standard port.
 	DefaultGossipPort = 7946
+	// DefaultGossipProbeInterval, DefaultGossipProbeTimeout,
+	// DefaultGossipSuspicionMult and DefaultGossipInterval are memberlist's
+	// LAN profile, under which a dead member is declared after about 6 s in
+	// a 10-node ring (SuspicionMult × log10(N) × ProbeInterval, shortened by
+	// confirmations). A false suspicion costs one BMC read, never a taint.
+	DefaultGossipProbeInterval = time.Second
+	DefaultGossipProbeTimeout  = 500 * time.Millisecond
+	DefaultGossipSuspicionMult = 4
+	DefaultGossipInterval      = 200 * time.Millisecond
 	// DefaultMode only ever taints nodes whose BMC already reads off.
 	DefaultMode = "confirm-only"
 	// DefaultFenceAfter: a node must be gone on both channels this long
@@ -72,6 +81,33 @@ const (
 	DefaultLeaseDuration = 15 * time.Second
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
+)
+
+// Defaults of the decision core and the fencer that the configuration
+// file does not expose: how often to ask, how long to believe.
+const (
+	// DefaultReadBackoffMin and DefaultReadBackoffMax bound the delay
+	// between reads of a power device that failed: soon enough to fence
+	// quickly once it answers, rarely enough not to hammer a broken one.
+	DefaultReadBackoffMin = time.Second
+	DefaultReadBackoffMax = 30 * time.Second
+	// DefaultRecheckPoweredOn: a node that is unresponsive but powered on
+	// is read again this often (a person may switch it off meanwhile).
+	DefaultRecheckPoweredOn = 10 * time.Second
+	// DefaultChallengeInterval: in power-off mode, the agent of a node
+	// that may be switched off is asked for a proof of life this often.
+	DefaultChallengeInterval = 5 * time.Second
+	// DefaultChallengeTimeout: an agent that does not answer a liveness
+	// challenge within this is silent. Answers take milliseconds.
+	DefaultChallengeTimeout = 2 * time.Second
+	// DefaultStormWindow: clean-shutdown fences within this window count
+	// for the storm guard (a planned shutdown of many nodes takes minutes).
+	DefaultStormWindow = 10 * time.Minute
+	// DefaultMaxEvidenceAge: a power reading older than this when its taint
+	// is written is read again. A taint follows its reading within
+	// milliseconds; an older one means the write was held up (an API
+	// server outage), and the node may be back since.
+	DefaultMaxEvidenceAge = 10 * time.Second
 )
 
 // Limits enforced by validation.

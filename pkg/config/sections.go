@@ -10,6 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// orInt is v, or def when v is 0 (unset).
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
 func duration(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
@@ -21,10 +29,10 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 	r := Gossip{
 		Port:           first(g.Port, DefaultGossipPort),
 		KeyFile:        g.KeyFile,
-		ProbeInterval:  duration(g.ProbeInterval, 0),
-		ProbeTimeout:   duration(g.ProbeTimeout, 0),
-		SuspicionMult:  g.SuspicionMult,
-		GossipInterval: duration(g.GossipInterval, 0),
+		ProbeInterval:  duration(g.ProbeInterval, DefaultGossipProbeInterval),
+		ProbeTimeout:   duration(g.ProbeTimeout, DefaultGossipProbeTimeout),
+		SuspicionMult:  orInt(g.SuspicionMult, DefaultGossipSuspicionMult),
+		GossipInterval: duration(g.GossipInterval, DefaultGossipInterval),
 	}
 	if r.Port < 1 || r.Port > 65535 {
 		fe.add("gossip", "port", "%d is not a port (1-65535)", r.Port)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -20,9 +21,10 @@ func testPolicy(mode Mode) Policy {
 	return Policy{
 		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
 		FenceDelay: 5 * time.Second, ForceDeletePods: true,
-		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
-		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
-		MaxEvidenceAge: 10 * time.Second,
+		ShutdownWait:   2 * time.Minute,
+		ReadBackoffMin: config.DefaultReadBackoffMin, ReadBackoffMax: config.DefaultReadBackoffMax,
+		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
+		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,
 	}
 }
 

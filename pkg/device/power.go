@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 )
 
@@ -23,11 +24,11 @@ type VerifyOptions struct {
 	Timeout time.Duration
 }
 
-// Defaults of VerifyOptions.
+// Defaults of VerifyOptions: fence_ipmilan's power_wait and its one read
+// a second; the timeout is config.DefaultPowerTimeout.
 const (
 	DefaultPowerWait    = time.Second
 	DefaultPollInterval = time.Second
-	DefaultPowerTimeout = 20 * time.Second
 )
 
 func (o VerifyOptions) withDefaults() VerifyOptions {
@@ -38,7 +39,7 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 		o.Interval = DefaultPollInterval
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultPowerTimeout
+		o.Timeout = config.DefaultPowerTimeout
 	}
 	return o
 }

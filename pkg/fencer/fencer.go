@@ -3,7 +3,6 @@ package fencer
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -28,10 +27,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // MemberSource is the gossip view the fencer reads and the way it asks an
@@ -133,13 +134,13 @@ func New(cfg Config) *Fencer {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = 15 * time.Second
+		cfg.LeaseDuration = config.DefaultLeaseDuration
 	}
 	if cfg.GossipPort == 0 {
-		cfg.GossipPort = heartbeat.DefaultBindPort
+		cfg.GossipPort = config.DefaultGossipPort
 	}
 	if cfg.ChallengeTimeout <= 0 {
-		cfg.ChallengeTimeout = 2 * time.Second
+		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
 	}
 	return &Fencer{
 		cfg:         cfg,

@@ -3,7 +3,6 @@ package fencer
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // stillMembers is a gossip view with fixed members and no agent answers.

@@ -2,7 +2,6 @@ package fencer
 
 import (
 	"context"
-	"fenced.io/fenced/pkg/vocab"
 	"log/slog"
 	"net"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/hostile"
 )
 

@@ -3,7 +3,6 @@ package fencer
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"net"
 	"strconv"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // This file holds the fencer's side of "what a node says about itself

@@ -18,18 +18,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/pkg/config"
 )
 
-// Defaults of Config: memberlist's LAN profile, under which a dead member
-// is declared after about 6 s in a 10-node ring (SuspicionMult ×
-// log10(N) × ProbeInterval, shortened by confirmations from other members).
-const (
-	DefaultBindPort       = 7946
-	DefaultProbeInterval  = time.Second
-	DefaultProbeTimeout   = 500 * time.Millisecond
-	DefaultSuspicionMult  = 4
-	DefaultGossipInterval = 200 * time.Millisecond
-)
+// Config's zero values take the defaults of pkg/config (the one table of
+// defaults): memberlist's LAN profile and port.
 
 // Config tunes the ring. Zero values take the defaults above.
 type Config struct {
@@ -81,13 +75,13 @@ func (c Config) MemberlistConfig() (*memberlist.Config, error) {
 	if c.BindAddr != "" {
 		mc.BindAddr = c.BindAddr
 	}
-	mc.BindPort = orDefault(c.BindPort, DefaultBindPort)
+	mc.BindPort = orDefault(c.BindPort, config.DefaultGossipPort)
 	mc.AdvertisePort = mc.BindPort
 	mc.AdvertiseAddr = c.AdvertiseAddr
-	mc.ProbeInterval = orDefault(c.ProbeInterval, DefaultProbeInterval)
-	mc.ProbeTimeout = orDefault(c.ProbeTimeout, DefaultProbeTimeout)
-	mc.SuspicionMult = orDefault(c.SuspicionMult, DefaultSuspicionMult)
-	mc.GossipInterval = orDefault(c.GossipInterval, DefaultGossipInterval)
+	mc.ProbeInterval = orDefault(c.ProbeInterval, config.DefaultGossipProbeInterval)
+	mc.ProbeTimeout = orDefault(c.ProbeTimeout, config.DefaultGossipProbeTimeout)
+	mc.SuspicionMult = orDefault(c.SuspicionMult, config.DefaultGossipSuspicionMult)
+	mc.GossipInterval = orDefault(c.GossipInterval, config.DefaultGossipInterval)
 	if mc.ProbeTimeout >= mc.ProbeInterval {
 		return nil, fmt.Errorf("heartbeat: probe timeout %s must be shorter than the probe interval %s", mc.ProbeTimeout, mc.ProbeInterval)
 	}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // delegate is the Ring as memberlist's Delegate, EventDelegate and

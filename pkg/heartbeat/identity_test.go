@@ -3,13 +3,13 @@ package heartbeat
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 func newKey(t *testing.T) *identity.Key {

@@ -4,12 +4,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // MetaVersion is the version of the Meta format this package writes.

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"time"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Liveness challenges: gossip's own view of who is alive can be forged in

@@ -3,7 +3,6 @@ package heartbeat
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Member states are vocab.MemberState. vocab.MemberSuspect is never

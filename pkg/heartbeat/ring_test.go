@@ -2,13 +2,14 @@ package heartbeat
 
 import (
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 func TestMembersJoinThroughSeedsAndSeeEachOther(t *testing.T) {

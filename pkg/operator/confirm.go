@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"io"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // EventManualFenceConfirmed is the Warning Event Confirm records on the Node

@@ -3,7 +3,6 @@ package shutdown
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/logind"
 )
 

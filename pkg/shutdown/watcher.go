@@ -17,7 +17,6 @@ package shutdown
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Ring is the part of the gossip ring the Watcher uses

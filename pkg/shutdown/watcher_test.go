@@ -3,7 +3,6 @@ package shutdown
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"io"
 	"log/slog"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // journal records, in order, what the Watcher did to the ring, the lock

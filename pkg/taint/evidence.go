@@ -3,7 +3,6 @@ package taint
 import (
 	"encoding/json"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // PowerOff is the BMCReading.Power value of a chassis that is off. Apply

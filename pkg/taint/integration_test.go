@@ -3,7 +3,6 @@ package taint
 import (
 	"context"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"fenced.io/fenced/pkg/vocab"
 	"fenced.io/fenced/test/cluster"
 )
 

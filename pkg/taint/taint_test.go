@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fenced.io/fenced/pkg/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 var (
