@@ -982,11 +982,18 @@ func (d *decider) fenced() {
 				"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
 			return
 		}
+		checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
 		if o.Node.VolumeAttachments > 0 {
 			d.enter(PhaseRecovering, "back with a new boot, VolumeAttachments left")
 			d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
 				"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
 				o.Node.VolumeAttachments))
+			return
+		}
+		if !Recovered(checks) {
+			// Answering (its gossip member, or a Ready transition after
+			// the fence) but not yet Ready on its new boot.
+			d.enter(PhaseFenced, "back, not yet Ready on a new boot")
 			return
 		}
 		d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)})

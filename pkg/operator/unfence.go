@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -24,13 +25,6 @@ type UnfenceOptions struct {
 	Reason string
 	// Force removes the taint even when checks fail; recorded.
 	Force bool
-}
-
-// check is one precondition of removing the taint, as printed.
-type check struct {
-	name   string
-	ok     bool
-	detail string
 }
 
 // Unfence is `fenced unfence`: it removes the out-of-service taint fenced
@@ -64,11 +58,11 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	var failed []string
 	for _, c := range checks {
 		mark := "ok  "
-		if !c.ok {
+		if !c.OK {
 			mark = "FAIL"
-			failed = append(failed, c.name)
+			failed = append(failed, c.Name)
 		}
-		fmt.Fprintf(w, "  [%s] %-20s %s\n", mark, c.name+":", c.detail)
+		fmt.Fprintf(w, "  [%s] %-20s %s\n", mark, c.Name+":", c.Detail)
 	}
 	if len(failed) > 0 && !opts.Force {
 		return refused("node %s stays fenced: failed check(s): %s. Fix that, or pass --force to remove the taint anyway (recorded)",
@@ -107,50 +101,29 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	return nil
 }
 
-// unfenceChecks evaluates the recovery conditions without acting on them.
-func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev taint.Evidence, evErr error) []check {
-	ready := check{name: "ready", detail: o.readyText(n)}
-	if c := taint.ReadyCondition(n); c != nil && c.Status == corev1.ConditionTrue {
-		ready.ok = true
-	}
-
-	boot := check{name: "new boot ID"}
-	now, then := n.Status.NodeInfo.BootID, ev.BootID
-	switch {
-	case evErr != nil:
-		boot.detail = fmt.Sprintf("cannot verify a reboot: %v", evErr)
-	case then == "":
-		boot.detail = "the evidence records no boot ID, so a reboot cannot be verified"
-	case now == "":
-		boot.detail = "the node reports no boot ID"
-	case now == then:
-		// The safety alarm of DESIGN.md §2: a node that never rebooted
-		// may never have been off.
-		boot.detail = fmt.Sprintf("same boot ID %s as when fenced: the node has not rebooted, so it may never have been off", now)
-	default:
-		boot.ok = true
-		boot.detail = fmt.Sprintf("%s (fenced at boot %s)", now, then)
-	}
-
-	va := check{name: "volume attachments"}
-	list, err := o.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		va.detail = fmt.Sprintf("cannot list VolumeAttachments: %v", err)
-	} else {
+// unfenceChecks evaluates the recovery rule (core.Recovery, the fencer's
+// own) without acting on it, with what an operator needs to read: the Ready
+// condition as the API shows it, and why a check could not be made.
+func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev taint.Evidence, evErr error) []core.RecoveryCheck {
+	c := taint.ReadyCondition(n)
+	ready := c != nil && c.Status == corev1.ConditionTrue
+	var left []string
+	list, listErr := o.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if listErr == nil {
 		// VolumeAttachments have no field selector on spec.nodeName.
-		var left []string
 		for _, a := range list.Items {
 			if a.Spec.NodeName == n.Name {
 				left = append(left, a.Name)
 			}
 		}
-		if len(left) == 0 {
-			va.ok, va.detail = true, "none of the node left"
-		} else {
-			// Removing the taint while they are being cleaned up races
-			// with the controllers' caches (kubernetes #142331).
-			va.detail = fmt.Sprintf("%d left: %s", len(left), strings.Join(left, ", "))
-		}
 	}
-	return []check{ready, boot, va}
+	checks := core.Recovery(ready, n.Status.NodeInfo.BootID, ev.BootID, len(left), left...)
+	checks[0].Detail = o.readyText(n)
+	if evErr != nil {
+		checks[1] = core.RecoveryCheck{Name: checks[1].Name, Detail: fmt.Sprintf("cannot verify a reboot: %v", evErr)}
+	}
+	if listErr != nil {
+		checks[2] = core.RecoveryCheck{Name: checks[2].Name, Detail: fmt.Sprintf("cannot list VolumeAttachments: %v", listErr)}
+	}
+	return checks
 }
