@@ -660,6 +660,28 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 	return nil
 }
 
+// begin marks an operation on node name as running in its state in m
+// (made when absent) and queues the node, so that the core sees it
+// running; false when one is running already. running picks the state's
+// flag.
+func begin[T any](f *Fencer, m map[string]*T, name string, running func(*T) *bool) (*T, bool) {
+	f.mu.Lock()
+	st, ok := m[name]
+	if !ok {
+		st = new(T)
+		m[name] = st
+	}
+	flag := running(st)
+	if *flag {
+		f.mu.Unlock()
+		return st, false
+	}
+	*flag = true
+	f.mu.Unlock()
+	f.queue.Add(name)
+	return st, true
+}
+
 // startBMC runs one BMC operation in the background; its outcome is
 // stored for the next Observation and the node is queued again.
 func (f *Fencer) startBMC(ctx context.Context, name, op string) {
@@ -667,19 +689,10 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 	if !ok {
 		return
 	}
-	f.mu.Lock()
-	st := f.bmc[name]
-	if st == nil {
-		st = &core.BMCObs{}
-		f.bmc[name] = st
-	}
-	if st.InFlight {
-		f.mu.Unlock()
+	st, begun := begin(f, f.bmc, name, func(b *core.BMCObs) *bool { return &b.InFlight })
+	if !begun {
 		return
 	}
-	st.InFlight = true
-	f.mu.Unlock()
-	f.queue.Add(name) // let the core see InFlight
 
 	f.bg.Add(1)
 	go func() {

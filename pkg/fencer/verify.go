@@ -192,19 +192,10 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 		return
 	}
 	addr := net.JoinHostPort(ip, strconv.Itoa(f.cfg.GossipPort))
-	f.mu.Lock()
-	st := f.agents[name]
-	if st == nil {
-		st = &core.AgentObs{}
-		f.agents[name] = st
-	}
-	if st.Challenging {
-		f.mu.Unlock()
+	st, begun := begin(f, f.agents, name, func(a *core.AgentObs) *bool { return &a.Challenging })
+	if !begun {
 		return
 	}
-	st.Challenging = true
-	f.mu.Unlock()
-	f.queue.Add(name) // let the core see Challenging
 
 	f.bg.Add(1)
 	go func() {
