@@ -141,9 +141,15 @@ func ParsePublicKey(s string) (PublicKey, error) {
 	if len(s) < len(keyPrefix) || s[:len(keyPrefix)] != keyPrefix {
 		return nil, fmt.Errorf("%w: want %q and base64", ErrBadPublicKey, keyPrefix)
 	}
-	b, err := base64.StdEncoding.Strict().DecodeString(s[len(keyPrefix):])
+	text := s[len(keyPrefix):]
+	b, err := base64.StdEncoding.Strict().DecodeString(text)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPublicKey, err)
+	}
+	// One text form per key: the decoder skips line breaks, so compare
+	// with the canonical encoding.
+	if base64.StdEncoding.EncodeToString(b) != text {
+		return nil, fmt.Errorf("%w: not in canonical base64", ErrBadPublicKey)
 	}
 	if len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrBadPublicKey, len(b), ed25519.PublicKeySize)
