@@ -62,11 +62,11 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
-	$(GO) run ./test/harness/fenced-demo
+	$(GO) run ./cmd/fenced-demo
 
 cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (see README)
 	@mkdir -p bin $(CLUSTER_STATE)
-	$(GO) build -o bin/fenced-cluster ./test/harness/fenced-cluster
+	$(GO) build -o bin/fenced-cluster ./cmd/fenced-cluster
 	@if [ -f $(CLUSTER_STATE)/pid ] && kill -0 $$(cat $(CLUSTER_STATE)/pid) 2>/dev/null; then \
 	  echo "already running (pid $$(cat $(CLUSTER_STATE)/pid)); make cluster-down first"; exit 1; fi
 	@nohup bin/fenced-cluster -state $(CLUSTER_STATE) > $(CLUSTER_STATE)/cluster.log 2>&1 & echo $$! > $(CLUSTER_STATE)/pid

@@ -3,10 +3,10 @@
 #
 #   openipmi     ipmi_sim, the simulated BMCs of the local cluster harness
 #   ipmitool     cross-checks the simulated BMCs
-#   etcd-server  etcd for the local control plane (test/cluster)
+#   etcd-server  etcd for the local control plane (internal/testbed/cluster)
 #   iproute2     `ip netns` / veth / bridge for per-node network namespaces
 #   systemd      systemd-analyze: test/deploy verifies deploy/systemd/fenced.service
-#   dbus-daemon  the private system bus of test/logind, each test machine's logind
+#   dbus-daemon  the private system bus of internal/testbed/logind, each test machine's logind
 #
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when

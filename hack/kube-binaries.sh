@@ -26,10 +26,10 @@ set -euo pipefail
 # there for test/deploy (kustomize rendering, --dry-run=server, auth can-i):
 # tests must not depend on whatever kubectl a machine may or may not have.
 readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubectl)
-# Our hollow kubelet (hack/hollow-kubelet/main.go), cached under a name that
+# Our hollow kubelet (internal/testbed/hollow-kubelet/main.go), cached under a name that
 # carries a hash of its source, so that editing it rebuilds just that binary.
-# test/cluster computes the same name.
-HOLLOW_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/hollow-kubelet/main.go"
+# internal/testbed/cluster computes the same name.
+HOLLOW_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/testbed/hollow-kubelet/main.go"
 readonly HOLLOW_SRC
 HOLLOW="hollow-kubelet-$(sha256sum "$HOLLOW_SRC" | cut -c1-12)"
 readonly HOLLOW
@@ -217,7 +217,7 @@ if ((${#pkgs[@]} > 0)); then
 		die "go build failed (log above)"
 	}
 fi
-step "go build $HOLLOW (from hack/hollow-kubelet)"
+step "go build $HOLLOW (from internal/testbed/hollow-kubelet)"
 go build -ldflags "$ldflags" -o "$work/bin/$HOLLOW" ./cmd/hollow-kubelet >"$work/build-hollow.log" 2>&1 || {
 	tail -n 40 "$work/build-hollow.log" >&2
 	die "go build of the hollow kubelet failed (log above)"

@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/ipmisim"
-	"fenced.io/fenced/test/logind"
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/internal/testbed/logind"
 )
 
 // TestAgentRunsAgainstARealAPIServer starts a control plane, registers the

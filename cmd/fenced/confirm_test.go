@@ -13,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/util/retry"
 
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/pkg/operator"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/ipmisim"
 )
 
 // TestOperatorCommandsAgainstARealCluster runs confirm, status and unfence

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/test/ipmisim"
+	"fenced.io/fenced/internal/testbed/ipmisim"
 )
 
 // fenced runs the CLI in-process and returns its exit code and output.

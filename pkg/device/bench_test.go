@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/test/ipmisim"
 )
 
 // BenchmarkIPMIPowerStatus measures one power-status read against ipmi_sim

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/redfishsim"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/test/redfishsim"
 )
 
 // TestNewDriverPasswordFilePermissions: a password file others may read is

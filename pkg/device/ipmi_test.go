@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/test/ipmisim"
 )
 
 // fastVerify keeps verified actions quick against ipmi_sim, which switches

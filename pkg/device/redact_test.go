@@ -17,8 +17,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"fenced.io/fenced/internal/testbed/redfishsim"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/test/redfishsim"
 )
 
 // redactTestUser is the BMC user of the redaction tests.

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/redfishsim"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/test/redfishsim"
 )
 
 // rfTestPassword is distinctive so that a leak into any error text is caught.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
@@ -27,14 +28,13 @@ import (
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/hostile"
 )
 
 // The hostile-member suite at the fencer's level: real gossip Rings (the
 // fencer's and the victims', each agent with its own published key), the
 // real Fencer and Tainter against an API (client-go's fake clientset), and
 // an attacker holding the gossip key and label that forges every
-// memberlist message it can (test/hostile). The same attacks run on the
+// memberlist message it can (internal/testbed/hostile). The same attacks run on the
 // harness in test/e2e (TestHostileMember).
 
 const (

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/logind"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/logind"
 )
 
 // startLogind runs the test stand-in for systemd-logind on a private

@@ -25,12 +25,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/cluster"
 )
 
 // TestIntegration runs the package against a real control plane
-// (test/cluster): etcd, kube-apiserver with RBAC, and the controller manager,
+// (internal/testbed/cluster): etcd, kube-apiserver with RBAC, and the controller manager,
 // whose node lifecycle controller writes the same Nodes concurrently, as it
 // would in production.
 func TestIntegration(t *testing.T) {

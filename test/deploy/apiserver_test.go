@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/test/cluster"
 )
 
 // TestManifestsAgainstAPIServer hands every rendered kustomization (and

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/test/cluster"
 )
 
 // repoRoot is the repository's top directory, found from this file.

@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/test/cluster"
 )
 
 // hostGroup is the group of the host credentials of systemd-run fencers in

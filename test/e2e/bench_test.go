@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/harness"
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/harness"
 )
 
 // The recovery benchmark is what `make bench` runs (FENCED_BENCH=1); it is

@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/harness"
 )
 
 // TestConfirmOnlyFencing runs fenced in its default mode: it taints only

@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/harness"
 )
 
 // TestEvidenceFreshness: evidence must be true when the taint lands

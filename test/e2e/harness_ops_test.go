@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/taint"
-	"fenced.io/fenced/test/harness"
 )
 
 // TestHarnessOps checks the harness's own fault injections on a real

@@ -10,11 +10,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/harness"
-	"fenced.io/fenced/test/hostile"
 )
 
 // TestHostileMember plays a compromised worker on the harness: a process

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/test/csi"
-	"fenced.io/fenced/test/harness"
+	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/harness"
 )
 
 func TestMain(m *testing.M) {

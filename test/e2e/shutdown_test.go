@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
-	"fenced.io/fenced/test/harness"
 )
 
 // TestCleanShutdown shuts machines down the way `systemctl poweroff` does:

@@ -104,7 +104,7 @@ web_elsewhere() {
 
 # smbios_guid UUID: the bytes a BMC reports as System GUID for a machine
 # whose SMBIOS (and so the kubelet's systemUUID) says UUID — the first
-# three fields little-endian (same as test/ipmisim). fenced checks that the
+# three fields little-endian (same as internal/testbed/ipmisim). fenced checks that the
 # BMC it reads belongs to the Node it is about to taint.
 smbios_guid() {
 	local h="${1//-/}"
@@ -120,7 +120,7 @@ start_bmc() {
 	uuid="$(kc get node "$node" -o jsonpath='{.status.nodeInfo.systemUUID}')"
 	printf '#!/usr/bin/env bash\nexec %q %q\n' "$here/bmc-machine.sh" "$node" >"$dir/machine.sh"
 	chmod +x "$dir/machine.sh"
-	# The same lan.conf as test/ipmisim: chassis control needs the system
+	# The same lan.conf as internal/testbed/ipmisim: chassis control needs the system
 	# interface (serial channel 15, nothing connects), which makes power off
 	# signal the startcmd at once.
 	cat >"$dir/lan.conf" <<-EOF

@@ -17,7 +17,7 @@
 //  4. Graceful node shutdown can be switched on (--shutdown-grace-period,
 //     --shutdown-grace-period-critical-pods): the kubelet's real node
 //     shutdown manager then takes a logind delay inhibitor lock on the system
-//     bus named by DBUS_SYSTEM_BUS_ADDRESS (test/logind on a test machine)
+//     bus named by DBUS_SYSTEM_BUS_ADDRESS (internal/testbed/logind on a test machine)
 //     and, on PrepareForShutdown, kills the pods and waits for their volumes
 //     to be unmounted before it releases the lock.
 package main

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"syscall"
 
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/harness"
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/harness"
 )
 
 func main() {

@@ -24,11 +24,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/csi"
-	"fenced.io/fenced/test/ipmisim"
-	"fenced.io/fenced/test/machine"
-	"fenced.io/fenced/test/netns"
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/internal/testbed/machine"
+	"fenced.io/fenced/internal/testbed/netns"
 )
 
 // Options configure Start.
@@ -155,7 +155,7 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 	t.Cleanup(stopAttacher)
 	go h.Attacher.Run(attachCtx)
 
-	launcher, err := buildOnce("fenced.io/fenced/test/machine/fenced-machine")
+	launcher, err := buildOnce("fenced.io/fenced/internal/testbed/machine/fenced-machine")
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}

@@ -46,7 +46,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"fenced.io/fenced/test/ports"
+	"fenced.io/fenced/internal/testbed/ports"
 )
 
 // Component names, as used for log files (LogsDir/<name>.log) and messages.
@@ -158,7 +158,7 @@ type Cluster struct {
 	// BinDir is where the Kubernetes binaries were taken from (kubemark is
 	// there too, for tests that start hollow nodes).
 	BinDir string
-	// HollowKubelet is the path of our hollow kubelet (hack/hollow-kubelet),
+	// HollowKubelet is the path of our hollow kubelet (internal/testbed/hollow-kubelet),
 	// the kubelet of the harness's machines.
 	HollowKubelet string
 
@@ -263,7 +263,7 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 	// data they leave (etcd's WAL is 64 MiB) and says where the logs are.
 	c.unInterrupt = OnInterrupt(func() {
 		if c.removeData() {
-			fmt.Fprintf(os.Stderr, "test/cluster: interrupted; control plane killed, logs kept in %s\n", c.LogsDir)
+			fmt.Fprintf(os.Stderr, "internal/testbed/cluster: interrupted; control plane killed, logs kept in %s\n", c.LogsDir)
 		}
 	})
 	if t != nil {
@@ -776,7 +776,7 @@ func (c *Cluster) markFailed() {
 }
 
 // freePorts returns n distinct free TCP ports on addr, below the
-// ephemeral range (package test/ports says why). A port can still be taken
+// ephemeral range (package internal/testbed/ports says why). A port can still be taken
 // by another test's server before the component binds it, which shows up
 // as a clear "address already in use" in its log.
 func freePorts(addr string, n int) ([]int, error) {

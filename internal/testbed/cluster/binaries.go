@@ -29,15 +29,19 @@ const DefaultKubeVersion = "v1.34.4"
 // and caches. It also builds our hollow kubelet, see HollowKubeletName.
 var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark", "kubectl"}
 
+// HollowKubeletSource is the hollow kubelet's source, from the repository's
+// top; hack/kube-binaries.sh builds it inside the Kubernetes tree.
+const HollowKubeletSource = "internal/testbed/hollow-kubelet/main.go"
+
 // HollowKubeletName returns the cached file name of the hollow kubelet built
-// from hack/hollow-kubelet/main.go: "hollow-kubelet-" and the first 12 hex
+// from internal/testbed/hollow-kubelet/main.go: "hollow-kubelet-" and the first 12 hex
 // digits of the source's SHA-256, as hack/kube-binaries.sh names it.
 func HollowKubeletName() (string, error) {
-	script, err := findScript()
+	path, err := RepoFile(HollowKubeletSource)
 	if err != nil {
 		return "", err
 	}
-	src, err := os.ReadFile(filepath.Join(filepath.Dir(script), "hollow-kubelet", "main.go"))
+	src, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +185,7 @@ func findScript() (string, error) { return RepoFile("hack/kube-binaries.sh") }
 func RepoFile(rel string) (string, error) {
 	var tried []string
 	if _, file, _, ok := runtime.Caller(0); ok {
-		p := filepath.Join(filepath.Dir(file), "..", "..", rel)
+		p := filepath.Join(filepath.Dir(file), "..", "..", "..", rel)
 		if _, err := os.Stat(p); err == nil {
 			return filepath.Clean(p), nil
 		}

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/pkg/shutdown"
-	"fenced.io/fenced/test/csi"
 )
 
 // volumeGuardArg, as the first argument after "--", makes the test binary

@@ -25,10 +25,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/machine"
 )
 
 // Fencing runs `fenced agent` on every machine.

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/test/ports"
+	"fenced.io/fenced/internal/testbed/ports"
 )
 
 // Options configures one simulated BMC. Zero values get test-friendly defaults.
@@ -287,7 +287,7 @@ func (s *Sim) ToolPowerState() (string, error) {
 }
 
 // FreePort returns a port that was free on addr for network "tcp" or
-// "udp" (see package test/ports).
+// "udp" (see package internal/testbed/ports).
 func FreePort(network, addr string) (int, error) {
 	p, err := ports.Free(network, addr, 1)
 	if err != nil {

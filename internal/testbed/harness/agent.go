@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"fenced.io/fenced/test/machine"
+	"fenced.io/fenced/internal/testbed/machine"
 )
 
 // The machine's fenced agent as a process of its own: killed alone (a

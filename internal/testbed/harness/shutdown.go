@@ -9,9 +9,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/logind"
+	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/shutdown"
-	"fenced.io/fenced/test/logind"
-	"fenced.io/fenced/test/machine"
 )
 
 // Shutdown shuts the machine down cleanly, the way `systemctl poweroff`

@@ -18,9 +18,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"fenced.io/fenced/test/cluster"
-	"fenced.io/fenced/test/csi"
-	"fenced.io/fenced/test/harness"
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/harness"
 )
 
 const (

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"fenced.io/fenced/test/csi"
+	"fenced.io/fenced/internal/testbed/csi"
 )
 
 // OutOfServiceTaint is Kubernetes' non-graceful node shutdown taint.

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"fenced.io/fenced/test/machine"
+	"fenced.io/fenced/internal/testbed/machine"
 )
 
 func main() {

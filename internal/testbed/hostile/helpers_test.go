@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"fenced.io/fenced/test/ports"
+	"fenced.io/fenced/internal/testbed/ports"
 )
 
 // The ring's shared secrets, as a compromised worker would hold them.

@@ -3,7 +3,7 @@
 //
 // One boot of a machine runs a stand-in for systemd-logind on a D-Bus
 // system bus of its own (package logind), a hollow kubelet (real kubelet
-// code, fake container runtime; see hack/hollow-kubelet), the test CSI node
+// code, fake container runtime; see internal/testbed/hollow-kubelet), the test CSI node
 // plugin (whose writers append to the shared volume files while pods use
 // them) and any extra processes (the fenced agent). Every boot gets a new
 // boot ID. The launcher leads its own process group, so the harness can
@@ -35,8 +35,8 @@ import (
 	"syscall"
 	"time"
 
-	"fenced.io/fenced/test/csi"
-	"fenced.io/fenced/test/logind"
+	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/logind"
 )
 
 // Options describe one machine. Paths are on the shared host file system.
@@ -49,7 +49,7 @@ type Options struct {
 	// Kubeconfig lets the hollow kubelet reach the API server.
 	Kubeconfig string
 	// HollowKubelet is the path of the hollow kubelet binary
-	// (hack/hollow-kubelet, built by hack/kube-binaries.sh).
+	// (internal/testbed/hollow-kubelet, built by hack/kube-binaries.sh).
 	HollowKubelet string
 	// SystemUUID is the machine's SMBIOS UUID (the one its BMC reports).
 	SystemUUID string
