@@ -8,8 +8,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/operator"
-	"fenced.io/fenced/pkg/taint"
 )
 
 func newConfirmCommand(g *globals) *cobra.Command {
@@ -95,7 +95,7 @@ func (g *globals) newOperator(component string) (op *operator.Operator, done fun
 		closers = append(closers, func() { _ = inv.Close() })
 	}
 	if component != "" {
-		rec, stop := taint.NewRecorder(client, component)
+		rec, stop := kube.NewRecorder(client, component)
 		op.Recorder = rec
 		closers = append(closers, stop)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/operator"
-	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -72,7 +72,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "power ON") || !strings.Contains(out, "power on, system GUID "+uuid+" (matches") {
 		t.Fatalf("confirm while on: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if taint.HasTaint(node()) {
+	if kube.HasTaint(node()) {
 		t.Fatal("confirm tainted a node whose BMC reads on")
 	}
 
@@ -93,13 +93,13 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("confirm after power loss: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	n := node()
-	ev, ok, err := taint.EvidenceOf(n)
-	if !taint.HasTaint(n) || !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != admin || ev.Reason != "test" ||
+	ev, ok, err := kube.EvidenceOf(n)
+	if !kube.HasTaint(n) || !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != admin || ev.Reason != "test" ||
 		ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != "off" || ev.BMC.SystemGUID != uuid {
 		t.Fatalf("after confirm: taints %+v, evidence %+v (%v, %v)", n.Spec.Taints, ev, ok, err)
 	}
-	if n.Annotations[taint.AnnotationAppliedBy] != "fenced-confirm/"+admin {
-		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
+	if n.Annotations[kube.AnnotationAppliedBy] != "fenced-confirm/"+admin {
+		t.Errorf("applied-by = %q", n.Annotations[kube.AnnotationAppliedBy])
 	}
 	// The command waits for its Events before it exits.
 	sel := fields.Set{"involvedObject.name": "node-a", "reason": operator.EventManualFenceConfirmed}.AsSelector().String()
@@ -127,7 +127,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitFailure || !strings.Contains(out, "same boot ID boot-1") || !strings.Contains(errOut, "stays fenced") {
 		t.Fatalf("unfence with the same boot: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if !taint.HasTaint(node()) {
+	if !kube.HasTaint(node()) {
 		t.Fatal("unfence removed the taint despite the same boot ID")
 	}
 
@@ -150,7 +150,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "Removed") {
 		t.Fatalf("unfence after reboot: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if n := node(); taint.HasTaint(n) || taint.AppliedByFenced(n) {
+	if n := node(); kube.HasTaint(n) || kube.AppliedByFenced(n) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 }

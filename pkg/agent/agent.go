@@ -33,10 +33,10 @@ import (
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/systemd"
-	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -261,11 +261,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopFencer()
 	if inv != nil {
 		defer inv.Close()
-		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
+		recorder, stopRecorder := kube.NewRecorder(o.Client, "fenced")
 		defer stopRecorder()
 		fencerLoop = fencer.New(fencer.Config{
 			Identity: o.NodeName, Client: o.Client, Inventory: inv, Members: ring,
-			Tainter: taint.New(o.Client, o.NodeName, recorder), Recorder: recorder,
+			Tainter: kube.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration: o.Config.Fencer.LeaseDuration,
 			Verify:        device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
@@ -410,7 +410,7 @@ func seeds(nodes corelisters.NodeLister, self string, port int, extra []string) 
 		if n.Name == self {
 			continue
 		}
-		if ip := taint.InternalIP(n); ip != "" {
+		if ip := kube.InternalIP(n); ip != "" {
 			out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
 		}
 	}
@@ -444,7 +444,7 @@ func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nod
 	for first := true; ; first = false {
 		n, err := nodes.Get(name)
 		if err == nil {
-			if ip := taint.InternalIP(n); ip != "" {
+			if ip := kube.InternalIP(n); ip != "" {
 				return ip, nil
 			}
 		} else if !apierrors.IsNotFound(err) {

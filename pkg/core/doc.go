@@ -14,11 +14,11 @@
 //     clock and a randomized invariant walk drive it (decide_test.go).
 //  3. action: pkg/fencer, fencer.go — Fencer.execute carries out each Action:
 //     BMC reads and verified power actions through pkg/device (power.go),
-//     the taint with its evidence through pkg/taint. Their results come
+//     the taint with its evidence through pkg/kube. Their results come
 //     back as later Observations.
 //
 // The words the core shares with the BMC drivers of pkg/device — [PowerState],
 // [ErrorKind], the Op names — are defined here (vocab.go), as is the rule that
 // a BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
-// core, by pkg/taint and by `fenced confirm`.
+// core, by pkg/kube and by `fenced confirm`.
 package core

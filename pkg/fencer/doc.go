@@ -13,7 +13,7 @@
 //  3. action: here, fencer.go — execute carries out each action: BMC reads
 //     and verified power actions through pkg/device, the power Lease, the
 //     taint with its evidence, Ready=False and pod force-deletion through
-//     pkg/taint, Events. Results come back as the next Observation.
+//     pkg/kube, Events. Results come back as the next Observation.
 //
 // verify.go checks that what a node says about itself over gossip is its
 // own word (signatures against the key it published) and challenges agents

@@ -31,7 +31,7 @@ import (
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -51,7 +51,7 @@ type Config struct {
 	Client    kubernetes.Interface
 	Inventory *device.Inventory
 	Members   MemberSource
-	Tainter   *taint.Tainter
+	Tainter   *kube.Tainter
 	Recorder  record.EventRecorder
 	Policy    core.Policy
 	// LeaseNamespace holds the per-target power Leases.
@@ -400,12 +400,12 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	for _, n := range all {
 		m, known := f.cfg.Members.Member(n.Name)
 		gone := known && m.State.Gone()
-		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
+		fenced := kube.AppliedByFenced(n) && kube.HasTaint(n)
 		if ready, _ := readyCondition(n); ready != core.ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
 		}
 		if fenced {
-			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown &&
+			if ev, ok, err := kube.EvidenceOf(n); ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown &&
 				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
 				cleanFences[n.Name] = true
 			}
@@ -529,9 +529,9 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 	o.ShuttingDown = kubeletShuttingDown(n)
 	o.NeverReady = neverReady(n)
 	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
-	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
+	if kube.HasTaint(n) && kube.AppliedByFenced(n) {
 		o.TaintedByFenced = true
-		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+		if ev, ok, err := kube.EvidenceOf(n); ok && err == nil {
 			o.Evidence = fenceRecordOf(ev)
 		}
 	}
@@ -541,7 +541,7 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 // readyCondition returns the status of the Node's Ready condition and
 // when it last changed; a Node without one counts as Unknown.
 func readyCondition(n *corev1.Node) (core.Ready, time.Time) {
-	if c := taint.ReadyCondition(n); c != nil {
+	if c := kube.ReadyCondition(n); c != nil {
 		return core.Ready(c.Status), c.LastTransitionTime.Time
 	}
 	return core.ReadyUnknown, time.Time{}
@@ -557,7 +557,7 @@ const joinGrace = 30 * time.Second
 // transition came with the registration. A node whose kubelet reports a
 // graceful shutdown was running, however young it is.
 func neverReady(n *corev1.Node) bool {
-	c := taint.ReadyCondition(n)
+	c := kube.ReadyCondition(n)
 	if kubeletShuttingDown(n) {
 		return false
 	}
@@ -567,7 +567,7 @@ func neverReady(n *corev1.Node) bool {
 // kubeletShuttingDown reports whether the kubelet's graceful node
 // shutdown manager marked the node NotReady because it is shutting down.
 func kubeletShuttingDown(n *corev1.Node) bool {
-	c := taint.ReadyCondition(n)
+	c := kube.ReadyCondition(n)
 	return c != nil && c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down")
 }
 
@@ -873,17 +873,17 @@ func (f *Fencer) Phases() map[string]core.Phase {
 }
 
 // taintEvidence converts the core's record into the annotation format.
-func taintEvidence(r *core.FenceRecord, by string) taint.Evidence {
-	ev := taint.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
+func taintEvidence(r *core.FenceRecord, by string) kube.Evidence {
+	ev := kube.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
 	if r.BMC != nil {
-		ev.BMC = &taint.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, SentAt: r.BMC.Sent, KubeletLeaseRenewedAt: r.BMC.KubeletRenew,
+		ev.BMC = &kube.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, SentAt: r.BMC.Sent, KubeletLeaseRenewedAt: r.BMC.KubeletRenew,
 			Endpoint: r.BMC.Endpoint, SystemGUID: r.BMC.GUID, PoweredOffByFenced: r.BMC.AfterPowerOff}
 	}
 	return ev
 }
 
 // fenceRecordOf converts stored evidence back into the core's record.
-func fenceRecordOf(ev taint.Evidence) *core.FenceRecord {
+func fenceRecordOf(ev kube.Evidence) *core.FenceRecord {
 	r := &core.FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
 	if ev.BMC != nil {
 		r.BMC = &core.Reading{Power: core.PowerState(ev.BMC.Power), At: ev.BMC.At, Sent: ev.BMC.SentAt, KubeletRenew: ev.BMC.KubeletLeaseRenewedAt,

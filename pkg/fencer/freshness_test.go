@@ -17,7 +17,7 @@ import (
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/heartbeat"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -58,7 +58,7 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 		Identity: "fencer", Client: client,
 		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}},
-		Tainter:   taint.New(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
+		Tainter:   kube.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,14 +77,14 @@ func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
 	b := &slowBMC{delay: 1500 * time.Millisecond}
 	b.power.Store(core.PowerOff)
 	_, client := runFencer(t, b)
-	var ev taint.Evidence
+	var ev kube.Evidence
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e, ok, _ := taint.EvidenceOf(n); ok && taint.HasTaint(n) {
+		if e, ok, _ := kube.EvidenceOf(n); ok && kube.HasTaint(n) {
 			ev = e
 			break
 		}

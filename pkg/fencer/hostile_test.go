@@ -26,7 +26,7 @@ import (
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -182,7 +182,7 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 	inv := device.NewInventoryOf(bmcs, endpoints)
 	b.fencer = New(Config{
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
-		Tainter: taint.New(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
+		Tainter: kube.NewTainter(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 		Policy: p, LeaseNamespace: hostileNS, GossipPort: b.port, Metrics: NewMetrics(b.reg),
 		Logger: testLog(t, "fencer"),
 	})
@@ -240,7 +240,7 @@ func (b *hostileBed) tainted() []string {
 	}
 	var out []string
 	for i := range nodes.Items {
-		if taint.HasTaint(&nodes.Items[i]) {
+		if kube.HasTaint(&nodes.Items[i]) {
 			out = append(out, nodes.Items[i].Name)
 		}
 	}
@@ -412,8 +412,8 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	}
 	b.waitFor(20*time.Second, "the bystander tainted on its own clean-shutdown word", func() bool {
 		n, _ := b.client.CoreV1().Nodes().Get(context.Background(), "bystander", metav1.GetOptions{})
-		ev, ok, _ := taint.EvidenceOf(n)
-		return taint.HasTaint(n) && ok && ev.Method == vocab.EvidenceCleanShutdown
+		ev, ok, _ := kube.EvidenceOf(n)
+		return kube.HasTaint(n) && ok && ev.Method == vocab.EvidenceCleanShutdown
 	})
 	if tn := b.tainted(); len(tn) != 1 {
 		t.Fatalf("tainted %v, want only the bystander", tn)

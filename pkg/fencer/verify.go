@@ -13,7 +13,7 @@ import (
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -183,7 +183,7 @@ const (
 func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.Node) {
 	ip := ""
 	if node != nil {
-		ip = taint.InternalIP(node)
+		ip = kube.InternalIP(node)
 	}
 	if ip == "" {
 		// Without an address from the API there is nobody to ask; silence

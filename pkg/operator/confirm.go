@@ -14,12 +14,12 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
 // EventManualFenceConfirmed is the Warning Event Confirm records on the Node
-// next to pkg/taint's OutOfServiceTaintApplied: who confirmed, and why.
+// next to pkg/kube's OutOfServiceTaintApplied: who confirmed, and why.
 const EventManualFenceConfirmed = "ManualFenceConfirmed"
 
 // ConfirmOptions are the inputs of Confirm.
@@ -47,8 +47,8 @@ type ConfirmOptions struct {
 type bmcView struct {
 	b        device.BMC
 	endpoint string
-	reading  *taint.BMCReading // a reading of "off" (evidence), or nil
-	on       bool              // the BMC reads on
+	reading  *kube.BMCReading // a reading of "off" (evidence), or nil
+	on       bool             // the BMC reads on
 }
 
 // Confirm is `fenced confirm`: it prints the evidence it can gather about
@@ -70,7 +70,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	fmt.Fprintf(w, "  boot ID:     %s\n", orNone(n.Status.NodeInfo.BootID))
 	fmt.Fprintf(w, "  system UUID: %s\n", orNone(n.Status.NodeInfo.SystemUUID))
 	fmt.Fprintf(w, "  taints:      %s\n", taintsText(n))
-	if taint.HasTaint(n) {
+	if kube.HasTaint(n) {
 		return alreadyTainted(w, n)
 	}
 	o.printGossip(ctx, n.Name, opts.AgentURL)
@@ -102,13 +102,13 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		fmt.Fprintf(w, "BMC reads off after %s.\n", res.Elapsed.Round(100*time.Millisecond))
 	}
 
-	ev := taint.Evidence{
+	ev := kube.Evidence{
 		Method: vocab.EvidenceManual, By: user, At: o.now(), Reason: opts.Reason, BMC: bv.reading,
-		// The boot the operator was shown: pkg/taint refuses if the node
+		// The boot the operator was shown: pkg/kube refuses if the node
 		// has rebooted since, while the question was open.
 		BootID: n.Status.NodeInfo.BootID,
 	}
-	tn := taint.New(o.Client, "fenced-confirm/"+user, o.Recorder)
+	tn := kube.NewTainter(o.Client, "fenced-confirm/"+user, o.Recorder)
 	applied, err := tn.Apply(ctx, n.Name, ev)
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		return nil
 	}
 	o.warn(n, EventManualFenceConfirmed, "%s confirmed node %s is powered off (fenced confirm): %s", user, n.Name, reasonOr(opts.Reason))
-	fmt.Fprintf(w, "Tainted node %s %s=%s:NoExecute with manual evidence (by %s).\n", n.Name, taint.Key, taint.Value, user)
+	fmt.Fprintf(w, "Tainted node %s %s=%s:NoExecute with manual evidence (by %s).\n", n.Name, kube.TaintKey, kube.TaintValue, user)
 
 	// The taint is the evidence; the rest only makes the recovery faster
 	// (the pod GC would get there), so a failure here is reported, not
@@ -127,7 +127,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	if changed, err := tn.MarkNotReady(ctx, n.Name, "confirmed powered off by "+user+" (fenced confirm)"); err != nil {
 		errs = append(errs, err)
 	} else if changed {
-		fmt.Fprintf(w, "Marked node %s Ready=False (reason %s).\n", n.Name, taint.ReasonPoweredOff)
+		fmt.Fprintf(w, "Marked node %s Ready=False (reason %s).\n", n.Name, kube.ReasonPoweredOff)
 	}
 	if deleted, err := tn.ForceDeletePods(ctx, n.Name); err != nil {
 		errs = append(errs, err)
@@ -141,21 +141,21 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 }
 
 func alreadyTainted(w io.Writer, n *corev1.Node) error {
-	if !taint.AppliedByFenced(n) {
+	if !kube.AppliedByFenced(n) {
 		fmt.Fprintf(w, "Node %s already has the %s taint, not applied by fenced: nothing to do (fenced records no evidence for a taint it did not apply).\n",
-			n.Name, taint.Key)
+			n.Name, kube.TaintKey)
 		return nil
 	}
 	summary := "evidence unreadable"
-	if ev, _, err := taint.EvidenceOf(n); err == nil {
+	if ev, _, err := kube.EvidenceOf(n); err == nil {
 		summary = ev.Summary()
 	}
-	fmt.Fprintf(w, "Node %s is already fenced by %s (%s): nothing to do.\n", n.Name, n.Annotations[taint.AnnotationAppliedBy], summary)
+	fmt.Fprintf(w, "Node %s is already fenced by %s (%s): nothing to do.\n", n.Name, n.Annotations[kube.AnnotationAppliedBy], summary)
 	return nil
 }
 
 func (o *Operator) readyText(n *corev1.Node) string {
-	c := taint.ReadyCondition(n)
+	c := kube.ReadyCondition(n)
 	if c == nil {
 		return "no Ready condition"
 	}
@@ -234,7 +234,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 		return bmcView{}, refused("the BMC %s reports system GUID %s but node %s has systemUUID %s: the inventory may point at another machine's BMC",
 			endpoint, guid, n.Name, uuid)
 	}
-	bv.reading = &taint.BMCReading{Power: string(state), At: at, Endpoint: endpoint, SystemGUID: guid}
+	bv.reading = &kube.BMCReading{Power: string(state), At: at, Endpoint: endpoint, SystemGUID: guid}
 	if state == core.PowerOn {
 		if !powerOff {
 			return bmcView{}, refused("the BMC %s reads node %s's power ON: it may still be writing to its volumes. "+

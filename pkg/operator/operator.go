@@ -9,7 +9,7 @@
 // (Ready, new boot ID, no VolumeAttachment left) unless forced, which is
 // recorded. status only reads.
 //
-// The taint itself is always written through pkg/taint, which re-checks the
+// The taint itself is always written through pkg/kube, which re-checks the
 // evidence against the Node; nothing here writes a Node directly.
 package operator
 
@@ -85,7 +85,7 @@ func (o *Operator) log() *slog.Logger {
 // warn records a Warning Event on the node, if there is a Recorder.
 func (o *Operator) warn(n *corev1.Node, reason, format string, args ...any) {
 	if o.Recorder != nil {
-		// A reference rather than the Node, as pkg/taint does, so that any
+		// A reference rather than the Node, as pkg/kube does, so that any
 		// recorder, whatever scheme it was built with, can use it.
 		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
 		o.Recorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)

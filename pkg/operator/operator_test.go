@@ -28,7 +28,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -123,16 +123,16 @@ func newNode(name string, ready corev1.ConditionStatus, mods ...func(*corev1.Nod
 // fencedWith puts fenced's taint on a node, with evidence for boot.
 func fencedWith(boot string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
-		ev, _ := json.Marshal(taint.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
-			Reason: "lost power", BMC: &taint.BMCReading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
+		ev, _ := json.Marshal(kube.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
+			Reason: "lost power", BMC: &kube.BMCReading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
 		foreignTaint(n)
-		n.Annotations = map[string]string{taint.AnnotationAppliedBy: "fencer-1", taint.AnnotationEvidence: string(ev)}
+		n.Annotations = map[string]string{kube.AnnotationAppliedBy: "fencer-1", kube.AnnotationEvidence: string(ev)}
 	}
 }
 
 func foreignTaint(n *corev1.Node) {
 	added := metav1.NewTime(t0.Add(-10 * time.Minute))
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: taint.Key, Value: taint.Value, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added})
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: kube.TaintKey, Value: kube.TaintValue, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added})
 }
 
 type env struct {
@@ -212,8 +212,8 @@ func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "power ON") {
 		t.Fatalf("err = %v, want a refusal because the power is on", err)
 	}
-	if taint.HasTaint(e.node(t, "n1")) || bmc.off() != 0 || e.writes() != 0 {
-		t.Fatalf("refusal wrote something: taint %v, power-offs %d, writes %d", taint.HasTaint(e.node(t, "n1")), bmc.off(), e.writes())
+	if kube.HasTaint(e.node(t, "n1")) || bmc.off() != 0 || e.writes() != 0 {
+		t.Fatalf("refusal wrote something: taint %v, power-offs %d, writes %d", kube.HasTaint(e.node(t, "n1")), bmc.off(), e.writes())
 	}
 	if !strings.Contains(e.out.String(), "power on, system GUID "+nodeUUID+" (matches") {
 		t.Errorf("output does not show the reading:\n%s", e.out)
@@ -241,7 +241,7 @@ func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
 	if bmc.off() != 1 {
 		t.Fatalf("power-off requests = %d, want 1", bmc.off())
 	}
-	ev, ok, err := taint.EvidenceOf(e.node(t, "n1"))
+	ev, ok, err := kube.EvidenceOf(e.node(t, "n1"))
 	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.BMC == nil || ev.BMC.Power != "off" ||
 		!ev.BMC.PoweredOffByFenced || ev.BMC.SystemGUID != nodeUUID {
 		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
@@ -270,7 +270,7 @@ func TestConfirmNeedsATerminalOrYes(t *testing.T) {
 			if tc.wantTaint != (err == nil) || (err != nil && !errors.Is(err, ErrRefused)) {
 				t.Fatalf("err = %v", err)
 			}
-			if got := taint.HasTaint(e.node(t, "n1")); got != tc.wantTaint {
+			if got := kube.HasTaint(e.node(t, "n1")); got != tc.wantTaint {
 				t.Fatalf("tainted = %v, want %v", got, tc.wantTaint)
 			}
 			if !strings.Contains(e.out.String(), "WARNING: if node n1 is not really powered off, two machines will write to the same disks") {
@@ -293,15 +293,15 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
 	}
 	n := e.node(t, "n1")
-	ev, ok, err := taint.EvidenceOf(n)
+	ev, ok, err := kube.EvidenceOf(n)
 	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != "alice" || ev.Reason != "PSU dead" ||
 		!ev.At.Equal(t0) || ev.BootID != bootA || ev.BMC != nil {
 		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
 	}
-	if n.Annotations[taint.AnnotationAppliedBy] != "fenced-confirm/alice" {
-		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
+	if n.Annotations[kube.AnnotationAppliedBy] != "fenced-confirm/alice" {
+		t.Errorf("applied-by = %q", n.Annotations[kube.AnnotationAppliedBy])
 	}
-	if c := taint.ReadyCondition(n); c.Status != corev1.ConditionFalse || c.Reason != taint.ReasonPoweredOff {
+	if c := kube.ReadyCondition(n); c.Status != corev1.ConditionFalse || c.Reason != kube.ReasonPoweredOff {
 		t.Errorf("Ready = %+v", c)
 	}
 	if _, err := e.cs.CoreV1().Pods("app").Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -317,7 +317,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 		}
 	}
 	evs := e.events()
-	if !hasEvent(evs, "Normal "+taint.EventTaintApplied, "manual") ||
+	if !hasEvent(evs, "Normal "+kube.EventTaintApplied, "manual") ||
 		!hasEvent(evs, "Warning "+EventManualFenceConfirmed, "alice", "PSU dead") {
 		t.Errorf("events = %q", evs)
 	}
@@ -326,7 +326,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n2", Yes: true}); err != nil {
 		t.Fatal(err)
 	}
-	ev, _, _ = taint.EvidenceOf(e.node(t, "n2"))
+	ev, _, _ = kube.EvidenceOf(e.node(t, "n2"))
 	if ev.BMC == nil || ev.BMC.Power != "off" || ev.BMC.PoweredOffByFenced || ev.BMC.Endpoint != "ipmi://bmc-n2:623" {
 		t.Fatalf("evidence BMC = %+v", ev.BMC)
 	}
@@ -340,7 +340,7 @@ func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
 	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true}); err != nil {
 		t.Fatal(err)
 	}
-	if ev, _, _ := taint.EvidenceOf(e.node(t, "n1")); ev.By != UnknownIdentity {
+	if ev, _, _ := kube.EvidenceOf(e.node(t, "n1")); ev.By != UnknownIdentity {
 		t.Fatalf("by = %q", ev.By)
 	}
 	if !strings.Contains(e.out.String(), `WARNING: could not ask the API server who you are`) {
@@ -418,11 +418,11 @@ func TestUnfence(t *testing.T) {
 				}
 			}
 			n := e.node(t, "n1")
-			if removed := !taint.HasTaint(n); removed != tc.wantRemove {
+			if removed := !kube.HasTaint(n); removed != tc.wantRemove {
 				t.Fatalf("taint removed = %v, want %v", removed, tc.wantRemove)
 			}
 			evs := e.events()
-			if tc.wantRemove && !hasEvent(evs, "Normal "+taint.EventTaintRemoved, "alice", "back") {
+			if tc.wantRemove && !hasEvent(evs, "Normal "+kube.EventTaintRemoved, "alice", "back") {
 				t.Errorf("events = %q", evs)
 			}
 			forcedEvent := hasEvent(evs, "Warning "+EventUnfenceForced, "alice", "--force", "new boot ID", "back")

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // DefaultBMCTimeout bounds each BMC read of Status, retries included.
@@ -62,8 +62,8 @@ type NodeStatus struct {
 	Taint        string     `json:"taint,omitempty"`
 	TaintedSince *time.Time `json:"taintedSince,omitempty"`
 	// Evidence is what fenced recorded for its taint.
-	Evidence *taint.Evidence `json:"evidence,omitempty"`
-	BootID   string          `json:"bootID,omitempty"`
+	Evidence *kube.Evidence `json:"evidence,omitempty"`
+	BootID   string         `json:"bootID,omitempty"`
 }
 
 // Status is the result of `fenced status`.
@@ -97,7 +97,7 @@ func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, err
 
 func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 	ns := NodeStatus{Name: n.Name, BootID: n.Status.NodeInfo.BootID}
-	if c := taint.ReadyCondition(n); c != nil {
+	if c := kube.ReadyCondition(n); c != nil {
 		ns.Ready = string(c.Status)
 		if t := c.LastTransitionTime.Time; !t.IsZero() {
 			ns.ReadySince = &t
@@ -107,18 +107,18 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 		ns.Gossip = agent.Phases[n.Name]
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key == taint.Key && t.TimeAdded != nil {
+		if t.Key == kube.TaintKey && t.TimeAdded != nil {
 			since := t.TimeAdded.Time
 			ns.TaintedSince = &since
 		}
 	}
 	switch {
-	case taint.HasTaint(n) && taint.AppliedByFenced(n):
+	case kube.HasTaint(n) && kube.AppliedByFenced(n):
 		ns.Taint = TaintFenced
-		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+		if ev, ok, err := kube.EvidenceOf(n); ok && err == nil {
 			ns.Evidence = &ev
 		}
-	case taint.HasTaint(n):
+	case kube.HasTaint(n):
 		ns.Taint = TaintOther
 	}
 	return ns

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // EventUnfenceForced is the Warning Event Unfence records on the Node when
@@ -39,16 +39,16 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", opts.Node, err)
 	}
-	if !taint.HasTaint(n) {
-		fmt.Fprintf(w, "Node %s has no %s taint: nothing to do.\n", n.Name, taint.Key)
+	if !kube.HasTaint(n) {
+		fmt.Fprintf(w, "Node %s has no %s taint: nothing to do.\n", n.Name, kube.TaintKey)
 		return nil
 	}
-	if !taint.AppliedByFenced(n) {
+	if !kube.AppliedByFenced(n) {
 		return refused("the %s taint on node %s was not applied by fenced (no %s annotation): fenced never removes it. "+
-			"Whoever applied it removes it: kubectl taint nodes %s %s-", taint.Key, n.Name, taint.AnnotationAppliedBy, n.Name, taint.Key)
+			"Whoever applied it removes it: kubectl taint nodes %s %s-", kube.TaintKey, n.Name, kube.AnnotationAppliedBy, n.Name, kube.TaintKey)
 	}
-	ev, _, evErr := taint.EvidenceOf(n)
-	fmt.Fprintf(w, "Node %s: fenced by %s", n.Name, n.Annotations[taint.AnnotationAppliedBy])
+	ev, _, evErr := kube.EvidenceOf(n)
+	fmt.Fprintf(w, "Node %s: fenced by %s", n.Name, n.Annotations[kube.AnnotationAppliedBy])
 	if evErr == nil {
 		fmt.Fprintf(w, " (%s)", ev.Summary())
 	}
@@ -78,8 +78,8 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	if opts.Force {
 		why = fmt.Sprintf("unfenced by %s with --force, checks skipped (%s): %s", user, skipped, reasonOr(opts.Reason))
 	}
-	removed, err := taint.New(o.Client, "fenced-unfence/"+user, o.Recorder).Remove(ctx, n.Name, why)
-	if errors.Is(err, taint.ErrNotOurs) {
+	removed, err := kube.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder).Remove(ctx, n.Name, why)
+	if errors.Is(err, kube.ErrNotOurs) {
 		return refused("%v", err) // the taint was replaced by someone else's meanwhile
 	}
 	if err != nil {
@@ -97,15 +97,15 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 		o.warn(n, EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
 			user, skipped, reasonOr(opts.Reason))
 	}
-	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.Key, n.Name)
+	fmt.Fprintf(w, "Removed %s from node %s.\n", kube.TaintKey, n.Name)
 	return nil
 }
 
 // unfenceChecks evaluates the recovery rule (core.Recovery, the fencer's
 // own) without acting on it, with what an operator needs to read: the Ready
 // condition as the API shows it, and why a check could not be made.
-func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev taint.Evidence, evErr error) []core.RecoveryCheck {
-	c := taint.ReadyCondition(n)
+func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev kube.Evidence, evErr error) []core.RecoveryCheck {
+	c := kube.ReadyCondition(n)
 	ready := c != nil && c.Status == corev1.ConditionTrue
 	var left []string
 	list, listErr := o.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})

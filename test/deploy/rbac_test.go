@@ -21,7 +21,7 @@ import (
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // The ServiceAccounts and RBAC objects of deploy/daemonset/base/rbac.yaml.
@@ -55,13 +55,13 @@ func observerRules() []rbacv1.PolicyRule {
 	}
 }
 
-// fencerRules: what pkg/taint needs (taint.PolicyRules, the single source)
+// fencerRules: what pkg/kube needs (kube.PolicyRules, the single source)
 // plus pkg/fencer's VolumeAttachment informer (a taint is removed only once
 // no VolumeAttachment of the node is left) and publish.PolicyInForce's reads
 // (policyCheckRules). Nodes list/watch come with the observer role, which
 // fencers are bound to as well.
 func fencerRules() []rbacv1.PolicyRule {
-	return append(taint.PolicyRules(),
+	return append(kube.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
 		policyCheckRules()[0],
 	)
@@ -179,7 +179,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		got, want []rbacv1.PolicyRule
 	}{
 		{"ClusterRole " + observerCR, rulesOf(r.clusterRoles[observerCR]), observerRules()},
-		{"ClusterRole " + fencerCR + " (taint.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
+		{"ClusterRole " + fencerCR + " (kube.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
 		{"Role " + leaseRole, roleRules(leaseRole), leaseRules()},
 		{"Role " + agentLeaseRole, roleRules(agentLeaseRole), agentLeaseRules()},
 		{"Role " + kubeletLeaseRole, roleRules(kubeletLeaseRole), kubeletLeaseRules()},

@@ -12,7 +12,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -100,7 +100,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		tAPI := time.Now()
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		ev, ok, err := taint.EvidenceOf(n)
+		ev, ok, err := kube.EvidenceOf(n)
 		// Not the first reading, which got too old during the outage: one
 		// at most 10 s old when the taint was written.
 		if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.At.Before(tRead.Add(9*time.Second)) ||
@@ -114,7 +114,7 @@ func TestEvidenceFreshness(t *testing.T) {
 			if err != nil {
 				return false, nil
 			}
-			c := taint.ReadyCondition(n)
+			c := kube.ReadyCondition(n)
 			return c != nil && c.Status == corev1.ConditionFalse && c.Reason == "PoweredOff", nil
 		})
 		must(t, err)
@@ -139,8 +139,8 @@ func TestEvidenceFreshness(t *testing.T) {
 		must(t, fencer.FreezeAgent())
 		must(t, m.PowerLoss())
 		at := time.Now()
-		_, err = taint.New(client, "cp-1", nil).Apply(ctx, victim, taint.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
-			Reason: "written by the test as the frozen fencer would have", BMC: &taint.BMCReading{Power: "off", At: at, SentAt: at}})
+		_, err = kube.NewTainter(client, "cp-1", nil).Apply(ctx, victim, kube.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
+			Reason: "written by the test as the frozen fencer would have", BMC: &kube.BMCReading{Power: "off", At: at, SentAt: at}})
 		must(t, err)
 		// Back on a new boot before Kubernetes noticed it was gone: its
 		// Ready condition never changes.
@@ -177,7 +177,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		time.Sleep(freeze)
 		m.BMCUp()
 		n := waitTaint(ctx, t, h, victim, true)
-		ev, ok, err := taint.EvidenceOf(n)
+		ev, ok, err := kube.EvidenceOf(n)
 		if err != nil || !ok || ev.BMC == nil || ev.BMC.SentAt.IsZero() || ev.BMC.At.Sub(ev.BMC.SentAt) < freeze-500*time.Millisecond {
 			t.Fatalf("evidence %+v (BMC %+v): want the answer's time, about %s after the request", ev, ev.BMC, freeze)
 		}

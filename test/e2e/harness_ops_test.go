@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // TestHarnessOps checks the harness's own fault injections on a real
@@ -230,7 +230,7 @@ func requireStableFor(ctx context.Context, t *testing.T, h *harness.Harness, d t
 				t.Fatalf("node %s became %s", m.Name, harness.NodeReady(n))
 			}
 			for _, tn := range n.Spec.Taints {
-				if tn.Key == taint.Key {
+				if tn.Key == kube.TaintKey {
 					t.Fatalf("node %s was tainted: %v", m.Name, tn)
 				}
 			}

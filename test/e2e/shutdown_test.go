@@ -8,7 +8,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -41,7 +41,7 @@ func TestCleanShutdown(t *testing.T) {
 		must(t, m.Shutdown(ctx))
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		ev, ok, err := taint.EvidenceOf(n)
+		ev, ok, err := kube.EvidenceOf(n)
 		if err != nil || !ok || ev.Method != vocab.EvidenceCleanShutdown || ev.BMC != nil || ev.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", ev, ok, err, bootBefore)
 		}
@@ -104,7 +104,7 @@ func TestCleanShutdown(t *testing.T) {
 		m.BMCUp()
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		evidence, ok, err := taint.EvidenceOf(n)
+		evidence, ok, err := kube.EvidenceOf(n)
 		if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 		}

@@ -28,7 +28,7 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // Fencing runs `fenced agent` on every machine.
@@ -48,7 +48,7 @@ type Fencing struct {
 }
 
 // Agent identities and their RBAC: observers read Nodes; fencers do what
-// pkg/taint documents plus VolumeAttachments, their power Leases and
+// pkg/kube documents plus VolumeAttachments, their power Leases and
 // reading the agent identity policy; every agent writes its own key Lease.
 // Each agent's user name is AgentUser(machine), as a systemd-run agent's
 // host credential is (deploy/systemd/README.md).
@@ -81,7 +81,7 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 	if err := installAgentIdentityPolicy(ctx, h); err != nil {
 		return err
 	}
-	fencerRules := append(taint.PolicyRules(),
+	fencerRules := append(kube.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
 		// publish.PolicyInForce.

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // Records counts the records node's writers put on pv's disk.
@@ -48,7 +48,7 @@ type Recovery struct {
 	PoweredOn      time.Duration // switched back on through the BMC
 	NodeBack       time.Duration // after power on: Node Ready again
 	TaintRemoved   time.Duration // after power on: fenced's taint gone
-	Evidence       *taint.Evidence
+	Evidence       *kube.Evidence
 }
 
 // Recovered reports whether the volume was released and the pod runs elsewhere.
@@ -72,9 +72,9 @@ func (h *Harness) PowerLossRecovery(ctx context.Context, sts StatefulSet, oldPod
 			}
 		}
 		if r.Tainted == 0 {
-			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
+			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && kube.HasTaint(n) {
 				r.Tainted = since()
-				if ev, ok, _ := taint.EvidenceOf(n); ok {
+				if ev, ok, _ := kube.EvidenceOf(n); ok {
 					r.Evidence = &ev
 					if ev.BMC != nil {
 						r.PowerOff = ev.BMC.At.Sub(t0).Round(10 * time.Millisecond)
@@ -117,7 +117,7 @@ func (h *Harness) PowerOnRecovery(ctx context.Context, r *Recovery, victim strin
 	r.NodeBack = time.Since(t0).Round(10 * time.Millisecond)
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-		return err == nil && !taint.HasTaint(n), nil
+		return err == nil && !kube.HasTaint(n), nil
 	})
 	if err != nil {
 		return fmt.Errorf("node %s still tainted %s after it came back", victim, timeout)

@@ -1,5 +1,9 @@
-// Package taint applies and removes the node.kubernetes.io/out-of-service
-// taint together with the evidence that justifies it (DESIGN.md §2, §4).
+// Package kube is fenced's only writer of Nodes and their pods: it applies
+// and removes the node.kubernetes.io/out-of-service taint together with the
+// evidence that justifies it (DESIGN.md §2, §4), runs the fast path's
+// writes (Ready=False, pod force-deletion), records Events, and holds the
+// small Node readers the rest share (ReadyCondition, InternalIP, HasTaint).
+// Its RBAC rules are what deploy/ grants.
 //
 // The taint makes the pod GC controller force-delete a node's terminating
 // pods and the attach/detach controller force-detach its volumes. On a node
@@ -48,4 +52,4 @@
 // conditional on the resourceVersion read, which is what makes the
 // re-check-on-conflict possible. PolicyRules returns the same rules as RBAC
 // objects.
-package taint
+package kube

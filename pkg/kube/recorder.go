@@ -1,4 +1,4 @@
-package taint
+package kube
 
 import (
 	"strconv"

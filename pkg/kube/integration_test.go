@@ -1,4 +1,4 @@
-package taint
+package kube
 
 import (
 	"context"
@@ -104,7 +104,7 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 	created := createNode(ctx, t, client, "roundtrip")
 	rec, stop := NewRecorder(client, "fenced-test")
 	defer stop()
-	tn := New(client, "fencer-a", rec)
+	tn := NewTainter(client, "fencer-a", rec)
 
 	applied, err := tn.Apply(ctx, "roundtrip", bmcEvidence())
 	if err != nil || !applied {
@@ -112,7 +112,7 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 	}
 	n := getLive(ctx, t, client, "roundtrip")
 	tt := ourTaint(n)
-	if tt == nil || tt.Value != Value || tt.Effect != corev1.TaintEffectNoExecute || tt.TimeAdded == nil {
+	if tt == nil || tt.Value != TaintValue || tt.Effect != corev1.TaintEffectNoExecute || tt.TimeAdded == nil {
 		t.Fatalf("taints = %+v", n.Spec.Taints)
 	}
 	ev, ok, err := EvidenceOf(n)
@@ -154,12 +154,12 @@ func integrationForeign(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	client := c.Client()
 	createNode(ctx, t, client, "foreign")
 	// An operator's taint, applied by hand.
-	patch := fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":%q,"effect":"NoExecute"}]}}`, Key, Value)
+	patch := fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":%q,"effect":"NoExecute"}]}}`, TaintKey, TaintValue)
 	if _, err := client.CoreV1().Nodes().Patch(ctx, "foreign", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := getLive(ctx, t, client, "foreign")
-	tn := New(client, "fencer-a", nil)
+	tn := NewTainter(client, "fencer-a", nil)
 	if applied, err := tn.Apply(ctx, "foreign", bmcEvidence()); err != nil || applied {
 		t.Errorf("Apply = %v, %v; want false, nil", applied, err)
 	}
@@ -198,7 +198,7 @@ func integrationRace(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := New(client, "fencer-a", nil)
+	tn := NewTainter(client, "fencer-a", nil)
 
 	stopLabels := make(chan struct{})
 	var wg sync.WaitGroup
@@ -255,7 +255,7 @@ func integrationRace(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	}
 	taints := 0
 	for _, tt := range n.Spec.Taints {
-		if tt.Key == Key {
+		if tt.Key == TaintKey {
 			taints++
 		}
 	}
@@ -275,7 +275,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func integrationMarkNotReady(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	client := c.Client()
 	createNode(ctx, t, client, "notready")
-	tn := New(client, "fencer-a", nil)
+	tn := NewTainter(client, "fencer-a", nil)
 
 	changed, err := tn.MarkNotReady(ctx, "notready", "BMC 198.18.0.11:623 reads power off")
 	if err != nil || !changed {
@@ -345,7 +345,7 @@ func integrationForceDelete(ctx context.Context, t *testing.T, c *cluster.Cluste
 	createNode(ctx, t, client, "fd-off")
 	createNode(ctx, t, client, "fd-alive")
 	createPods(ctx, t, client, boundPod("fd-a", "db-0", "fd-off"), boundPod("fd-b", "web-0", "fd-off"), boundPod("fd-a", "db-1", "fd-alive"))
-	tn := New(client, "fencer-a", nil)
+	tn := NewTainter(client, "fencer-a", nil)
 
 	if _, err := tn.ForceDeletePods(ctx, "fd-off"); !errors.Is(err, ErrNotFenced) {
 		t.Fatalf("ForceDeletePods before the taint: %v, want ErrNotFenced", err)
@@ -386,7 +386,7 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	createNode(ctx, t, admin, "rbac-clean")
 	createNode(ctx, t, admin, "rbac-fenced")
 	createPods(ctx, t, admin, boundPod("rbac", "full-0", "rbac-full"), boundPod("rbac", "fenced-0", "rbac-fenced"))
-	if _, err := New(admin, "admin", nil).Apply(ctx, "rbac-fenced", bmcEvidence()); err != nil {
+	if _, err := NewTainter(admin, "admin", nil).Apply(ctx, "rbac-fenced", bmcEvidence()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -404,31 +404,31 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	}
 	opChecks := map[string]func(t *testing.T, client kubernetes.Interface, user string){
 		"nodes/get": func(t *testing.T, client kubernetes.Interface, user string) {
-			_, err := New(client, user, nil).Apply(ctx, "rbac-clean", bmcEvidence())
+			_, err := NewTainter(client, user, nil).Apply(ctx, "rbac-clean", bmcEvidence())
 			if err := forbidden("Apply", err); err != nil {
 				t.Error(err)
 			}
 		},
 		"nodes/update": func(t *testing.T, client kubernetes.Interface, user string) {
-			_, err := New(client, user, nil).Apply(ctx, "rbac-clean", bmcEvidence())
+			_, err := NewTainter(client, user, nil).Apply(ctx, "rbac-clean", bmcEvidence())
 			if err := forbidden("Apply", err); err != nil {
 				t.Error(err)
 			}
 		},
 		"nodes/status/update": func(t *testing.T, client kubernetes.Interface, user string) {
-			_, err := New(client, user, nil).MarkNotReady(ctx, "rbac-clean", "off")
+			_, err := NewTainter(client, user, nil).MarkNotReady(ctx, "rbac-clean", "off")
 			if err := forbidden("MarkNotReady", err); err != nil {
 				t.Error(err)
 			}
 		},
 		"pods/list": func(t *testing.T, client kubernetes.Interface, user string) {
-			_, err := New(client, user, nil).ForceDeletePods(ctx, "rbac-fenced")
+			_, err := NewTainter(client, user, nil).ForceDeletePods(ctx, "rbac-fenced")
 			if err := forbidden("ForceDeletePods", err); err != nil {
 				t.Error(err)
 			}
 		},
 		"pods/delete": func(t *testing.T, client kubernetes.Interface, user string) {
-			n, err := New(client, user, nil).ForceDeletePods(ctx, "rbac-fenced")
+			n, err := NewTainter(client, user, nil).ForceDeletePods(ctx, "rbac-fenced")
 			if err := forbidden("ForceDeletePods", err); err != nil || n != 0 {
 				t.Errorf("%v (deleted %d)", err, n)
 			}
@@ -522,7 +522,7 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	t.Run("exactly these verbs suffice", func(t *testing.T) {
 		rec, stop := NewRecorder(full, "fenced-test")
 		defer stop()
-		tn := New(full, "fenced-fencer", rec)
+		tn := NewTainter(full, "fenced-fencer", rec)
 		if applied, err := tn.Apply(ctx, "rbac-full", bmcEvidence()); err != nil || !applied {
 			t.Fatalf("Apply = %v, %v", applied, err)
 		}

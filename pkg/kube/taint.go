@@ -1,4 +1,4 @@
-package taint
+package kube
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 )
 
 const (
-	// Key is the taint KEP-2268 gives the pod GC and attach/detach
+	// TaintKey is the taint KEP-2268 gives the pod GC and attach/detach
 	// controllers to act on a node that is really shut down.
-	Key = "node.kubernetes.io/out-of-service"
-	// Value is the taint value the Kubernetes docs use; the controllers look
+	TaintKey = "node.kubernetes.io/out-of-service"
+	// TaintValue is the taint value the Kubernetes docs use; the controllers look
 	// at the key only.
-	Value = "nodeshutdown"
+	TaintValue = "nodeshutdown"
 	// AnnotationAppliedBy holds the identity of the fencer that applied the
 	// taint. Its presence is what makes a taint fenced's to remove.
 	AnnotationAppliedBy = "fenced.io/applied-by"
@@ -76,7 +76,7 @@ type Tainter struct {
 // AnnotationAppliedBy of the taints it applies. recorder receives the Events
 // (see NewRecorder); nil means no Events. An empty identity becomes "fenced",
 // because an empty AnnotationAppliedBy would say nothing about who did it.
-func New(client kubernetes.Interface, identity string, recorder record.EventRecorder) *Tainter {
+func NewTainter(client kubernetes.Interface, identity string, recorder record.EventRecorder) *Tainter {
 	if identity == "" {
 		identity = "fenced"
 	}
@@ -96,7 +96,7 @@ func HasTaint(n *corev1.Node) bool {
 		return false
 	}
 	for _, tn := range n.Spec.Taints {
-		if tn.Key == Key {
+		if tn.Key == TaintKey {
 			return true
 		}
 	}
@@ -113,7 +113,7 @@ func AppliedByFenced(n *corev1.Node) bool {
 	return ok
 }
 
-// Apply adds the taint Key=Value:NoExecute (with TimeAdded) and both
+// Apply adds the taint TaintKey=Value:NoExecute (with TimeAdded) and both
 // annotations to node in one update, so no reader ever sees a fenced taint
 // without its evidence. On a conflict it re-reads the Node and decides again.
 //
@@ -180,8 +180,8 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 		}
 		added := metav1.NewTime(t.now())
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{
-			Key:       Key,
-			Value:     Value,
+			Key:       TaintKey,
+			Value:     TaintValue,
 			Effect:    corev1.TaintEffectNoExecute,
 			TimeAdded: &added,
 		})
@@ -194,13 +194,13 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("applying %s to node %s: %w", Key, node, err)
+		return nil, fmt.Errorf("applying %s to node %s: %w", TaintKey, node, err)
 	}
 	if done == nil {
 		return nil, nil
 	}
 	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, EventTaintApplied,
-		"Applied %s=%s:%s, method %s: %s", Key, Value, corev1.TaintEffectNoExecute, stored.Method, stored.Summary())
+		"Applied %s=%s:%s, method %s: %s", TaintKey, TaintValue, corev1.TaintEffectNoExecute, stored.Method, stored.Summary())
 	return done, nil
 }
 
@@ -237,7 +237,7 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (remov
 		ev, _, _ = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
 		kept := n.Spec.Taints[:0:0]
 		for _, tn := range n.Spec.Taints {
-			if tn.Key == Key {
+			if tn.Key == TaintKey {
 				removed = true
 				continue
 			}
@@ -250,7 +250,7 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (remov
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("removing %s from node %s: %w", Key, node, err)
+		return false, fmt.Errorf("removing %s from node %s: %w", TaintKey, node, err)
 	}
 	if done == nil || !removed {
 		return false, nil
@@ -260,7 +260,7 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (remov
 		method = "unknown"
 	}
 	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, EventTaintRemoved,
-		"Removed %s (applied by %s, method %s): %s", Key, appliedBy, method, reason)
+		"Removed %s (applied by %s, method %s): %s", TaintKey, appliedBy, method, reason)
 	return true, nil
 }
 

@@ -1,4 +1,4 @@
-package taint
+package kube
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func bmcEvidence() Evidence {
 func newTainter(identity string, objs ...runtime.Object) (*Tainter, *fake.Clientset, *record.FakeRecorder) {
 	cs := fake.NewClientset(objs...)
 	rec := record.NewFakeRecorder(20)
-	tn := New(cs, identity, rec)
+	tn := NewTainter(cs, identity, rec)
 	tn.backoff = wait.Backoff{Steps: 4, Duration: time.Millisecond, Factor: 1}
 	tn.now = func() time.Time { return t0.Add(5 * time.Second) }
 	return tn, cs, rec
@@ -109,7 +109,7 @@ func events(rec *record.FakeRecorder) []string {
 
 func ourTaint(n *corev1.Node) *corev1.Taint {
 	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == Key {
+		if n.Spec.Taints[i].Key == TaintKey {
 			return &n.Spec.Taints[i]
 		}
 	}
@@ -134,8 +134,8 @@ func TestApplyIdempotent(t *testing.T) {
 
 	n := getNode(t, cs, "n1")
 	tt := ourTaint(n)
-	if tt == nil || tt.Value != Value || tt.Effect != corev1.TaintEffectNoExecute || tt.TimeAdded == nil {
-		t.Fatalf("taint = %+v, want %s=%s:NoExecute with TimeAdded", tt, Key, Value)
+	if tt == nil || tt.Value != TaintValue || tt.Effect != corev1.TaintEffectNoExecute || tt.TimeAdded == nil {
+		t.Fatalf("taint = %+v, want %s=%s:NoExecute with TimeAdded", tt, TaintKey, TaintValue)
 	}
 	if !tt.TimeAdded.Time.Equal(t0.Add(5 * time.Second)) {
 		t.Errorf("TimeAdded = %v", tt.TimeAdded)
@@ -173,7 +173,7 @@ func TestApplyAnotherFencersTaint(t *testing.T) {
 	if _, err := tnA.Apply(ctx, "n1", bmcEvidence()); err != nil {
 		t.Fatal(err)
 	}
-	tnB := New(cs, "fencer-b", nil)
+	tnB := NewTainter(cs, "fencer-b", nil)
 	applied, err := tnB.Apply(ctx, "n1", bmcEvidence())
 	if err != nil || applied {
 		t.Fatalf("Apply by a second fencer = %v, %v; want false, nil", applied, err)
@@ -186,7 +186,7 @@ func TestApplyAnotherFencersTaint(t *testing.T) {
 func TestApplyLeavesForeignTaint(t *testing.T) {
 	ctx := context.Background()
 	n := testNode("n1")
-	foreign := corev1.Taint{Key: Key, Value: "operator", Effect: corev1.TaintEffectNoExecute}
+	foreign := corev1.Taint{Key: TaintKey, Value: "operator", Effect: corev1.TaintEffectNoExecute}
 	n.Spec.Taints = append(n.Spec.Taints, foreign)
 	tn, cs, rec := newTainter("fencer-a", n)
 
@@ -277,7 +277,7 @@ func TestRemoveOurs(t *testing.T) {
 	events(rec)
 
 	// Any fencer may remove a fenced taint, not only the one that applied it.
-	tnB := New(cs, "fencer-b", rec)
+	tnB := NewTainter(cs, "fencer-b", rec)
 	removed, err := tnB.Remove(ctx, "n1", "node is Ready with a new boot ID")
 	if err != nil || !removed {
 		t.Fatalf("Remove = %v, %v; want true, nil", removed, err)
@@ -307,7 +307,7 @@ func TestRemoveOurs(t *testing.T) {
 
 func TestRemoveForeign(t *testing.T) {
 	n := testNode("n1")
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: Key, Value: Value, Effect: corev1.TaintEffectNoExecute})
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoExecute})
 	tn, cs, rec := newTainter("fencer-a", n)
 	removed, err := tn.Remove(context.Background(), "n1", "recovered")
 	if removed || !errors.Is(err, ErrNotOurs) {
@@ -467,7 +467,7 @@ func pod(ns, name, node string) *corev1.Pod {
 func TestForceDeletePods(t *testing.T) {
 	ctx := context.Background()
 	tainted := testNode("n1")
-	tainted.Spec.Taints = append(tainted.Spec.Taints, corev1.Taint{Key: Key, Value: Value, Effect: corev1.TaintEffectNoExecute})
+	tainted.Spec.Taints = append(tainted.Spec.Taints, corev1.Taint{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoExecute})
 	tn, cs, _ := newTainter("fencer-a", tainted, testNode("n2"),
 		pod("a", "db-0", "n1"), pod("b", "web-1", "n1"), pod("a", "db-1", "n2"), pod("a", "pending", ""))
 
@@ -517,7 +517,7 @@ func TestForceDeletePodsRefusesUntaintedNode(t *testing.T) {
 
 func TestForceDeletePodsGoneOrReplaced(t *testing.T) {
 	tainted := testNode("n1")
-	tainted.Spec.Taints = append(tainted.Spec.Taints, corev1.Taint{Key: Key, Effect: corev1.TaintEffectNoExecute})
+	tainted.Spec.Taints = append(tainted.Spec.Taints, corev1.Taint{Key: TaintKey, Effect: corev1.TaintEffectNoExecute})
 	tn, cs, _ := newTainter("fencer-a", tainted, pod("a", "gone", "n1"), pod("a", "replaced", "n1"), pod("a", "ok", "n1"), pod("a", "broken", "n1"))
 	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		gr := schema.GroupResource{Resource: "pods"}
@@ -588,7 +588,7 @@ func TestApplyConflictRetries(t *testing.T) {
 	t.Run("operator tainted meanwhile", func(t *testing.T) {
 		tn, cs, rec := newTainter("fencer-a", testNode("n1"))
 		conflictOnce(t, cs, "nodes", "", func(n *corev1.Node) {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: Key, Value: "by-hand", Effect: corev1.TaintEffectNoExecute})
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintKey, Value: "by-hand", Effect: corev1.TaintEffectNoExecute})
 		})
 		applied, err := tn.Apply(ctx, "n1", bmcEvidence())
 		if err != nil || applied {
@@ -679,7 +679,7 @@ func TestHelpersOnNil(t *testing.T) {
 	if HasTaint(nil) || AppliedByFenced(nil) {
 		t.Error("nil node has a taint")
 	}
-	if New(fake.NewClientset(), "", nil).Identity() != "fenced" {
+	if NewTainter(fake.NewClientset(), "", nil).Identity() != "fenced" {
 		t.Error("empty identity not defaulted")
 	}
 }

@@ -1,4 +1,4 @@
-package taint
+package kube
 
 import rbacv1 "k8s.io/api/rbac/v1"
 
