@@ -25,7 +25,7 @@ help: ## list the targets
 build: ## build bin/fenced
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fenced
 
-deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd, dbus-daemon)
+deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd, dbus-daemon, snmpd, snmp, fence-agents)
 	./hack/install-deps.sh
 
 kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached outside the repo, ~6-9 min cold)

@@ -7,13 +7,17 @@
 #   iproute2     `ip netns` / veth / bridge for per-node network namespaces
 #   systemd      systemd-analyze: test/deploy verifies deploy/systemd/fenced.service
 #   dbus-daemon  the private system bus of internal/testbed/logind, each test machine's logind
+#   snmpd        net-snmp's agent: the simulated APC PDUs of internal/testbed/pdusim
+#   snmp         net-snmp's client tools (snmpget, snmpset), cross-checks the PDUs
+#   fence-agents ClusterLabs' fence agents (fence_apc_snmp, fence_ipmilan), run by
+#                pkg/device's fence-agent driver in its integration tests
 #
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
-readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon)
+readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
