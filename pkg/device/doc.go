@@ -8,6 +8,11 @@
 // kind of device is one more driver implementing [BMC] beside them, built
 // by [NewDriver] from its configuration entry.
 //
+// [FenceAgent] (fenceagent.go) runs any ClusterLabs fence agent
+// (fence_apc_snmp, fence_ipmilan, …) through its stdin interface: one
+// device, such as a PDU, serving many plugs; [FenceAgent.Plug] is one plug
+// seen as a [BMC]. It is not yet wired into the configuration.
+//
 // Around the drivers: [Inventory] maps node names to their drivers
 // (inventory.go; [NewInventoryOf] for a fixed set); [PowerOffVerified],
 // [PowerOnVerified] and [PowerCycleVerified] switch and then wait until the
