@@ -127,4 +127,3 @@ func TestFenceAgentIPMILan(t *testing.T) {
 	}
 	t.Logf("wrong password: %v (kind %s)", err, KindOf(err))
 }
-

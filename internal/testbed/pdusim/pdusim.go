@@ -371,4 +371,3 @@ func withDefault(v, def string) string {
 	}
 	return v
 }
-
