@@ -29,11 +29,7 @@ import (
 // shutdown delay lock, handle the host's shutdown (announce, leave,
 // release the lock) and stop cleanly.
 func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: starts a control plane")
-	}
-	ctx := context.Background()
-	c := cluster.MustStart(ctx, t, cluster.Options{NoScheduler: true})
+	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
 	if _, err := c.Client().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {

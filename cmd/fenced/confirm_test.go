@@ -24,13 +24,7 @@ import (
 // as an operator would, against a real API server and a real BMC simulator
 // whose chassis power is a process.
 func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: starts a control plane and ipmi_sim")
-	}
-	// Generous: on a machine without cached binaries MustStart builds them.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := cluster.MustStart(ctx, t, cluster.Options{NoScheduler: true})
+	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
 	client := c.Client()
 	const uuid = "6b1a3c52-8f0e-4d2a-9c41-3e5f7a9b0c1d"
 	sim := ipmisim.Start(t, ipmisim.Options{Name: "node-a", SystemUUID: uuid})

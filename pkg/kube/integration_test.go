@@ -34,13 +34,7 @@ import (
 // whose node lifecycle controller writes the same Nodes concurrently, as it
 // would in production.
 func TestIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Kubernetes control plane; skipped with -short")
-	}
-	// Generous: on a machine without cached binaries Start builds them first.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := cluster.MustStart(ctx, t, cluster.Options{})
+	ctx, c := cluster.StartForTest(t, cluster.Options{})
 
 	t.Run("apply and remove", func(t *testing.T) { integrationRoundTrip(ctx, t, c) })
 	t.Run("foreign taint", func(t *testing.T) { integrationForeign(ctx, t, c) })

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -30,9 +29,7 @@ import (
 // ServiceAccount's token until its informers have synced.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := cluster.MustStart(ctx, t, cluster.Options{NoScheduler: true})
+	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
 
 	// A server-side dry run persists nothing, so the namespace the
 	// renders' own Namespace object would create is not there for the

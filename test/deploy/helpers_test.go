@@ -52,9 +52,7 @@ func kubectlPath(t testing.TB) string {
 	if testing.Short() {
 		t.Skip("needs kubectl from hack/kube-binaries.sh (built on first use); skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	dir, err := cluster.EnsureBinaries(ctx, cluster.KubeVersion(), t.Logf)
+	dir, err := cluster.EnsureBinaries(cluster.TestContext(t), cluster.KubeVersion(), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

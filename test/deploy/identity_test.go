@@ -137,9 +137,7 @@ func TestAgentIdentityPolicyFile(t *testing.T) {
 // after, with the fencer's own token.
 func TestAgentIdentityPolicy(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	c := cluster.MustStart(ctx, t, cluster.Options{NoScheduler: true})
+	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
 	admin := c.Client()
 	kc := func(stdin []byte, args ...string) {
 		t.Helper()

@@ -25,11 +25,7 @@ import (
 // server outage (StopAPIServer, StartAPIServer), an agent restarted in
 // place (RestartAgent) and an agent frozen alone (FreezeAgent, ThawAgent).
 func TestHarnessOps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a control plane and three machines with fenced agents")
-	}
-	ctx := context.Background()
-	h := harness.Start(ctx, t, harness.Options{
+	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},
 	})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -27,11 +26,7 @@ import (
 // workload on a victim keeps writing alone, and the fencer counts the
 // rejected forgeries.
 func TestHostileMember(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a control plane and machines with fenced agents")
-	}
-	ctx := context.Background()
-	h := harness.Start(ctx, t, harness.Options{
+	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4"},
 		// Power-off mode with a short fenceAfter: the guards, not the
 		// mode, must keep healthy nodes powered.

@@ -34,11 +34,7 @@ const (
 // TestWithoutFencing shows the problem fenced exists for, and the manual
 // cure operators apply today, on five machines at once.
 func TestWithoutFencing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a control plane and five machines")
-	}
-	ctx := context.Background()
-	h := harness.Start(ctx, t, harness.Options{Machines: []string{"node-a", "node-b", "node-c", "node-d", "node-e"}})
+	ctx, h := harness.StartForTest(t, harness.Options{Machines: []string{"node-a", "node-b", "node-c", "node-d", "node-e"}})
 
 	t.Run("power loss: Multi-Attach, then a manual out-of-service taint cures it", func(t *testing.T) {
 		t.Parallel()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +18,7 @@ import (
 // a shutdown that leaves a CSI volume mounted gets no taint until the BMC
 // reads off.
 func TestCleanShutdown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a control plane and machines with fenced agents")
-	}
-	ctx := context.Background()
-	h := harness.Start(ctx, t, harness.Options{
+	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},
 	})

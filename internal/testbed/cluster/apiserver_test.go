@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"os"
 	"strings"
@@ -22,12 +21,7 @@ import (
 // again (a new namespace gets its default ServiceAccount), that the log was
 // appended to, and that Stop still leaves nothing behind.
 func TestAPIServerRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Kubernetes control plane; skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := MustStart(ctx, t, Options{NoScheduler: true})
+	ctx, c := StartForTest(t, Options{NoScheduler: true})
 	client := c.Client()
 
 	const ns, node = "before", "node-a"

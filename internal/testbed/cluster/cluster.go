@@ -10,10 +10,9 @@
 // another local address (Options.BindAddress) for clients in network
 // namespaces.
 //
-// Typical use:
+// Typical use, in a test:
 //
-//	c, err := cluster.Start(ctx, t, cluster.Options{})
-//	if err != nil { t.Fatal(err) }
+//	ctx, c := cluster.StartForTest(t, cluster.Options{})
 //	client := c.Client()
 //
 // With a testing.TB, Start registers a cleanup that stops the cluster and, if
@@ -449,6 +448,39 @@ func MustStart(ctx context.Context, t testing.TB, opts Options) *Cluster {
 		t.Fatalf("starting the control plane: %v", err)
 	}
 	return c
+}
+
+// TestTimeout bounds the context of TestContext and StartForTest. Generous:
+// on a machine without cached binaries Start first builds them (~6 min).
+const TestTimeout = 15 * time.Minute
+
+// SkipShortMessage is why a test that starts a control plane skips under
+// -short.
+const SkipShortMessage = "starts a real Kubernetes control plane; skipped with -short"
+
+// TestContext returns a context for a test that starts a control plane or
+// builds its binaries: its deadline is TestTimeout away, and it is
+// cancelled by t.Cleanup, so that it outlives parallel subtests (a defer in
+// the test function would cancel it before they run).
+func TestContext(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), TestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// StartForTest is the preamble of every test that needs a control plane:
+// it skips t under -short (SkipShortMessage), starts the cluster under a
+// TestContext and fails t at once if it cannot (MustStart). The cluster is
+// stopped at t's cleanup; the context is cancelled after that. The context
+// is returned for the test's own API calls.
+func StartForTest(t testing.TB, opts Options) (context.Context, *Cluster) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(SkipShortMessage)
+	}
+	ctx := TestContext(t)
+	return ctx, MustStart(ctx, t, opts)
 }
 
 // prepare creates the directories, keys and token file.

@@ -27,15 +27,8 @@ import (
 // the controller manager and the scheduler all do their job, stops it, and
 // checks that no process is left behind.
 func TestControlPlane(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Kubernetes control plane; skipped with -short")
-	}
-	// Generous: on a fresh machine Start first builds the binaries (~6 min).
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-
 	began := time.Now()
-	c := MustStart(ctx, t, Options{})
+	ctx, c := StartForTest(t, Options{})
 	t.Logf("Start took %.1fs", time.Since(began).Seconds())
 	client := c.Client()
 
@@ -121,8 +114,7 @@ func TestStartFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver; skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	ctx := TestContext(t)
 	var logs []string
 	c, err := Start(ctx, nil, Options{
 		APIServerArgs: []string{"--no-such-flag"},
@@ -282,12 +274,7 @@ func children(t *testing.T, pid int) []int {
 // kubeconfig follow it. 127.0.0.2 is on lo like 127.0.0.1, so the test needs
 // no network setup.
 func TestBindAddress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real Kubernetes control plane; skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := MustStart(ctx, t, Options{BindAddress: "127.0.0.2", NoScheduler: true})
+	ctx, c := StartForTest(t, Options{BindAddress: "127.0.0.2", NoScheduler: true})
 	if !strings.HasPrefix(c.Host, "https://127.0.0.2:") {
 		t.Errorf("Host %q, want it on 127.0.0.2", c.Host)
 	}

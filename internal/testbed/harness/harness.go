@@ -95,6 +95,30 @@ type Machine struct {
 	bmcPort                       int
 }
 
+// TestTimeout bounds the context StartForTest returns: generous, for a
+// whole scenario test on a loaded machine (a few minutes warm) plus, on a
+// fresh machine, building the Kubernetes binaries first (~6 min).
+const TestTimeout = 30 * time.Minute
+
+// SkipShortMessage is why an end-to-end test skips under -short.
+const SkipShortMessage = "end-to-end: starts a control plane and machines; skipped with -short"
+
+// StartForTest is the preamble of every end-to-end test: it skips t under
+// -short (SkipShortMessage) and runs Start under a context with a
+// TestTimeout deadline, cancelled by t.Cleanup once everything Start set up
+// is torn down. The context is returned for the test's own calls; being
+// cancelled at cleanup, not when the test function returns, it serves
+// parallel subtests too.
+func StartForTest(t testing.TB, o Options) (context.Context, *Harness) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(SkipShortMessage)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), TestTimeout)
+	t.Cleanup(cancel)
+	return ctx, Start(ctx, t, o)
+}
+
 // Start brings up the control plane, the network, the CSI attacher and the
 // machines, and waits until every machine's Node is Ready. Everything is
 // torn down at test cleanup, also when the test fails.

@@ -82,9 +82,6 @@ func runVolumeGuard(root string) int {
 // inhibit delay expires. Each machine also runs a volume guard, which
 // holds a delay lock until the CSI mounts are gone.
 func TestGracefulShutdown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane and two machines")
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, BMC simulators, mounts")
 	}
@@ -92,8 +89,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	h := Start(ctx, t, Options{
+	ctx, h := StartForTest(t, Options{
 		Machines: []string{"node-a", "node-b"},
 		Extra: func(m *Machine) [][]string {
 			return [][]string{{self, "-test.run=^$", "--", volumeGuardArg, m.KubeletRootDir()}}
