@@ -57,12 +57,20 @@ bmc:
 `+nodes.String())
 }
 
-func TestBMCCommandsAgainstIPMISim(t *testing.T) {
+// startNodeASim is the preamble of the tests of the bmc commands: it skips
+// t under -short, else starts a BMC simulator for node-a and returns it
+// with its inventory (inventoryFor).
+func startNodeASim(t *testing.T) (*ipmisim.Sim, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs ipmi_sim")
 	}
 	sim := ipmisim.Start(t, ipmisim.Options{Name: "node-a"})
-	cfg := inventoryFor(t, map[string]*ipmisim.Sim{"node-a": sim})
+	return sim, inventoryFor(t, map[string]*ipmisim.Sim{"node-a": sim})
+}
+
+func TestBMCCommandsAgainstIPMISim(t *testing.T) {
+	sim, cfg := startNodeASim(t)
 	ctx := context.Background()
 	fast := []string{"--power-wait", "100ms"}
 
@@ -105,11 +113,7 @@ func TestBMCCommandsAgainstIPMISim(t *testing.T) {
 }
 
 func TestBMCCommandFailuresAndExitCodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs ipmi_sim")
-	}
-	sim := ipmisim.Start(t, ipmisim.Options{Name: "node-a"})
-	cfg := inventoryFor(t, map[string]*ipmisim.Sim{"node-a": sim})
+	sim, cfg := startNodeASim(t)
 	ctx := context.Background()
 
 	cases := []struct {

@@ -11,14 +11,24 @@ import (
 )
 
 // newViewRing is a Ring without memberlist, to drive the delegate
-// callbacks directly in the order a test needs.
+// callbacks directly in the order a test needs. It is built by the
+// production constructor, so that it has every map and channel a Ring
+// from Join has.
 func newViewRing(t *testing.T, isNode func(string) bool) *Ring {
+	t.Helper()
 	return newRing("self", testLogger(t, "self"), isNode)
 }
 
+// mlNode is memberlist's view of a running observer.
 func mlNode(t *testing.T, name, boot string) *memberlist.Node {
 	t.Helper()
-	b, err := Meta{Version: MetaVersion, Node: name, BootID: boot, Role: RoleObserver, State: vocab.AnnounceRunning}.Encode()
+	return mlNodeIn(t, name, boot, vocab.AnnounceRunning)
+}
+
+// mlNodeIn is memberlist's view of an observer that announces state.
+func mlNodeIn(t *testing.T, name, boot string, state vocab.Announcement) *memberlist.Node {
+	t.Helper()
+	b, err := Meta{Version: MetaVersion, Node: name, BootID: boot, Role: RoleObserver, State: state}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,11 +182,7 @@ func TestNotifyAlive(t *testing.T) {
 func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 	announced := func(t *testing.T, state vocab.Announcement) *memberlist.Node {
 		t.Helper()
-		b, err := Meta{Version: MetaVersion, Node: "x", BootID: "boot-1", Role: RoleObserver, State: state}.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &memberlist.Node{Name: "x", Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: b}
+		return mlNodeIn(t, "x", "boot-1", state)
 	}
 	state := func(r *Ring) vocab.MemberState {
 		m, _ := r.Member("x")

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -199,15 +198,7 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	}
 	asSA := func(t *testing.T, sa string) kubernetes.Interface {
 		t.Helper()
-		tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("TokenRequest for %s: %v", sa, err)
-		}
-		cfg := c.RESTConfig()
-		cfg.BearerToken = tr.Status.Token
-		return kubernetes.NewForConfigOrDie(cfg)
+		return serviceAccountClient(ctx, t, c, sa, nil)
 	}
 	t.Run("fencer-runs/"+fencerSA, func(t *testing.T) {
 		cl := asSA(t, fencerSA)

@@ -19,10 +19,14 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -57,6 +61,22 @@ func kubectlPath(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(dir, "kubectl")
+}
+
+// serviceAccountClient is a client of c with a fresh token (10 min) of the
+// ServiceAccount sa in the agent's namespace, bound to ref if it is not nil
+// (as a pod's projected token is bound to the pod).
+func serviceAccountClient(ctx context.Context, t testing.TB, c *cluster.Cluster, sa string, ref *authenticationv1.BoundObjectReference) kubernetes.Interface {
+	t.Helper()
+	tr, err := c.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600), BoundObjectRef: ref},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s: %v", sa, err)
+	}
+	cfg := c.RESTConfig()
+	cfg.BearerToken = tr.Status.Token
+	return kubernetes.NewForConfigOrDie(cfg)
 }
 
 // run runs a command with stdin and returns stdout, stderr and its error.

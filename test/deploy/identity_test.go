@@ -191,15 +191,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	// Clients for every kind of identity.
 	tokenClient := func(t *testing.T, sa string, ref *authenticationv1.BoundObjectReference) kubernetes.Interface {
 		t.Helper()
-		tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600), BoundObjectRef: ref},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("TokenRequest for %s: %v", sa, err)
-		}
-		cfg := c.RESTConfig()
-		cfg.BearerToken = tr.Status.Token
-		return kubernetes.NewForConfigOrDie(cfg)
+		return serviceAccountClient(ctx, t, c, sa, ref)
 	}
 	podToken := func(t *testing.T, sa, node string) kubernetes.Interface {
 		p := pods[node]

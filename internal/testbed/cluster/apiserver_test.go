@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // TestAPIServerRestart stops kube-apiserver, checks that clients are refused,
@@ -35,19 +33,8 @@ func TestAPIServerRestart(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Create(ctx, readyNode(node), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nodeKubeconfig, err := c.UserKubeconfig("system:node:"+node, "system:nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", nodeKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeClient, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nodeClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+	asNode := nodeClient(t, c, node)
+	if _, err := asNode.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
 		t.Fatalf("node client before the outage: %v", err)
 	}
 	oldGroups := c.ProcessGroups()
@@ -71,7 +58,7 @@ func TestAPIServerRestart(t *testing.T) {
 			return err
 		},
 		"node client": func() error {
-			_, err := nodeClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			_, err := asNode.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			return err
 		},
 	} {
@@ -97,7 +84,7 @@ func TestAPIServerRestart(t *testing.T) {
 	if err != nil || got.Data["k"] != "v" {
 		t.Fatalf("ConfigMap created before the outage: %v, %v", got, err)
 	}
-	if _, err := nodeClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+	if _, err := asNode.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
 		t.Errorf("node client after the outage: %v", err)
 	}
 	// The controller manager lost its watches with the server; its

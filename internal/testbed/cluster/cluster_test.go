@@ -195,18 +195,7 @@ func checkVersion(ctx context.Context, t *testing.T, c *Cluster) {
 // works and is subject to the Node authorizer: a node may read its own Node
 // but not list Secrets.
 func checkNodeIdentity(ctx context.Context, t *testing.T, c *Cluster, node string) {
-	path, err := c.UserKubeconfig("system:node:"+node, "system:nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := nodeClient(t, c, node)
 	if _, err := nc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
 		t.Errorf("node %s cannot read its own Node: %v", node, err)
 	}
@@ -269,6 +258,32 @@ func children(t *testing.T, pid int) []int {
 	return kids
 }
 
+// nodeClient is a client of node's identity (system:node:<node>, in
+// system:nodes) through a kubeconfig file from UserKubeconfig.
+func nodeClient(t *testing.T, c *Cluster, node string) kubernetes.Interface {
+	t.Helper()
+	path, err := c.UserKubeconfig("system:node:"+node, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clientFromKubeconfig(t, path)
+}
+
+// clientFromKubeconfig is a client built from the kubeconfig file at path
+// alone, as a program given --kubeconfig would build it.
+func clientFromKubeconfig(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
 // TestBindAddress checks that the API server can be put on another local
 // address (as the harness does with its bridge) and that the serving cert and
 // kubeconfig follow it. 127.0.0.2 is on lo like 127.0.0.1, so the test needs
@@ -278,14 +293,7 @@ func TestBindAddress(t *testing.T) {
 	if !strings.HasPrefix(c.Host, "https://127.0.0.2:") {
 		t.Errorf("Host %q, want it on 127.0.0.2", c.Host)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := clientFromKubeconfig(t, c.Kubeconfig)
 	// A verified TLS connection through the kubeconfig file alone.
 	if _, err := kc.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Errorf("admin kubeconfig against %s: %v", c.Host, err)
