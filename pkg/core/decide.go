@@ -112,7 +112,7 @@ type NodeObs struct {
 	// TaintedByFenced: the out-of-service taint is there with fenced's
 	// annotation; Evidence is what the annotation records.
 	TaintedByFenced bool
-	Evidence        *FenceRecord
+	Evidence        *Evidence
 	// VolumeAttachments of this node that still exist.
 	VolumeAttachments int
 	// ShuttingDown: the kubelet reports a graceful node shutdown in
@@ -173,23 +173,6 @@ type BMCObs struct {
 	InFlight bool
 }
 
-// Reading is one authenticated power reading.
-type Reading struct {
-	Power PowerState
-	// At is when the answer came; Sent when the request was sent. The
-	// reading's age counts from At.
-	At, Sent time.Time
-	// KubeletRenew is the renew time of the node's kubelet Lease as the
-	// fencer knew it when the answer came: a later renewal means the node
-	// was alive after the reading (same clock on both sides: the kubelet's).
-	KubeletRenew time.Time
-	GUID         string
-	Endpoint     string
-	// AfterPowerOff: fenced switched the node off and this reading
-	// confirmed it.
-	AfterPowerOff bool
-}
-
 // Failure is one failed BMC request.
 type Failure struct {
 	Op      string
@@ -233,15 +216,6 @@ type Observation struct {
 // annotation is missing or unreadable.
 const unknownMethod vocab.EvidenceMethod = "unknown"
 
-// FenceRecord is the evidence of a fence, as stored on the Node.
-type FenceRecord struct {
-	Method vocab.EvidenceMethod
-	At     time.Time
-	BootID string
-	Reason string
-	BMC    *Reading
-}
-
 // ActionKind names what the fencer loop must do.
 type ActionKind string
 
@@ -266,7 +240,7 @@ const (
 type Action struct {
 	Kind ActionKind
 	// Evidence for ActApplyTaint.
-	Evidence *FenceRecord
+	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
 	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
 	EventType, Reason, Message string
@@ -325,7 +299,7 @@ type Target struct {
 	// voidedUpTo: power readings up to this answer time were contradicted
 	// by a sign of life and are no evidence.
 	voidedUpTo time.Time
-	fence      *FenceRecord
+	fence      *Evidence
 }
 
 // Decision is the result of one Step: the actions, and one line saying
@@ -395,7 +369,7 @@ func (d *decider) step() {
 	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
 		t.fence = o.Node.Evidence
 		if t.fence == nil {
-			t.fence = &FenceRecord{Method: unknownMethod}
+			t.fence = &Evidence{Method: unknownMethod}
 		}
 		t.taintSeen = true
 		d.enter(PhaseFenced, "adopted existing fenced taint")
@@ -524,12 +498,12 @@ func (d *decider) detect() {
 	switch {
 	case fresh && r.Power == PowerOff && !d.guidMatches(r):
 		d.enter(PhaseConfirming, "BMC identity mismatch")
-		d.notice("guid:"+r.GUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("guid:"+r.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
 			"BMC %s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
-			r.Endpoint, r.GUID, o.Node.SystemUUID))
+			r.Endpoint, r.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
-		d.fenceIfStillTrue(FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("BMC %s read power off at %s, after the node stopped answering (%s)",
 				r.Endpoint, r.At.UTC().Format(time.RFC3339Nano), d.channels())})
 	case o.BMC.InFlight:
@@ -707,8 +681,8 @@ func (d *decider) challenge() {
 func (d *decider) poweringOff() {
 	o, t, p := d.o, d.t, d.p
 	r := o.BMC.Reading
-	if r != nil && r.AfterPowerOff && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
-		d.fenceIfStillTrue(FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
+		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through BMC %s and read power off at %s",
 				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
 		return
@@ -778,7 +752,7 @@ func (d *decider) poweringOff() {
 
 // evidenceTime is when the evidence was taken: the BMC's answer, or when
 // the fencer saw the node's announcement.
-func evidenceTime(ev *FenceRecord) time.Time {
+func evidenceTime(ev *Evidence) time.Time {
 	if ev.BMC != nil {
 		return ev.BMC.At
 	}
@@ -791,7 +765,7 @@ func evidenceTime(ev *FenceRecord) time.Time {
 // liveness challenge, or (for a power reading) a renewal of its kubelet's
 // Lease. Gossip's own "alive" is not one (any key holder can say it); it
 // only makes the fencer ask the agent (see proofPending).
-func LifeAfter(ev *FenceRecord, o Observation) string {
+func LifeAfter(ev *Evidence, o Observation) string {
 	at := evidenceTime(ev)
 	switch {
 	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
@@ -802,7 +776,7 @@ func LifeAfter(ev *FenceRecord, o Observation) string {
 		return fmt.Sprintf("its BMC %s reads power on at %s", o.BMC.Reading.Endpoint, o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
 	case o.Agent.LastProof.After(at):
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
-	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletRenew):
+	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt):
 		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after the reading", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
 	}
 	return ""
@@ -810,7 +784,7 @@ func LifeAfter(ev *FenceRecord, o Observation) string {
 
 // EvidenceHolds applies the whole rule at time o.Now: no sign of life since
 // ev, and a power reading no older than maxAge. It returns why not.
-func EvidenceHolds(ev *FenceRecord, o Observation, maxAge time.Duration) (ok bool, why string) {
+func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, why string) {
 	if life := LifeAfter(ev, o); life != "" {
 		return false, life
 	}
@@ -836,7 +810,7 @@ func (d *decider) proofPending(at time.Time) bool {
 // fenceIfStillTrue fences with ev unless the node was seen alive after it
 // (the evidence is void: reported, and the reading never used again), its
 // agent has to be asked first, or the reading is too old (read again).
-func (d *decider) fenceIfStillTrue(ev FenceRecord) {
+func (d *decider) fenceIfStillTrue(ev Evidence) {
 	o, t := d.o, d.t
 	if life := LifeAfter(&ev, o); life != "" {
 		d.void(&ev, life)
@@ -864,7 +838,7 @@ func (d *decider) fenceIfStillTrue(ev FenceRecord) {
 // void drops evidence that a sign of life contradicts: an Event says so,
 // a contradicted reading is never used again, and the node is looked at
 // afresh.
-func (d *decider) void(ev *FenceRecord, why string) {
+func (d *decider) void(ev *Evidence, why string) {
 	o, t := d.o, d.t
 	at := evidenceTime(ev)
 	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
@@ -887,7 +861,7 @@ func (d *decider) void(ev *FenceRecord, why string) {
 // fenceWith asks for the taint with evidence. The rest of the fence —
 // Ready=False, the pods' force-deletion, the NodeFenced Event — follows
 // once the taint is there (fenced), and is redone until done.
-func (d *decider) fenceWith(ev FenceRecord) {
+func (d *decider) fenceWith(ev Evidence) {
 	o, t := d.o, d.t
 	t.fence, t.taintSent, t.taintSeen = &ev, o.Now, false
 	d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
@@ -906,7 +880,7 @@ func (d *decider) fenced() {
 	o, t, p := d.o, d.t, d.p
 	fence := t.fence
 	if fence == nil {
-		fence = &FenceRecord{Method: unknownMethod}
+		fence = &Evidence{Method: unknownMethod}
 	}
 	if !o.Node.TaintedByFenced && !t.taintSeen {
 		// Our taint write has not shown up: it failed (API unreachable, a
@@ -1020,7 +994,7 @@ func (d *decider) fenced() {
 	if !done {
 		d.requeue(TaintRetry)
 	}
-	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.AfterPowerOff && !t.poweredOnSent &&
+	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight {
 		t.poweredOnSent = true
 		d.do(Action{Kind: ActPowerOn})
@@ -1061,17 +1035,17 @@ func (m MemberObs) announcedShutdown() bool {
 
 // cleanShutdown returns clean-shutdown evidence when the member announced
 // shutdown-complete for the node's current boot and has left the ring.
-func (d *decider) cleanShutdown() (FenceRecord, bool) {
+func (d *decider) cleanShutdown() (Evidence, bool) {
 	m, n := d.o.Member, d.o.Node
 	if !m.Known || !m.Signed || m.State != vocab.MemberLeft || m.Announced != vocab.AnnounceShutdownComplete || m.BootID == "" {
-		return FenceRecord{}, false
+		return Evidence{}, false
 	}
 	// The announcement must be about the boot the API knows; an old
 	// announcement of an earlier boot proves nothing about this one.
 	if n.BootID != "" && n.BootID != m.BootID {
-		return FenceRecord{}, false
+		return Evidence{}, false
 	}
-	return FenceRecord{Method: vocab.EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
+	return Evidence{Method: vocab.EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
 		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s, signed with its own key, and left the ring at %s",
 			m.BootID, m.Since.UTC().Format(time.RFC3339))}, true
 }
@@ -1079,10 +1053,10 @@ func (d *decider) cleanShutdown() (FenceRecord, bool) {
 // guidMatches applies the identity check "when known": a reading without
 // a GUID, or a node without a systemUUID, passes.
 func (d *decider) guidMatches(r *Reading) bool {
-	if r.GUID == "" || d.o.Node.SystemUUID == "" {
+	if r.SystemGUID == "" || d.o.Node.SystemUUID == "" {
 		return true
 	}
-	return SameSystemUUID(r.GUID, d.o.Node.SystemUUID)
+	return SameSystemUUID(r.SystemGUID, d.o.Node.SystemUUID)
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.

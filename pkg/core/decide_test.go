@@ -50,7 +50,7 @@ func powerLoss(o Observation, at time.Time) Observation {
 }
 
 func reading(power PowerState, at time.Time, guid string) *Reading {
-	return &Reading{Power: power, At: at, GUID: guid, Endpoint: "ipmi://198.18.0.1:623"}
+	return &Reading{Power: power, At: at, SystemGUID: guid, Endpoint: "ipmi://198.18.0.1:623"}
 }
 
 func kinds(as []Action) []ActionKind {
@@ -452,7 +452,7 @@ func TestSameBootIDAfterFenceRaisesSafetyAlarmAndKeepsTaint(t *testing.T) {
 	p := testPolicy(ModeConfirmOnly)
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince = ReadyTrue, t0.Add(time.Minute) // came back after the fence
 	o.Now = t0.Add(2 * time.Minute)
 	tgt := &Target{Name: "node-a"}
@@ -483,7 +483,7 @@ func TestGossipBackWithFencedBootRaisesAlarm(t *testing.T) {
 	// with the boot ID it had when fenced: it never went off.
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 	o.Member.State, o.Member.Since = "alive", t0.Add(30*time.Second)
 	o.Now = t0.Add(time.Minute)
@@ -499,7 +499,7 @@ func TestStaleReadyDoesNotCountAsBack(t *testing.T) {
 	// node coming back, so no alarm and no untaint.
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Member.State, o.Member.Since = "dead", t0.Add(-5*time.Second)
 	o.Now = t0.Add(10 * time.Second)
 	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
@@ -515,7 +515,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 	fenceAt := t0.Add(40 * time.Millisecond)
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: fenceAt, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: fenceAt, BootID: "boot-1"}
 	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0, "boot-2"
 	o.Member.BootID, o.Member.Since = "boot-2", t0.Add(300*time.Millisecond)
 	o.Now = t0.Add(2 * time.Second)
@@ -528,7 +528,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 func TestUnknownBootIDKeepsTaint(t *testing.T) {
 	o := healthy()
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Node.BootID, o.Member.BootID = "", ""
 	o.Node.ReadySince = t0.Add(time.Minute)
 	o.Now = t0.Add(2 * time.Minute)
@@ -578,13 +578,13 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 		{name: "confirmed off", at: 90 * time.Second, change: func(o *Observation) {
 			o.BMC.InFlight = false
 			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
-			o.BMC.Reading.AfterPowerOff = true
+			o.BMC.Reading.PoweredOffByFenced = true
 		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}},
 		{name: "taint seen", at: 90100 * time.Millisecond, change: func(o *Observation) { o.Node.TaintedByFenced = true },
 			phase: PhaseFenced, want: []ActionKind{ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
 	}
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
-	if ev := tgt.fence; ev == nil || !ev.BMC.AfterPowerOff || !strings.Contains(ev.Reason, "switched the node off") {
+	if ev := tgt.fence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
 		t.Fatalf("evidence %+v", ev)
 	}
 }
@@ -683,7 +683,7 @@ func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
 		}, ReasonPowerOffFailed},
 		{"power-off sent but BMC still reads on", func(o *Observation) {
 			o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID)
-			o.BMC.Reading.AfterPowerOff = true
+			o.BMC.Reading.PoweredOffByFenced = true
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -716,7 +716,7 @@ func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
 func TestAdoptsExistingFenceAndReleasesOnNodeDeletion(t *testing.T) {
 	o := powerLoss(healthy(), t0.Add(time.Minute))
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	tgt := &Target{Name: "node-a"}
 	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
@@ -741,9 +741,9 @@ func TestPowerOnAfterFenceOnceVolumesReleased(t *testing.T) {
 	p.PowerOnAfterFence = true
 	o := powerLoss(healthy(), t0.Add(time.Minute))
 	r := reading(PowerOff, t0, nodeUUID)
-	r.AfterPowerOff = true
+	r.PoweredOffByFenced = true
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
 	o.Node.VolumeAttachments = 1
 	tgt := &Target{Name: "node-a"}
 	if d := tgt.Step(o, p); has(d.Actions, ActPowerOn) {
@@ -804,7 +804,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Node.NeverReady = o.Node.Ready != ReadyTrue && rng.IntN(5) == 0
 			case 2:
 				o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
-				o.BMC.Reading.AfterPowerOff = rng.IntN(4) == 0
+				o.BMC.Reading.PoweredOffByFenced = rng.IntN(4) == 0
 			case 3:
 				o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
 			case 4:
@@ -902,7 +902,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	t.Logf("%d taints applied across the walks, each with valid evidence; %d power-offs, each on a node down on both channels", taints, powerOffs)
 }
 
-func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince time.Time) {
+func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.Time) {
 	t.Helper()
 	switch ev.Method {
 	case vocab.EvidenceBMCPowerOff:
@@ -915,8 +915,8 @@ func checkEvidence(t *testing.T, o Observation, ev *FenceRecord, suspectSince ti
 		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != PowerOff {
 			t.Fatalf("bmc-power-off taint on %+v although the latest reading is %+v", r, now)
 		}
-		if r.GUID != "" && !SameSystemUUID(r.GUID, o.Node.SystemUUID) {
-			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.GUID, o.Node.SystemUUID)
+		if r.SystemGUID != "" && !SameSystemUUID(r.SystemGUID, o.Node.SystemUUID) {
+			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.SystemGUID, o.Node.SystemUUID)
 		}
 	case vocab.EvidenceCleanShutdown:
 		m := o.Member
@@ -983,7 +983,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 	t.Run("forged alive with the fenced boot raises no alarm", func(t *testing.T) {
 		o := healthy()
 		o.Node.TaintedByFenced = true
-		o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
+		o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 		o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 		o.Member.State, o.Member.Since, o.Member.Signed = "alive", t0.Add(30*time.Second), false
 		o.Now = t0.Add(time.Minute)
@@ -1042,7 +1042,7 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		tgt := suspected(p)
 		o := powerLoss(healthy(), t0.Add(7*time.Second))
 		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
-		o.BMC.Reading.KubeletRenew = t0
+		o.BMC.Reading.KubeletLeaseRenewedAt = t0
 		o.Node.KubeletRenew = t0
 		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
 			t.Fatalf("no taint on a fresh off reading: %v (reason %q)", kinds(d.Actions), d.Reason)
@@ -1101,7 +1101,7 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		}
 		o.Now = o.Now.Add(100 * time.Millisecond)
 		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
-		o.BMC.Reading.KubeletRenew = t0
+		o.BMC.Reading.KubeletLeaseRenewedAt = t0
 		d = tgt.Step(o, p)
 		if a := find(d.Actions, ActApplyTaint); a == nil || !a.Evidence.BMC.At.Equal(o.Now) {
 			t.Fatalf("fresh reading: %v (reason %q)", kinds(d.Actions), d.Reason)
@@ -1117,7 +1117,7 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 	o := healthy()
 	o.Now = t0.Add(time.Minute)
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
+	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
 		BMC: reading(PowerOff, t0.Add(10*time.Second), nodeUUID)}
 	o.Node.ReadySince = t0.Add(-time.Hour) // never transitioned
 	o.Node.BootID = "boot-2"

@@ -10,7 +10,7 @@
 //     [Observation] (Fencer.observe) and calls [Target.Step].
 //  2. decision: here, decide.go — [Target.Step] returns a [Decision]: the
 //     node's [Phase] and the [Action]s to take. The only path to
-//     [ActApplyTaint] is evidence ([FenceRecord]); table tests with a fake
+//     [ActApplyTaint] is evidence ([Evidence]); table tests with a fake
 //     clock and a randomized invariant walk drive it (decide_test.go).
 //  3. action: pkg/fencer, fencer.go — Fencer.execute carries out each Action:
 //     BMC reads and verified power actions through pkg/device (power.go),
@@ -21,4 +21,11 @@
 // [ErrorKind], the Op names — are defined here (vocab.go), as is the rule that
 // a BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
 // core, by pkg/kube and by `fenced confirm`.
+//
+// [Evidence] (evidence.go) is fenced's one model of why a node is fenced:
+// what the core decides a taint with, what `fenced confirm` builds from an
+// operator's word, and, through its JSON tags, the format of the Node's
+// evidence annotation that pkg/kube writes and reads. [Evidence.Validate] is
+// the one rule of what counts as evidence on its own (DESIGN.md §2); pkg/kube
+// applies it before every taint and adds only the checks against the Node.
 package core

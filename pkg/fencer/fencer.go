@@ -477,7 +477,7 @@ func (f *Fencer) kubeletRenew(node string) time.Time {
 // on the Node it just read: the core's rule (EvidenceHolds) against the
 // freshest view there is — that Node, the kubelet's Lease read from the API
 // now, the gossip member and the agent's answers as they are now.
-func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.FenceRecord) func(*corev1.Node) error {
+func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Evidence) func(*corev1.Node) error {
 	return func(n *corev1.Node) error {
 		o := core.Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
 		o.Node.KubeletRenew = f.kubeletRenew(name)
@@ -532,7 +532,7 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 	if kube.HasTaint(n) && kube.AppliedByFenced(n) {
 		o.TaintedByFenced = true
 		if ev, ok, err := kube.EvidenceOf(n); ok && err == nil {
-			o.Evidence = fenceRecordOf(ev)
+			o.Evidence = &ev
 		}
 	}
 	return o
@@ -587,7 +587,10 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 	case core.ActReleaseLease:
 		return f.releaseLease(ctx, name)
 	case core.ActApplyTaint:
-		ev := taintEvidence(a.Evidence, f.cfg.Identity)
+		// The core's evidence as it is, in this fencer's name (a copy: the
+		// core keeps its own).
+		ev := *a.Evidence
+		ev.By = f.cfg.Identity
 		written, err := f.cfg.Tainter.ApplyIf(ctx, name, ev, f.evidenceCheck(ctx, name, a.Evidence))
 		f.cfg.Metrics.fence(ev.Method, err)
 		if errors.Is(err, ErrEvidenceVoided) {
@@ -708,9 +711,9 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 				// Dated with the answer, and with what the kubelet's
 				// heartbeat said then: the age of the evidence counts from
 				// here, and a later heartbeat contradicts it.
-				r = &core.Reading{Power: state, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name)}
+				r = &core.Reading{Power: state, At: f.cfg.Now(), SentAt: start, KubeletLeaseRenewedAt: f.kubeletRenew(name)}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
-					r.GUID = guid
+					r.SystemGUID = guid
 				} else if device.KindOf(gerr) != core.KindNotSupported {
 					err = gerr // a BMC that answers power but fails GUID is not trusted this round
 				}
@@ -719,9 +722,9 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 			var res device.ActionResult
 			res, err = device.PowerOffVerified(ctx, b, f.cfg.Verify)
 			if err == nil {
-				r = &core.Reading{Power: res.State, At: f.cfg.Now(), Sent: start, KubeletRenew: f.kubeletRenew(name), AfterPowerOff: true}
+				r = &core.Reading{Power: res.State, At: f.cfg.Now(), SentAt: start, KubeletLeaseRenewedAt: f.kubeletRenew(name), PoweredOffByFenced: true}
 				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
-					r.GUID = guid
+					r.SystemGUID = guid
 				}
 			}
 		case core.OpPowerOn:
@@ -870,26 +873,6 @@ func (f *Fencer) Phases() map[string]core.Phase {
 		out[n] = t.Phase
 	}
 	return out
-}
-
-// taintEvidence converts the core's record into the annotation format.
-func taintEvidence(r *core.FenceRecord, by string) kube.Evidence {
-	ev := kube.Evidence{Method: r.Method, By: by, At: r.At, BootID: r.BootID, Reason: r.Reason}
-	if r.BMC != nil {
-		ev.BMC = &kube.BMCReading{Power: string(r.BMC.Power), At: r.BMC.At, SentAt: r.BMC.Sent, KubeletLeaseRenewedAt: r.BMC.KubeletRenew,
-			Endpoint: r.BMC.Endpoint, SystemGUID: r.BMC.GUID, PoweredOffByFenced: r.BMC.AfterPowerOff}
-	}
-	return ev
-}
-
-// fenceRecordOf converts stored evidence back into the core's record.
-func fenceRecordOf(ev kube.Evidence) *core.FenceRecord {
-	r := &core.FenceRecord{Method: ev.Method, At: ev.At, BootID: ev.BootID, Reason: ev.Reason}
-	if ev.BMC != nil {
-		r.BMC = &core.Reading{Power: core.PowerState(ev.BMC.Power), At: ev.BMC.At, Sent: ev.BMC.SentAt, KubeletRenew: ev.BMC.KubeletLeaseRenewedAt,
-			Endpoint: ev.BMC.Endpoint, GUID: ev.BMC.SystemGUID, AfterPowerOff: ev.BMC.PoweredOffByFenced}
-	}
-	return r
 }
 
 // significant reports whether actions deserve a decision log line even

@@ -77,7 +77,7 @@ func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
 	b := &slowBMC{delay: 1500 * time.Millisecond}
 	b.power.Store(core.PowerOff)
 	_, client := runFencer(t, b)
-	var ev kube.Evidence
+	var ev core.Evidence
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
@@ -108,8 +108,8 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	reading := time.Now()
 	b := newCountingBMC(core.PowerOff)
 	f, client := runFencer(t, b, kubeletLease("victim", reading.Add(-5*time.Second)))
-	ev := &core.FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(-5 * time.Second)}}
+	ev := &core.Evidence{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(-5 * time.Second)}}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +129,8 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	}
 	// A new boot in the Node as just read.
 	n.Status.NodeInfo.BootID = "boot-2"
-	if err := f.evidenceCheck(context.Background(), "victim", &core.FenceRecord{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletRenew: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
+	if err := f.evidenceCheck(context.Background(), "victim", &core.Evidence{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
+		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
 		t.Fatalf("new boot: %v", err)
 	}
 }

@@ -10,10 +10,14 @@
 // that is still running that means two writers on one disk, so this package
 // is the last gate before the write:
 //
-//   - Apply never writes without Evidence of a known method and a time, with
-//     a BMC reading of "off" for bmc-power-off, never with a reading of "on",
-//     and never when the evidence is about another boot or another machine
-//     than the Node reports.
+//   - Apply never writes without evidence (core.Evidence) that passes the
+//     core's rule, core.Evidence.Validate — a known method and a time, a BMC
+//     reading of "off" for bmc-power-off, never a reading of "on" — and
+//     never when the evidence is about another boot or another machine than
+//     the Node reports (checked here, against the Node as read before each
+//     write).
+//   - The evidence is stored as JSON in AnnotationEvidence, in the format
+//     core.Evidence's JSON tags define; EvidenceOf decodes it.
 //   - The taint and its annotations (AnnotationAppliedBy, AnnotationEvidence)
 //     are written in one update, so no reader sees one without the other.
 //   - fenced never claims or removes a taint it did not apply: a taint without

@@ -1,22 +1,23 @@
 package kube
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 // FuzzEvidenceOf feeds arbitrary annotation values to EvidenceOf, the
 // decoder of AnnotationEvidence on a Node: anyone who may update Nodes can
 // write it, and fencers and `fenced status` read it. Seeds
 // (testdata/fuzz/FuzzEvidenceOf) are the evidence README.md shows and the
-// kinds the tests use. Properties: nothing panics (EvidenceOf, Validate,
-// Summary, checkAgainst); evidence that decodes re-encodes, and
-// decode→encode→decode gives the same evidence, the same verdict of
-// Validate and the same Summary.
+// kinds the tests use. Properties: nothing panics (EvidenceOf, the core's
+// Validate and Summary, checkEvidence); evidence that decodes re-encodes
+// (encodeEvidence, as Apply writes it), and decode→encode→decode gives the
+// same evidence, the same verdict of Validate and the same Summary.
 func FuzzEvidenceOf(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		node := &corev1.Node{
@@ -34,22 +35,22 @@ func FuzzEvidenceOf(f *testing.F) {
 		}
 		verdict := ev.Validate()
 		summary := ev.Summary()
-		_ = ev.checkAgainst(node)
+		_ = checkEvidence(ev, node)
 
-		enc, err := json.Marshal(ev)
+		enc, err := encodeEvidence(ev)
 		if err != nil {
 			t.Fatalf("decoded evidence does not encode: %v\ninput: %q", err, data)
 		}
-		node.Annotations[AnnotationEvidence] = string(enc)
+		node.Annotations[AnnotationEvidence] = enc
 		ev2, ok, err := EvidenceOf(node)
 		if !ok || err != nil {
 			t.Fatalf("re-encoded evidence does not decode: %v\nencoded: %s", err, enc)
 		}
-		enc2, err := json.Marshal(ev2)
+		enc2, err := encodeEvidence(ev2)
 		if err != nil {
 			t.Fatalf("evidence decoded twice does not encode: %v", err)
 		}
-		if !bytes.Equal(enc, enc2) {
+		if enc != enc2 {
 			t.Fatalf("decode→encode→decode changed the evidence:\n%s\n%s", enc, enc2)
 		}
 		if !sameEvidence(ev, ev2) {
@@ -66,9 +67,9 @@ func FuzzEvidenceOf(f *testing.F) {
 
 // sameEvidence compares two decoded evidences field by field, times by
 // instant and offset (time.Time's == also compares Location pointers).
-func sameEvidence(a, b Evidence) bool {
+func sameEvidence(a, b core.Evidence) bool {
 	if a.Method != b.Method || a.By != b.By || a.BootID != b.BootID || a.Reason != b.Reason ||
-		!a.At.Equal(b.At) || a.At.Format("Z07:00") != b.At.Format("Z07:00") {
+		!sameTime(a.At, b.At) {
 		return false
 	}
 	if (a.BMC == nil) != (b.BMC == nil) {
@@ -79,5 +80,11 @@ func sameEvidence(a, b Evidence) bool {
 	}
 	x, y := *a.BMC, *b.BMC
 	return x.Power == y.Power && x.Endpoint == y.Endpoint && x.SystemGUID == y.SystemGUID &&
-		x.PoweredOffByFenced == y.PoweredOffByFenced && x.At.Equal(y.At) && x.At.Format("Z07:00") == y.At.Format("Z07:00")
+		x.PoweredOffByFenced == y.PoweredOffByFenced && sameTime(x.At, y.At) &&
+		sameTime(x.SentAt, y.SentAt) && sameTime(x.KubeletLeaseRenewedAt, y.KubeletLeaseRenewedAt)
+}
+
+// sameTime: the same instant with the same offset.
+func sameTime(a, b time.Time) bool {
+	return a.Equal(b) && a.Format("Z07:00") == b.Format("Z07:00")
 }

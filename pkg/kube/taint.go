@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/core"
 )
 
 const (
@@ -122,14 +123,14 @@ func AppliedByFenced(n *corev1.Node) bool {
 // fencer, or an earlier call, got there first); without it someone else, an
 // operator say, tainted the node, and fenced must never claim that taint.
 //
-// The evidence must pass Evidence.Validate and fit the Node: its BootID, if
+// The evidence must pass core.Evidence.Validate and fit the Node: its BootID, if
 // set, must be the node's current boot ID, and a BMC SystemGUID must match
 // the node's systemUUID when both are known. Empty By and BootID are filled
 // in with the Tainter's identity and the node's boot ID as read. Otherwise the
-// error wraps ErrInvalidEvidence and nothing is written.
+// error wraps core.ErrInvalidEvidence and nothing is written.
 //
 // On success a Normal Event OutOfServiceTaintApplied is recorded on the Node.
-func (t *Tainter) Apply(ctx context.Context, node string, ev Evidence) (applied bool, err error) {
+func (t *Tainter) Apply(ctx context.Context, node string, ev core.Evidence) (applied bool, err error) {
 	written, err := t.ApplyIf(ctx, node, ev, nil)
 	return written != nil, err
 }
@@ -141,12 +142,12 @@ func (t *Tainter) Apply(ctx context.Context, node string, ev Evidence) (applied 
 // error from check stops the write and is returned, wrapped. ApplyIf
 // returns the Node as written, so that the caller can go on from it
 // without waiting for its informer; nil when nothing was written.
-func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check func(*corev1.Node) error) (written *corev1.Node, err error) {
+func (t *Tainter) ApplyIf(ctx context.Context, node string, ev core.Evidence, check func(*corev1.Node) error) (written *corev1.Node, err error) {
 	if err := ev.Validate(); err != nil {
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
 	var done *corev1.Node
-	var stored Evidence
+	var stored core.Evidence
 	err = t.onConflict(ctx, func(ctx context.Context) error {
 		done = nil
 		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -166,7 +167,7 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 		}
 		// Re-checked on every attempt: the Node may have changed between
 		// the caller's decision and this write.
-		if err := stored.checkAgainst(n); err != nil {
+		if err := checkEvidence(stored, n); err != nil {
 			return err
 		}
 		if check != nil {
@@ -174,7 +175,7 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 				return err
 			}
 		}
-		raw, err := json.Marshal(stored)
+		raw, err := encodeEvidence(stored)
 		if err != nil {
 			return err
 		}
@@ -189,7 +190,7 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[AnnotationAppliedBy] = t.identity
-		n.Annotations[AnnotationEvidence] = string(raw)
+		n.Annotations[AnnotationEvidence] = raw
 		done, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -220,7 +221,7 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev Evidence, check f
 func (t *Tainter) Remove(ctx context.Context, node string, reason string) (removed bool, err error) {
 	var done *corev1.Node
 	var appliedBy string
-	var ev Evidence
+	var ev core.Evidence
 	err = t.onConflict(ctx, func(ctx context.Context) error {
 		done, removed = nil, false
 		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

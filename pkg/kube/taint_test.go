@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -54,11 +55,11 @@ func testNode(name string) *corev1.Node {
 	}
 }
 
-func bmcEvidence() Evidence {
-	return Evidence{
+func bmcEvidence() core.Evidence {
+	return core.Evidence{
 		Method: vocab.EvidenceBMCPowerOff,
 		At:     t0,
-		BMC:    &BMCReading{Power: PowerOff, At: t0, Endpoint: "198.18.0.11:623", SystemGUID: testUUID},
+		BMC:    &core.Reading{Power: core.PowerOff, At: t0, Endpoint: "198.18.0.11:623", SystemGUID: testUUID},
 	}
 }
 
@@ -207,33 +208,33 @@ func TestApplyLeavesForeignTaint(t *testing.T) {
 }
 
 func TestApplyRejectsBadEvidence(t *testing.T) {
-	withBMC := func(mod func(*Evidence)) Evidence {
+	withBMC := func(mod func(*core.Evidence)) core.Evidence {
 		ev := bmcEvidence()
 		mod(&ev)
 		return ev
 	}
-	bad := map[string]Evidence{
+	bad := map[string]core.Evidence{
 		"empty":                       {},
 		"unknown method":              {Method: "timeout", At: t0},
 		"gossip says dead":            {Method: "gossip-dead", At: t0, BootID: testBoot},
-		"zero time":                   withBMC(func(e *Evidence) { e.At = time.Time{} }),
-		"bmc without reading":         withBMC(func(e *Evidence) { e.BMC = nil }),
-		"bmc reads on":                withBMC(func(e *Evidence) { e.BMC.Power = "On" }),
-		"bmc reading unknown":         withBMC(func(e *Evidence) { e.BMC.Power = "unknown" }),
-		"bmc reading without time":    withBMC(func(e *Evidence) { e.BMC.At = time.Time{} }),
+		"zero time":                   withBMC(func(e *core.Evidence) { e.At = time.Time{} }),
+		"bmc without reading":         withBMC(func(e *core.Evidence) { e.BMC = nil }),
+		"bmc reads on":                withBMC(func(e *core.Evidence) { e.BMC.Power = "On" }),
+		"bmc reading unknown":         withBMC(func(e *core.Evidence) { e.BMC.Power = "unknown" }),
+		"bmc reading without time":    withBMC(func(e *core.Evidence) { e.BMC.At = time.Time{} }),
 		"clean shutdown without boot": {Method: vocab.EvidenceCleanShutdown, At: t0},
 		"manual but bmc reads on": {Method: vocab.EvidenceManual, At: t0, By: "alice", Reason: "rack 4 unplugged",
-			BMC: &BMCReading{Power: "on", At: t0, Endpoint: "bmc"}},
-		"evidence for an older boot":      withBMC(func(e *Evidence) { e.BootID = "0f0f0f0f-old-boot" }),
-		"bmc of another machine":          withBMC(func(e *Evidence) { e.BMC.SystemGUID = "00000000-0000-0000-0000-000000000001" }),
+			BMC: &core.Reading{Power: "on", At: t0, Endpoint: "bmc"}},
+		"evidence for an older boot":      withBMC(func(e *core.Evidence) { e.BootID = "0f0f0f0f-old-boot" }),
+		"bmc of another machine":          withBMC(func(e *core.Evidence) { e.BMC.SystemGUID = "00000000-0000-0000-0000-000000000001" }),
 		"clean shutdown of an older boot": {Method: vocab.EvidenceCleanShutdown, At: t0, BootID: "0f0f0f0f-old-boot"},
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
 			tn, cs, rec := newTainter("fencer-a", testNode("n1"))
 			applied, err := tn.Apply(context.Background(), "n1", ev)
-			if applied || !errors.Is(err, ErrInvalidEvidence) {
-				t.Fatalf("Apply = %v, %v; want false and ErrInvalidEvidence", applied, err)
+			if applied || !errors.Is(err, core.ErrInvalidEvidence) {
+				t.Fatalf("Apply = %v, %v; want false and core.ErrInvalidEvidence", applied, err)
 			}
 			if HasTaint(getNode(t, cs, "n1")) || count(cs, "update", "nodes") != 0 || len(events(rec)) != 0 {
 				t.Error("bad evidence led to a write or an Event")
@@ -241,15 +242,15 @@ func TestApplyRejectsBadEvidence(t *testing.T) {
 		})
 	}
 
-	good := map[string]Evidence{
-		"redfish spelling Off":    withBMC(func(e *Evidence) { e.BMC.Power = "Off" }),
-		"guid spelled unlike k8s": withBMC(func(e *Evidence) { e.BMC.SystemGUID = "{4C4C4544004235108052B4C04F4D4E31}" }),
-		"bmc without guid":        withBMC(func(e *Evidence) { e.BMC.SystemGUID = "" }),
-		"matching boot id":        withBMC(func(e *Evidence) { e.BootID = testBoot }),
+	good := map[string]core.Evidence{
+		"redfish spelling Off":    withBMC(func(e *core.Evidence) { e.BMC.Power = "Off" }),
+		"guid spelled unlike k8s": withBMC(func(e *core.Evidence) { e.BMC.SystemGUID = "{4C4C4544004235108052B4C04F4D4E31}" }),
+		"bmc without guid":        withBMC(func(e *core.Evidence) { e.BMC.SystemGUID = "" }),
+		"matching boot id":        withBMC(func(e *core.Evidence) { e.BootID = testBoot }),
 		"clean shutdown":          {Method: vocab.EvidenceCleanShutdown, At: t0, BootID: testBoot, By: "fencer-a"},
 		"manual":                  {Method: vocab.EvidenceManual, At: t0, By: "alice", Reason: "PDU port 7 switched off"},
 		"manual, bmc unreachable": {Method: vocab.EvidenceManual, At: t0, By: "alice",
-			BMC: &BMCReading{Power: "unknown", At: t0, Endpoint: "bmc"}},
+			BMC: &core.Reading{Power: "unknown", At: t0, Endpoint: "bmc"}},
 	}
 	for name, ev := range good {
 		t.Run(name, func(t *testing.T) {
@@ -338,20 +339,20 @@ func TestRemoveCleansStaleAnnotations(t *testing.T) {
 	}
 }
 
-func evidenceEqual(a, b Evidence) bool {
+func evidenceEqual(a, b core.Evidence) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb) && a.At.Equal(b.At)
 }
 
 func TestEvidenceJSONRoundTrip(t *testing.T) {
-	full := Evidence{
+	full := core.Evidence{
 		Method: vocab.EvidenceBMCPowerOff,
 		By:     "fencer-a",
 		At:     time.Date(2026, 3, 1, 3, 0, 0, 123456789, time.FixedZone("CET", 3600)),
 		BootID: testBoot,
 		Reason: "NotReady for 40s, gossip dead",
-		BMC: &BMCReading{Power: PowerOff, At: t0, Endpoint: "198.18.0.11:623",
+		BMC: &core.Reading{Power: core.PowerOff, At: t0, Endpoint: "198.18.0.11:623",
 			SystemGUID: testUUID, PoweredOffByFenced: true},
 	}
 	raw, err := json.Marshal(full)
@@ -372,7 +373,7 @@ func TestEvidenceJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip: got %+v (%+v), want %+v (%+v)", got, *got.BMC, full, *full.BMC)
 	}
 
-	minimal, _ := json.Marshal(Evidence{Method: vocab.EvidenceManual, By: "alice", At: t0})
+	minimal, _ := json.Marshal(core.Evidence{Method: vocab.EvidenceManual, By: "alice", At: t0})
 	if want := `{"method":"manual","by":"alice","at":"2026-03-01T03:00:00Z"}`; string(minimal) != want {
 		t.Errorf("minimal evidence = %s, want %s (empty optional fields omitted)", minimal, want)
 	}
@@ -386,19 +387,6 @@ func TestEvidenceJSONRoundTrip(t *testing.T) {
 	n.Annotations[AnnotationEvidence] = "{not json"
 	if _, ok, err := EvidenceOf(n); !ok || err == nil {
 		t.Errorf("bad JSON: ok=%v err=%v; want true and an error", ok, err)
-	}
-}
-
-func TestEvidenceSummary(t *testing.T) {
-	ev := bmcEvidence()
-	ev.BMC.PoweredOffByFenced = true
-	ev.By = "fencer-a"
-	if s := ev.Summary(); !strings.Contains(s, "198.18.0.11:623") || !strings.Contains(s, "powered it off") || !strings.Contains(s, "fencer-a") {
-		t.Errorf("Summary = %q", s)
-	}
-	m := Evidence{Method: vocab.EvidenceManual, By: "alice", Reason: "PDU off", At: t0}
-	if s := m.Summary(); !strings.Contains(s, "alice") || !strings.Contains(s, "PDU off") {
-		t.Errorf("Summary = %q", s)
 	}
 }
 
@@ -604,7 +592,7 @@ func TestApplyConflictRetries(t *testing.T) {
 		conflictOnce(t, cs, "nodes", "", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "new-boot" })
 		ev := bmcEvidence()
 		ev.BootID = testBoot
-		if applied, err := tn.Apply(ctx, "n1", ev); applied || !errors.Is(err, ErrInvalidEvidence) {
+		if applied, err := tn.Apply(ctx, "n1", ev); applied || !errors.Is(err, core.ErrInvalidEvidence) {
 			t.Fatalf("Apply = %v, %v; want the re-check to reject stale evidence", applied, err)
 		}
 		if HasTaint(getNode(t, cs, "n1")) {

@@ -47,8 +47,8 @@ type ConfirmOptions struct {
 type bmcView struct {
 	b        device.BMC
 	endpoint string
-	reading  *kube.BMCReading // a reading of "off" (evidence), or nil
-	on       bool             // the BMC reads on
+	reading  *core.Reading // a reading of "off" (evidence), or nil
+	on       bool          // the BMC reads on
 }
 
 // Confirm is `fenced confirm`: it prints the evidence it can gather about
@@ -98,11 +98,11 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		if err != nil {
 			return fmt.Errorf("node %s not fenced: power-off through BMC %s failed: %w", n.Name, bv.endpoint, err)
 		}
-		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = string(core.PowerOff), o.now(), true
+		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = core.PowerOff, o.now(), true
 		fmt.Fprintf(w, "BMC reads off after %s.\n", res.Elapsed.Round(100*time.Millisecond))
 	}
 
-	ev := kube.Evidence{
+	ev := core.Evidence{
 		Method: vocab.EvidenceManual, By: user, At: o.now(), Reason: opts.Reason, BMC: bv.reading,
 		// The boot the operator was shown: pkg/kube refuses if the node
 		// has rebooted since, while the question was open.
@@ -234,7 +234,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 		return bmcView{}, refused("the BMC %s reports system GUID %s but node %s has systemUUID %s: the inventory may point at another machine's BMC",
 			endpoint, guid, n.Name, uuid)
 	}
-	bv.reading = &kube.BMCReading{Power: string(state), At: at, Endpoint: endpoint, SystemGUID: guid}
+	bv.reading = &core.Reading{Power: state, At: at, Endpoint: endpoint, SystemGUID: guid}
 	if state == core.PowerOn {
 		if !powerOff {
 			return bmcView{}, refused("the BMC %s reads node %s's power ON: it may still be writing to its volumes. "+

@@ -123,8 +123,8 @@ func newNode(name string, ready corev1.ConditionStatus, mods ...func(*corev1.Nod
 // fencedWith puts fenced's taint on a node, with evidence for boot.
 func fencedWith(boot string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
-		ev, _ := json.Marshal(kube.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
-			Reason: "lost power", BMC: &kube.BMCReading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
+		ev, _ := json.Marshal(core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
+			Reason: "lost power", BMC: &core.Reading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
 		foreignTaint(n)
 		n.Annotations = map[string]string{kube.AnnotationAppliedBy: "fencer-1", kube.AnnotationEvidence: string(ev)}
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/kube"
 )
 
@@ -62,7 +63,7 @@ type NodeStatus struct {
 	Taint        string     `json:"taint,omitempty"`
 	TaintedSince *time.Time `json:"taintedSince,omitempty"`
 	// Evidence is what fenced recorded for its taint.
-	Evidence *kube.Evidence `json:"evidence,omitempty"`
+	Evidence *core.Evidence `json:"evidence,omitempty"`
 	BootID   string         `json:"bootID,omitempty"`
 }
 

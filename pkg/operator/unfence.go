@@ -104,7 +104,7 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 // unfenceChecks evaluates the recovery rule (core.Recovery, the fencer's
 // own) without acting on it, with what an operator needs to read: the Ready
 // condition as the API shows it, and why a check could not be made.
-func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev kube.Evidence, evErr error) []core.RecoveryCheck {
+func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev core.Evidence, evErr error) []core.RecoveryCheck {
 	c := kube.ReadyCondition(n)
 	ready := c != nil && c.Status == corev1.ConditionTrue
 	var left []string

@@ -135,8 +135,8 @@ func TestEvidenceFreshness(t *testing.T) {
 		must(t, fencer.FreezeAgent())
 		must(t, m.PowerLoss())
 		at := time.Now()
-		_, err = kube.NewTainter(client, "cp-1", nil).Apply(ctx, victim, kube.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
-			Reason: "written by the test as the frozen fencer would have", BMC: &kube.BMCReading{Power: "off", At: at, SentAt: at}})
+		_, err = kube.NewTainter(client, "cp-1", nil).Apply(ctx, victim, core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
+			Reason: "written by the test as the frozen fencer would have", BMC: &core.Reading{Power: "off", At: at, SentAt: at}})
 		must(t, err)
 		// Back on a new boot before Kubernetes noticed it was gone: its
 		// Ready condition never changes.

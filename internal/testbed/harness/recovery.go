@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/kube"
 )
 
@@ -48,7 +49,7 @@ type Recovery struct {
 	PoweredOn      time.Duration // switched back on through the BMC
 	NodeBack       time.Duration // after power on: Node Ready again
 	TaintRemoved   time.Duration // after power on: fenced's taint gone
-	Evidence       *kube.Evidence
+	Evidence       *core.Evidence
 }
 
 // Recovered reports whether the volume was released and the pod runs elsewhere.
