@@ -19,7 +19,8 @@ import (
 //
 // memberlist calls the event and alive callbacks with its node lock held:
 // they must not call into memberlist and must not block. They only touch
-// the Ring's view (under Ring.mu) and queue events.
+// the Ring's view (under Ring.mu) and call the OnChange handler (with
+// Ring.mu released).
 type delegate Ring
 
 var (
@@ -168,7 +169,8 @@ func (r *Ring) bootIDLocked(n *memberlist.Node) string {
 
 // observeLocked records a member's address, metadata (kept as it was
 // when rawMeta does not decode), state and the leave notice that made it
-// left, then unlocks r.mu, queues an event and logs the change.
+// left, then unlocks r.mu, calls the OnChange handler and logs the
+// change.
 func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.MemberState, notice LeaveNotice) {
 	now := time.Now()
 	m, known := r.members[name]
@@ -187,6 +189,7 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.Memb
 	}
 	m.Leave = notice
 	cur := *m
+	onChange := r.onChange
 	wakeJoin := known && prev.State == vocab.MemberAlive && state != vocab.MemberAlive &&
 		name != r.self && r.aliveLocked() <= 1
 	r.mu.Unlock()
@@ -194,7 +197,10 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.Memb
 	if known && prev == cur {
 		return
 	}
-	r.events.push(cur)
+	if onChange != nil {
+		// With r.mu released: the handler may read the view.
+		onChange(cur)
+	}
 	if wakeJoin {
 		select {
 		case r.lonely <- struct{}{}:

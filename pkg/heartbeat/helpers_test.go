@@ -74,12 +74,58 @@ func start(t *testing.T, cfg Config, opts Options) *Ring {
 	if opts.Meta.BootID == "" {
 		opts.Meta = testMeta("boot-" + cfg.NodeName)
 	}
-	r, err := Join(t.Context(), cfg, opts)
+	r, err := New(cfg, opts)
 	if err != nil {
+		t.Fatalf("new %s: %v", cfg.NodeName, err)
+	}
+	record(r)
+	if err := r.Join(t.Context(), ""); err != nil {
 		t.Fatalf("join %s: %v", cfg.NodeName, err)
 	}
 	t.Cleanup(func() { r.Shutdown() })
 	return r
+}
+
+// changeLog keeps every change a Ring reported through OnChange, in
+// order, for waitEvent and assertNeverSeen.
+type changeLog struct {
+	mu   sync.Mutex
+	all  []Member
+	next int           // waitEvent's cursor into all
+	wake chan struct{} // capacity 1: "all grew"
+}
+
+// changeLogs maps each recorded *Ring to its *changeLog.
+var changeLogs sync.Map
+
+// record registers a handler on r that logs its changes; call it before
+// r joins, so that no change is missed.
+func record(r *Ring) *changeLog {
+	l := &changeLog{wake: make(chan struct{}, 1)}
+	changeLogs.Store(r, l)
+	r.OnChange(func(m Member) {
+		l.mu.Lock()
+		l.all = append(l.all, m)
+		l.mu.Unlock()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	})
+	return l
+}
+
+// changesOf returns the changes r reported so far.
+func changesOf(t *testing.T, r *Ring) []Member {
+	t.Helper()
+	l, ok := changeLogs.Load(r)
+	if !ok {
+		t.Fatal("ring not recorded")
+	}
+	cl := l.(*changeLog)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return append([]Member(nil), cl.all...)
 }
 
 func seedsOf(addrs ...string) func() []string {
@@ -115,20 +161,32 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// waitEvent reads r's events until one matches, failing after timeout.
+// waitEvent reads the changes r reported (OnChange), from where the last
+// waitEvent on r stopped, until one matches, failing after timeout.
 func waitEvent(t *testing.T, r *Ring, timeout time.Duration, what string, match func(Member) bool) Member {
 	t.Helper()
+	l, ok := changeLogs.Load(r)
+	if !ok {
+		t.Fatal("ring not recorded")
+	}
+	cl := l.(*changeLog)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		select {
-		case m, ok := <-r.Events():
-			if !ok {
-				t.Fatalf("events closed while waiting for %s", what)
-			}
+		cl.mu.Lock()
+		for cl.next < len(cl.all) {
+			m := cl.all[cl.next]
+			cl.next++
 			if match(m) {
+				cl.mu.Unlock()
 				return m
 			}
+		}
+		cl.mu.Unlock()
+		select {
+		case <-cl.wake:
+		case <-r.Done():
+			t.Fatalf("ring shut down while waiting for %s", what)
 		case <-timer.C:
 			t.Fatalf("no event within %s: %s", timeout, what)
 		}

@@ -93,6 +93,9 @@ func (r *Ring) Challenge(ctx context.Context, name, addr string) (Proof, error) 
 	if err != nil {
 		return Proof{}, fmt.Errorf("heartbeat: challenge %s: address %q: %w", name, addr, err)
 	}
+	if r.ml == nil {
+		return Proof{}, fmt.Errorf("heartbeat: challenge %s before Join: %w", name, ErrNoProof)
+	}
 	nonce := make([]byte, nonceSize)
 	_, _ = rand.Read(nonce) // never fails (crypto/rand)
 	answer := make(chan Proof, 1)

@@ -103,7 +103,7 @@ func (n *LeaveNotice) Sign(key *identity.Key, seq uint64) {
 	n.Sig = encodeSig(key.Sign(n.Statement()))
 }
 
-// Options for Join.
+// Options for New and Join.
 type Options struct {
 	// Meta is this agent's metadata. Defaults: Node = Config.NodeName,
 	// Role = RoleObserver, State = vocab.AnnounceRunning; Version is always
@@ -170,18 +170,21 @@ type Ring struct {
 	proving    chan struct{}
 	localAddr  string
 	selfLeft   bool // set when this agent starts to leave
+	// onChange is called with every member change (OnChange).
+	onChange func(Member)
 
-	events *eventQueue
+	// mc is the memberlist configuration New built; ml is the memberlist
+	// Join creates from it (nil before Join).
+	mc *memberlist.Config
 	// lonely is signalled when this agent becomes the only alive member,
 	// waking the join loop.
 	lonely chan struct{}
 
-	// lifeMu orders Leave and Shutdown: memberlist panics on a Leave after
-	// Shutdown.
+	// lifeMu orders Join, Leave and Shutdown: memberlist panics on a
+	// Leave after Shutdown.
 	lifeMu sync.Mutex
 	closed bool
 	done   chan struct{}
-	wg     sync.WaitGroup
 }
 
 // newRing returns a Ring with an empty member view and no memberlist yet:
@@ -197,22 +200,15 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		pendingDead: make(map[string]*time.Timer),
 		challenges:  make(map[string]chan Proof),
 		proving:     make(chan struct{}, maxConcurrentProofs),
-		events:      newEventQueue(),
 		lonely:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
 }
 
-// Join creates this agent's memberlist and joins the ring through
-// opts.Seeds. Not reaching any seed is not an error: the agent is then a
-// ring of one and keeps trying in the background (logged). Join waits for
-// the first join attempt to end, or for ctx. ctx bounds the join attempts
-// only, the first and the background ones: cancelling it does not take the
-// agent out of the ring — call Leave or Shutdown for that.
-func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// New builds this agent's Ring from cfg and opts without touching the
+// network: the configuration is checked and the member view is empty
+// until Join. Register the OnChange handler between New and Join.
+func New(cfg Config, opts Options) (*Ring, error) {
 	mc, err := cfg.MemberlistConfig()
 	if err != nil {
 		return nil, err
@@ -234,40 +230,89 @@ func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 	mc.Alive = d
 	mc.Delegate = d
 	mc.Logger = memberlistLogger(base)
+	r.mc = mc
+	return r, nil
+}
 
-	ml, err := memberlist.Create(mc)
+// Join builds a Ring (New) and joins it (Ring.Join) with cfg's
+// advertise address.
+func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
+	r, err := New(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: start gossip on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+		return nil, err
+	}
+	if err := r.Join(ctx, ""); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Join starts this agent's memberlist and joins the ring through the
+// Options' Seeds. advertise, when not empty, replaces the Config's
+// AdvertiseAddr: an agent may learn it only at run time, from its Node.
+// Not reaching any seed is not an error: the agent is then a ring of one
+// and keeps trying in the background (logged). Join waits for the first
+// join attempt to end, or for ctx. ctx bounds the join attempts only, the
+// first and the background ones: cancelling it does not take the agent out
+// of the ring — call Leave or Shutdown for that. A Ring joins once.
+func (r *Ring) Join(ctx context.Context, advertise string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.lifeMu.Lock()
+	switch {
+	case r.closed:
+		r.lifeMu.Unlock()
+		return ErrShutdown
+	case r.ml != nil:
+		r.lifeMu.Unlock()
+		return errors.New("heartbeat: joined already")
+	}
+	if advertise != "" {
+		r.mc.AdvertiseAddr = advertise
+	}
+	ml, err := memberlist.Create(r.mc)
+	if err != nil {
+		r.lifeMu.Unlock()
+		return fmt.Errorf("heartbeat: start gossip on %s:%d: %w", r.mc.BindAddr, r.mc.BindPort, err)
 	}
 	r.ml = ml
-
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.events.run(r.done)
-	}()
+	r.lifeMu.Unlock()
 
 	if r.seeds != nil {
 		first := make(chan struct{})
-		// The join loop is not part of wg: an attempt can sit in a TCP
-		// dial for memberlist's TCPTimeout, and Shutdown must not wait for
-		// that. The loop ends on its own after the attempt.
+		// The join loop is not waited for by Shutdown: an attempt can sit
+		// in a TCP dial for memberlist's TCPTimeout. The loop ends on its
+		// own after the attempt.
 		go r.joinLoop(ctx, first)
 		select {
 		case <-first:
 		case <-ctx.Done():
 		}
 	}
-	return r, nil
+	return nil
 }
 
-// Events returns every change of any member, this agent included: a new
-// member, a state change, or new metadata. The channel never blocks
-// gossip: when the consumer falls behind, undelivered changes of the same
-// member are coalesced into its latest state (see eventQueue), so no
-// member's latest state is ever lost but intermediate states may be. The
-// channel is closed by Shutdown; changes still undelivered are dropped.
-func (r *Ring) Events() <-chan Member { return r.events.out }
+// OnChange registers fn to be called with every change of any member, this
+// agent included: a new member, a state change, or new metadata — as an
+// informer calls its event handlers. Each call says "this member now looks
+// like this"; nothing is queued or coalesced, so fn sees every change.
+//
+// fn is called from memberlist's callbacks, with memberlist's node lock
+// held (and none of the Ring's locks): it must return quickly, must not
+// block, and must not call Join, Announce, Leave, Shutdown or Challenge,
+// nor take a lock that is held while calling any of them; reading the view
+// (Member, Members, Alive) is fine. Register it before Join: changes made
+// before are not replayed. It replaces an earlier fn.
+func (r *Ring) OnChange(fn func(Member)) {
+	r.mu.Lock()
+	r.onChange = fn
+	r.mu.Unlock()
+}
+
+// Done is closed once the Ring is shut down (Shutdown, or the end of
+// Leave).
+func (r *Ring) Done() <-chan struct{} { return r.done }
 
 // Members returns all members ever seen, this agent included, also dead
 // and left ones (with their last Meta), sorted by name.
@@ -333,6 +378,9 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	if closed {
 		return ErrShutdown
 	}
+	if r.ml == nil {
+		return errors.New("heartbeat: announce before Join")
+	}
 
 	r.metaMu.Lock()
 	meta := r.meta
@@ -377,6 +425,9 @@ func (r *Ring) Leave(timeout time.Duration) error {
 	defer r.lifeMu.Unlock()
 	if r.closed {
 		return ErrShutdown
+	}
+	if r.ml == nil {
+		return r.shutdownLocked() // never joined: nobody to tell
 	}
 	r.mu.Lock()
 	r.selfLeft = true
@@ -484,8 +535,8 @@ func (r *Ring) sendLeaveNotices(deadline time.Time) error {
 }
 
 // Shutdown stops gossiping at once, without leaving: the others see this
-// agent dead after their suspicion timeout. It closes the Events channel.
-// Calling it again does nothing.
+// agent dead after their suspicion timeout. It closes Done. Calling it
+// again does nothing.
 func (r *Ring) Shutdown() error {
 	r.lifeMu.Lock()
 	defer r.lifeMu.Unlock()
@@ -497,9 +548,11 @@ func (r *Ring) shutdownLocked() error {
 		return nil
 	}
 	r.closed = true
-	err := r.ml.Shutdown()
+	var err error
+	if r.ml != nil {
+		err = r.ml.Shutdown()
+	}
 	close(r.done)
-	r.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("heartbeat: shutdown: %w", err)
 	}

@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,6 +108,7 @@ func TestLeftOrDead(t *testing.T) {
 
 func TestViewTransitionsAndEvents(t *testing.T) {
 	r := newViewRing(t, nil)
+	record(r)
 	d := (*delegate)(r)
 	d.NotifyJoin(mlNode(t, "self", "boot-s"))
 	x := mlNode(t, "x", "boot-1")
@@ -130,21 +132,48 @@ func TestViewTransitionsAndEvents(t *testing.T) {
 	}
 	d.NotifyJoin(mlNode(t, "x", "boot-2")) // back after a reboot
 
-	var got []Member
-	for {
-		m, ok := r.events.pop()
-		if !ok {
-			break
-		}
-		got = append(got, m)
+	// Every change, in order, and nothing for the update that changed
+	// nothing.
+	type change struct {
+		name  string
+		state vocab.MemberState
+		boot  string
 	}
-	// Coalesced per member: the latest state of each, in first-change order.
-	if len(got) != 2 || got[0].Name != "self" || got[1].Name != "x" ||
-		got[1].State != vocab.MemberAlive || got[1].Meta.BootID != "boot-2" {
-		t.Errorf("events = %+v", got)
+	want := []change{{"self", vocab.MemberAlive, "boot-s"}, {"x", vocab.MemberAlive, "boot-1"},
+		{"x", vocab.MemberDead, "boot-1"}, {"x", vocab.MemberAlive, "boot-2"}}
+	var got []change
+	for _, m := range changesOf(t, r) {
+		got = append(got, change{m.Name, m.State, m.Meta.BootID})
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("changes = %+v, want %+v", got, want)
 	}
 	if m, _ := r.Member("x"); m.State != vocab.MemberAlive || m.Meta.BootID != "boot-2" || !m.Since.After(dead.Since) {
 		t.Errorf("x after reboot = %+v", m)
+	}
+}
+
+// TestOnChangeReadsTheView: the handler is called with the Ring's lock
+// released and the change already in the view, so a handler that reads
+// the view (as the fencer's sync does) neither deadlocks nor sees an older
+// state. A deadlock here hangs the test until its timeout.
+func TestOnChangeReadsTheView(t *testing.T) {
+	r := newViewRing(t, nil)
+	var mismatches []string
+	r.OnChange(func(m Member) {
+		if got, ok := r.Member(m.Name); !ok || got.State != m.State || got.Meta != m.Meta {
+			mismatches = append(mismatches, m.Name)
+		}
+		_ = r.Alive()
+		_ = r.Members()
+	})
+	d := (*delegate)(r)
+	x := mlNode(t, "x", "boot-1")
+	d.NotifyJoin(x)
+	d.NotifyLeave(x)
+	d.NotifyJoin(mlNode(t, "x", "boot-2"))
+	if len(mismatches) > 0 {
+		t.Errorf("the view lagged the change for %v", mismatches)
 	}
 }
 
