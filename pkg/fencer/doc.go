@@ -5,9 +5,10 @@
 // A failure travels through three files in three packages:
 //
 //  1. event: here, fencer.go — informers on Nodes, VolumeAttachments, power
-//     Leases and the kubelets' node Leases, and gossip changes ([Fencer.Notify]),
-//     queue the node's name; sync builds a core.Observation from them (observe)
-//     and calls core.Target.Step.
+//     Leases and the kubelets' node Leases (built by the agent, see
+//     [NewInformers]), and gossip changes ([Fencer.Notify], the ring's change
+//     handler), queue the node's name; sync builds a core.Observation from
+//     them (observe) and calls core.Target.Step.
 //  2. decision: pkg/core, decide.go — a pure state machine returns the node's
 //     phase and the actions to take; only evidence leads to a taint.
 //  3. action: here, fencer.go — execute carries out each action: BMC reads

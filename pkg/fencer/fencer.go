@@ -19,6 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coordinformers "k8s.io/client-go/informers/coordination/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -43,12 +46,47 @@ type MemberSource interface {
 	Challenge(ctx context.Context, name, addr string) (heartbeat.Proof, error)
 }
 
+// Informers are what a fencer watches. Nodes and VolumeAttachments come
+// from the process's one factory for cluster-scoped objects (the agent
+// reads Nodes from it too); the Leases from factories limited to their
+// namespace (see NewInformers).
+type Informers struct {
+	Nodes             coreinformers.NodeInformer
+	VolumeAttachments storageinformers.VolumeAttachmentInformer
+	// Leases are the Leases in Config.LeaseNamespace: power Leases and
+	// the agents' key Leases.
+	Leases coordinformers.LeaseInformer
+	// KubeletLeases are the kubelets' node Leases (KubeletLeaseNamespace).
+	KubeletLeases coordinformers.LeaseInformer
+}
+
+// NewInformers takes a fencer's Nodes and VolumeAttachments from cluster,
+// the process's shared factory for cluster-scoped objects, and builds one
+// factory per Lease namespace: leaseNamespace and KubeletLeaseNamespace.
+// The Lease factories are separate because a factory's informers list and
+// watch across all namespaces unless the factory is limited to one, and a
+// fencer may read Leases only in these two (a namespaced Role in each,
+// deploy/daemonset/base). The caller starts and shuts down the returned
+// factories, as it does cluster.
+func NewInformers(client kubernetes.Interface, cluster informers.SharedInformerFactory, leaseNamespace string) (Informers, []informers.SharedInformerFactory) {
+	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace))
+	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace))
+	return Informers{
+		Nodes:             cluster.Core().V1().Nodes(),
+		VolumeAttachments: cluster.Storage().V1().VolumeAttachments(),
+		Leases:            inNS.Coordination().V1().Leases(),
+		KubeletLeases:     nodeLeases.Coordination().V1().Leases(),
+	}, []informers.SharedInformerFactory{inNS, nodeLeases}
+}
+
 // Config wires a Fencer.
 type Config struct {
 	// Identity names this fencer in Leases, annotations and Events
 	// (its node name).
-	Identity  string
+	Identity string
+	// Client writes: Leases, taints, Events. Reads go through Informers.
 	Client    kubernetes.Interface
+	Informers Informers
 	Inventory *device.Inventory
 	Members   MemberSource
 	Tainter   *kube.Tainter
@@ -125,8 +163,10 @@ var ErrEvidenceVoided = errors.New("evidence no longer holds")
 
 const vaByNode = "byNode"
 
-// New builds a Fencer; Run starts it.
-func New(cfg Config) *Fencer {
+// New builds a Fencer and registers its handlers on cfg.Informers, which
+// must not have started yet (an indexer cannot be added to a running
+// informer); Run runs it once they are started.
+func New(cfg Config) (*Fencer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -142,7 +182,7 @@ func New(cfg Config) *Fencer {
 	if cfg.ChallengeTimeout <= 0 {
 		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
 	}
-	return &Fencer{
+	f := &Fencer{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		queue:       workqueue.NewTypedRateLimitingQueue(retryLimiter()),
@@ -157,6 +197,10 @@ func New(cfg Config) *Fencer {
 		written:     map[string]*corev1.Node{},
 		podsDeleted: map[string]time.Time{},
 	}
+	if err := f.watch(cfg.Informers); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // maxRetryDelay bounds the backoff of a node whose sync keeps failing.
@@ -177,27 +221,31 @@ func retryLimiter() workqueue.TypedRateLimiter[string] {
 // Notify tells the fencer that the gossip view of name changed. Quorum
 // depends on every member, so targets that are not healthy are looked at
 // again too.
+//
+// It is the ring's change handler (heartbeat.Ring.OnChange), called with
+// memberlist's node lock held: it only queues names and holds f.mu for a
+// map walk. That is safe because nothing holds f.mu while calling into the
+// ring (observe, evidenceCheck and startChallenge read Members with f.mu
+// released; TestNotifyFromInsideTheRing holds the fencer to it).
 func (f *Fencer) Notify(name string) {
 	f.queue.Add(name)
+	var others []string
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for n, t := range f.targets {
 		if t.Phase != core.PhaseHealthy && n != name {
-			f.queue.Add(n)
+			others = append(others, n)
 		}
+	}
+	f.mu.Unlock()
+	for _, n := range others {
+		f.queue.Add(n)
 	}
 }
 
-// Run starts the informers and the worker and blocks until ctx ends.
-func (f *Fencer) Run(ctx context.Context) error {
-	cluster := informers.NewSharedInformerFactory(f.cfg.Client, 0)
-	inNS := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithNamespace(f.cfg.LeaseNamespace))
-	nodeLeases := informers.NewSharedInformerFactoryWithOptions(f.cfg.Client, 0, informers.WithNamespace(KubeletLeaseNamespace))
-	kubeletLeaseInf := nodeLeases.Coordination().V1().Leases()
-
-	nodeInf := cluster.Core().V1().Nodes()
-	vaInf := cluster.Storage().V1().VolumeAttachments()
-	leaseInf := inNS.Coordination().V1().Leases()
+// watch registers the fencer's handlers and indexer on its informers:
+// every change queues the node it is about.
+func (f *Fencer) watch(inf Informers) error {
+	nodeInf, vaInf, leaseInf, kubeletLeaseInf := inf.Nodes, inf.VolumeAttachments, inf.Leases, inf.KubeletLeases
 	if err := vaInf.Informer().AddIndexers(cache.Indexers{vaByNode: func(obj any) ([]string, error) {
 		return []string{obj.(*storagev1.VolumeAttachment).Spec.NodeName}, nil
 	}}); err != nil {
@@ -253,10 +301,12 @@ func (f *Fencer) Run(ctx context.Context) error {
 	f.vas = vaInf.Informer().GetIndexer()
 	f.leases = leaseInf.Lister().Leases(f.cfg.LeaseNamespace)
 	f.kubeletLeases = kubeletLeaseInf.Lister().Leases(KubeletLeaseNamespace)
+	return nil
+}
 
-	cluster.Start(ctx.Done())
-	inNS.Start(ctx.Done())
-	nodeLeases.Start(ctx.Done())
+// Run waits for the informers (started by their owner) to sync, then runs
+// the worker until ctx ends.
+func (f *Fencer) Run(ctx context.Context) error {
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
@@ -264,9 +314,6 @@ func (f *Fencer) Run(ctx context.Context) error {
 	}()
 	defer func() {
 		f.queue.ShutDown()
-		cluster.Shutdown()
-		inNS.Shutdown()
-		nodeLeases.Shutdown()
 		f.bg.Wait()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
@@ -861,18 +908,6 @@ func (f *Fencer) releaseLease(ctx context.Context, node string) error {
 		f.log.Info("power Lease released", "node", node)
 	}
 	return err
-}
-
-// Phases returns the current phase of every node the fencer tracks (for
-// status endpoints).
-func (f *Fencer) Phases() map[string]core.Phase {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]core.Phase, len(f.targets))
-	for n, t := range f.targets {
-		out[n] = t.Phase
-	}
-	return out
 }
 
 // significant reports whether actions deserve a decision log line even

@@ -1,14 +1,45 @@
 package fencer
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 
 	"fenced.io/fenced/pkg/core"
 )
+
+// startFencer builds a fencer from cfg on informers of cfg.Client, as the
+// agent does (one cluster-scoped factory, NewInformers for the Leases),
+// starts the informers and runs the fencer until the test ends.
+func startFencer(t *testing.T, cfg Config) *Fencer {
+	t.Helper()
+	cluster := informers.NewSharedInformerFactory(cfg.Client, 0)
+	inf, leaseFactories := NewInformers(cfg.Client, cluster, cfg.LeaseNamespace)
+	cfg.Informers = inf
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factories := append(leaseFactories, cluster)
+	for _, fa := range factories {
+		fa.Start(ctx.Done())
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, fa := range factories {
+			fa.Shutdown()
+		}
+	})
+	return f
+}
 
 // TestKubeletShuttingDown reads the kubelet's graceful-shutdown report from
 // the Ready condition: only a not-Ready condition whose message carries the

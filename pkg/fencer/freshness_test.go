@@ -54,17 +54,13 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
 	p := testPolicy(core.ModeConfirmOnly)
-	f := New(Config{
+	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
 		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}},
 		Tainter:   kube.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = f.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	return f, client
 }
 

@@ -180,21 +180,13 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 		bmcs[name], endpoints[name] = v.bmc, "test://"+name
 	}
 	inv := device.NewInventoryOf(bmcs, endpoints)
-	b.fencer = New(Config{
+	b.fencer = startFencer(t, Config{
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
 		Tainter: kube.NewTainter(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 		Policy: p, LeaseNamespace: hostileNS, GossipPort: b.port, Metrics: NewMetrics(b.reg),
 		Logger: testLog(t, "fencer"),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.fencer.Run(ctx) }()
-	go func() {
-		for m := range b.ring.Events() {
-			b.fencer.Notify(m.Name)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	b.ring.OnChange(func(m heartbeat.Member) { b.fencer.Notify(m.Name) })
 	b.waitFor(20*time.Second, "the fencer's ring sees every victim alive", func() bool { return b.ring.Alive() == len(victims)+1 })
 	b.waitFor(20*time.Second, "the fencer takes nodes' signed word", b.fencer.policyOK.Load)
 	if b.forger, _ = hostile.New(hostileGossipKey, hostileLabel); b.forger == nil {

@@ -12,6 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -319,15 +320,32 @@ func (h logSignal) WithGroup(string) slog.Handler      { return h }
 func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration) {
 	t.Helper()
 	started := make(chan struct{})
-	f := fencer.New(fencer.Config{
-		Identity: "fencer-under-test", Client: client, Inventory: &device.Inventory{},
+	// The informers as the agent builds them: one cluster-scoped factory,
+	// the fencer's Lease factories from fencer.NewInformers.
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	inf, leaseFactories := fencer.NewInformers(client, cluster, config.DefaultLeaseNamespace)
+	f, err := fencer.New(fencer.Config{
+		Identity: "fencer-under-test", Client: client, Informers: inf, Inventory: &device.Inventory{},
 		LeaseNamespace: config.DefaultLeaseNamespace,
 		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	factories := append(leaseFactories, cluster)
+	for _, fa := range factories {
+		fa.Start(ctx.Done())
+	}
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		<-done
+		for _, fa := range factories {
+			fa.Shutdown()
+		}
+	}()
 	select {
 	case <-started:
 	case err := <-done:
