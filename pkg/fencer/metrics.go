@@ -7,6 +7,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -37,7 +38,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		NodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fenced_node_state",
+			Name: metrics.NodeStateMetric,
 			Help: "1 for the decision phase each node is in (Healthy, Suspect, Confirming, PoweringOff, Fenced, Recovering).",
 		}, []string{"node", "state"}),
 		BMCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -12,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"fenced.io/fenced/pkg/metrics"
 )
 
 // agentTimeout bounds the scrape of an agent's /metrics: the agent is an
@@ -70,12 +72,12 @@ func ReadAgent(ctx context.Context, rawURL string) (*AgentView, error) {
 		return nil, fmt.Errorf("parsing agent metrics at %s: %w", u, err)
 	}
 	v := &AgentView{URL: u.String(), Members: map[string]int{}, Phases: map[string]string{}}
-	if f, ok := fams["fenced_members"]; ok {
+	if f, ok := fams[metrics.MembersMetric]; ok {
 		for _, m := range f.GetMetric() {
 			v.Members[label(m, "state")] = int(m.GetGauge().GetValue())
 		}
 	}
-	if f, ok := fams["fenced_node_state"]; ok {
+	if f, ok := fams[metrics.NodeStateMetric]; ok {
 		for _, m := range f.GetMetric() {
 			if m.GetGauge().GetValue() == 1 {
 				v.Phases[label(m, "node")] = label(m, "state")
@@ -97,7 +99,7 @@ func label(m *dto.Metric, name string) string {
 // MembersText is the ring summary, e.g. "4 alive, 1 dead".
 func (v *AgentView) MembersText() string {
 	if len(v.Members) == 0 {
-		return "no fenced_members metric"
+		return "no " + metrics.MembersMetric + " metric"
 	}
 	states := make([]string, 0, len(v.Members))
 	for s := range v.Members {

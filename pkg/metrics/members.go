@@ -1,0 +1,49 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// Metric names read back by `fenced status` from an agent's /metrics
+// (pkg/operator), defined once for the exporter and the scraper.
+const (
+	// MembersMetric counts gossip ring members by state (NewMembers).
+	MembersMetric = "fenced_members"
+	// NodeStateMetric is 1 for each node's decision phase on a fencer
+	// (pkg/fencer, Metrics.NodeState).
+	NodeStateMetric = "fenced_node_state"
+)
+
+// memberStates are the states fenced_members always reports, 0 or not.
+var memberStates = []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
+
+var membersDesc = prometheus.NewDesc(MembersMetric,
+	"Gossip ring members by state (alive, suspect, dead, left) as this agent sees them.",
+	[]string{"state"}, nil)
+
+// members is fenced_members, read from the ring when scraped.
+type members func() []vocab.MemberState
+
+// NewMembers returns the collector of fenced_members{state}: states
+// returns the state of every ring member (heartbeat.Ring.Members) and is
+// called at each scrape, so the gauge is never stale and needs no update
+// on gossip changes. All four states are always present.
+func NewMembers(states func() []vocab.MemberState) prometheus.Collector {
+	return members(states)
+}
+
+// Describe implements prometheus.Collector.
+func (m members) Describe(ch chan<- *prometheus.Desc) { ch <- membersDesc }
+
+// Collect implements prometheus.Collector.
+func (m members) Collect(ch chan<- prometheus.Metric) {
+	counts := map[vocab.MemberState]int{}
+	for _, s := range m() {
+		counts[s]++
+	}
+	for _, s := range memberStates {
+		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}
