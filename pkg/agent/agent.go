@@ -1,6 +1,11 @@
-// Package agent assembles `fenced agent`: it joins the gossip ring, serves
-// metrics and health, tells systemd how it is doing and — when the
-// configuration holds a BMC inventory — runs the fencer.
+// Package agent assembles `fenced agent` in two steps, as
+// node-problem-detector's main does: build every part and wire them
+// (metrics, one informer factory for cluster-scoped objects shared with
+// the fencer, the gossip ring, the clean-shutdown watcher and — when the
+// configuration holds a BMC inventory — the fencer, which gets gossip
+// changes directly from the ring), then run them in order and supervise
+// them in one loop that decides what stops what and tells systemd how the
+// agent is doing.
 package agent
 
 import (
@@ -22,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -127,176 +133,324 @@ func readKey(path string, log *slog.Logger) ([]byte, error) {
 	return nil, fmt.Errorf("gossip key %s: %d bytes; want 16, 24 or 32 (head -c 32 /dev/urandom | base64)", path, len(key))
 }
 
-// Run runs the agent until ctx ends, then leaves the ring cleanly.
+// Run builds the agent's parts, then runs and supervises them until ctx
+// ends; it leaves the ring cleanly on the way out.
 func (a *Agent) Run(ctx context.Context) error {
-	o, key, inv := a.o, a.key, a.inv
-	log := o.Logger
-	var err error
-	role := "observer"
-	if inv != nil {
-		role = "fencer"
-	}
-
-	reg := metrics.NewRegistry(o.Version)
-	var joined atomic.Bool
-	if o.MetricsAddress != "" {
-		stop, err := serve(o.MetricsAddress, metrics.Handler(reg, func() error {
-			if !joined.Load() {
-				return errors.New("not yet in the gossip ring")
-			}
-			return nil
-		}), log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-
-	// Nodes tell who may join the ring and where to find it.
-	factory := informers.NewSharedInformerFactory(o.Client, 0)
-	nodes := factory.Core().V1().Nodes()
-	nodeLister := nodes.Lister()
-	nodeInformer := nodes.Informer()
-	// The informers stop with informerCtx: cancelled before Shutdown waits
-	// for them, also when Run returns with an error and ctx still runs.
-	informerCtx, stopInformers := context.WithCancel(ctx)
-	factory.Start(informerCtx.Done())
-	defer func() { stopInformers(); factory.Shutdown() }()
-	log.Info("waiting for the Node list", "node", o.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
-		return ctx.Err()
-	}
-	advertise := o.GossipAdvertise
-	if advertise == "" {
-		if advertise, err = waitInternalIP(ctx, nodeInformer, nodeLister, o.NodeName, log); err != nil {
-			return err
-		}
-	}
-
-	// This run's own key: what this node says about itself that fencers
-	// act on (a clean shutdown, its leave) is signed with it, and it is
-	// published where only this node may write (pkg/identity/publish).
-	signingKey, err := identity.NewKey()
+	p, err := a.build()
 	if err != nil {
 		return err
 	}
-	keyPublished := prometheus.NewGauge(prometheus.GaugeOpts{
+	defer p.close()
+	return p.run(ctx)
+}
+
+// parts are the agent's components, built and wired to each other by
+// build but not started: nothing listens to gossip, watches the API or
+// talks to logind before run.
+type parts struct {
+	o    Options
+	log  *slog.Logger
+	role string
+
+	reg *prometheus.Registry
+	// srv serves /metrics, /healthz and /readyz on lis (both nil when
+	// --metrics-address is empty).
+	srv *http.Server
+	lis net.Listener
+	// joined is /readyz: in the gossip ring.
+	joined atomic.Bool
+
+	// factories are the informer factories, started and shut down
+	// together: first the one factory for cluster-scoped objects, then
+	// the fencer's namespaced Lease factories.
+	factories []informers.SharedInformerFactory
+	nodes     coreinformers.NodeInformer
+
+	// signingKey is this run's own key: what this node says about itself
+	// that fencers act on (a clean shutdown, its leave) is signed with
+	// it, and it is published where only this node may write
+	// (pkg/identity/publish).
+	signingKey   *identity.Key
+	keyPublished prometheus.Gauge
+
+	ring    *heartbeat.Ring
+	watcher *shutdown.Watcher // nil when shutdown.announce is off
+	fencer  *fencer.Fencer    // nil on an observer
+
+	closers []func() // run by close, last first
+}
+
+// build constructs every part of the agent and wires them: the metrics
+// registry and server, one informer factory for cluster-scoped objects
+// (Nodes for the ring's seeds and admission and this host's address;
+// Nodes and VolumeAttachments for the fencer: Nodes are watched once per
+// process), the fencer's Lease informers, the gossip ring (not joined),
+// the shutdown watcher and the fencer, which gets the ring's member
+// changes directly (Ring.OnChange → Fencer.Notify).
+func (a *Agent) build() (_ *parts, err error) {
+	o := a.o
+	p := &parts{o: o, log: o.Logger, role: "observer", reg: metrics.NewRegistry(o.Version)}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if a.inv != nil {
+		p.role = "fencer"
+	}
+
+	if o.MetricsAddress != "" {
+		if p.lis, err = net.Listen("tcp", o.MetricsAddress); err != nil {
+			return nil, fmt.Errorf("--metrics-address: %w", err)
+		}
+		p.closers = append(p.closers, func() { _ = p.lis.Close() })
+		p.srv = &http.Server{Handler: metrics.Handler(p.reg, p.ready), ReadHeaderTimeout: 5 * time.Second}
+	}
+
+	cluster := informers.NewSharedInformerFactory(o.Client, 0)
+	p.factories = append(p.factories, cluster)
+	p.nodes = cluster.Core().V1().Nodes()
+	p.nodes.Informer() // registered before the factory starts
+	nodeLister := p.nodes.Lister()
+
+	if p.signingKey, err = identity.NewKey(); err != nil {
+		return nil, err
+	}
+	p.keyPublished = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fenced_agent_key_published",
 		Help: "1 once this agent's own signing key is published on its Lease; 0 means fencers take none of this node's word (its clean shutdowns need the BMC).",
 	})
-	reg.MustRegister(keyPublished)
-	publishKey(ctx, o, signingKey.Public(), keyPublished, log)
+	p.reg.MustRegister(p.keyPublished)
 
 	hb := heartbeat.Config{
-		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port, AdvertiseAddr: advertise,
-		ClusterName: o.Config.ClusterName, SecretKey: key, Insecure: o.InsecureGossip,
+		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port,
+		ClusterName: o.Config.ClusterName, SecretKey: a.key, Insecure: o.InsecureGossip,
 		ProbeInterval: o.Config.Gossip.ProbeInterval, ProbeTimeout: o.Config.Gossip.ProbeTimeout,
 		SuspicionMult: o.Config.Gossip.SuspicionMult, GossipInterval: o.Config.Gossip.GossipInterval,
 	}
-	if o.InsecureGossip {
-		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
-	}
-	ring, err := heartbeat.Join(ctx, hb, heartbeat.Options{
-		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: role,
+	p.ring, err = heartbeat.New(hb, heartbeat.Options{
+		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: p.role,
 			State: vocab.AnnounceRunning, Agent: o.Version},
 		Seeds:  func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
 		IsNode: func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
-		Logger: log,
-		Key:    signingKey,
+		Logger: p.log,
+		Key:    p.signingKey,
 	})
 	if err != nil {
-		return fmt.Errorf("joining the gossip ring: %w", err)
+		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
-	var watcher *shutdown.Watcher
-	defer func() {
-		if watcher != nil && isClosed(watcher.Leaving()) {
-			return // the shutdown watcher left the ring already
-		}
-		if err := ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
-			log.Warn("leaving the gossip ring", "err", err)
-		}
-	}()
-	joined.Store(true)
-	log.Info("agent started", "role", role, "node", o.NodeName, "boot", o.BootID, "gossip", ring.LocalAddr(),
-		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "version", o.Version)
+	p.reg.MustRegister(metrics.NewMembers(p.memberStates))
 
-	// Clean-shutdown announcements: a logind delay lock, and on shutdown
-	// shutting-down → (no CSI mounts) shutdown-complete → leave.
-	var shutdownLeft <-chan struct{}
-	watcherDone := make(chan error, 1)
 	if o.Config.Shutdown.Announce {
-		dial := o.DialLogind
-		if dial == nil {
-			dial = shutdown.DialLogind
-		}
-		root := o.KubeletRootDir
-		if root == "" {
-			root = shutdown.DefaultKubeletRootDir
-		}
-		lockHeld := prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fenced_shutdown_lock_held",
-			Help: "1 while the agent holds its logind shutdown delay lock (needed to announce a clean shutdown), else 0.",
-		})
-		reg.MustRegister(lockHeld)
-		watcher = shutdown.New(shutdown.Config{
-			Dial: dial, Ring: ring, Logger: log,
-			OnLock: func(held bool) {
-				if held {
-					lockHeld.Set(1)
-				} else {
-					lockHeld.Set(0)
-				}
-			},
-			Mounts: shutdown.MountTable{Path: shutdown.DefaultMountInfo, KubeletRootDir: root},
-		})
-		shutdownLeft = watcher.Left()
-		go func() { watcherDone <- watcher.Run(ctx) }()
-	} else {
-		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
+		p.watcher = p.buildWatcher()
 	}
 
-	var fencerLoop *fencer.Fencer
-	fencerDone := make(chan error, 1)
-	fencerCtx, stopFencer := context.WithCancel(ctx)
-	defer stopFencer()
-	if inv != nil {
-		defer inv.Close()
+	if a.inv != nil {
+		p.closers = append(p.closers, func() { _ = a.inv.Close() })
 		recorder, stopRecorder := kube.NewRecorder(o.Client, "fenced")
-		defer stopRecorder()
-		fencerLoop = fencer.New(fencer.Config{
-			Identity: o.NodeName, Client: o.Client, Inventory: inv, Members: ring,
+		p.closers = append(p.closers, stopRecorder)
+		// The fencer's Leases come from factories of their own, limited to
+		// their namespace: see fencer.NewInformers.
+		inf, leaseFactories := fencer.NewInformers(o.Client, cluster, o.Config.Fencer.LeaseNamespace)
+		p.factories = append(p.factories, leaseFactories...)
+		p.fencer, err = fencer.New(fencer.Config{
+			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: a.inv, Members: p.ring,
 			Tainter: kube.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration: o.Config.Fencer.LeaseDuration,
 			Verify:        device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			GossipPort:    o.Config.Gossip.Port,
-			Metrics:       fencer.NewMetrics(reg), Logger: log,
+			Metrics:       fencer.NewMetrics(p.reg), Logger: p.log,
 		})
-		go func() { fencerDone <- fencerLoop.Run(fencerCtx) }()
+		if err != nil {
+			return nil, err
+		}
+		// Gossip changes go to the fencer as an informer's events would:
+		// Notify only queues (see its comment for why it is safe to call
+		// under memberlist's lock).
+		f := p.fencer
+		p.ring.OnChange(func(m heartbeat.Member) { f.Notify(m.Name) })
+	}
+	return p, nil
+}
+
+// buildWatcher builds the clean-shutdown watcher: a logind delay lock, and
+// on shutdown shutting-down → (no CSI mounts) shutdown-complete → leave.
+func (p *parts) buildWatcher() *shutdown.Watcher {
+	dial := p.o.DialLogind
+	if dial == nil {
+		dial = shutdown.DialLogind
+	}
+	root := p.o.KubeletRootDir
+	if root == "" {
+		root = shutdown.DefaultKubeletRootDir
+	}
+	lockHeld := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenced_shutdown_lock_held",
+		Help: "1 while the agent holds its logind shutdown delay lock (needed to announce a clean shutdown), else 0.",
+	})
+	p.reg.MustRegister(lockHeld)
+	return shutdown.New(shutdown.Config{
+		Dial: dial, Ring: p.ring, Logger: p.log,
+		OnLock: func(held bool) {
+			if held {
+				lockHeld.Set(1)
+			} else {
+				lockHeld.Set(0)
+			}
+		},
+		Mounts: shutdown.MountTable{Path: shutdown.DefaultMountInfo, KubeletRootDir: root},
+	})
+}
+
+// close releases what build made, last first.
+func (p *parts) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// ready is /readyz: the agent is in the gossip ring.
+func (p *parts) ready() error {
+	if !p.joined.Load() {
+		return errors.New("not yet in the gossip ring")
+	}
+	return nil
+}
+
+// memberStates are the states of the ring's members, for fenced_members.
+func (p *parts) memberStates() []vocab.MemberState {
+	ms := p.ring.Members()
+	out := make([]vocab.MemberState, len(ms))
+	for i, m := range ms {
+		out[i] = m.State
+	}
+	return out
+}
+
+// run starts the parts in the order they need — the metrics server, the
+// informers, this host's address from its Node, the published key (a
+// bounded wait), the ring — then supervises them until ctx ends.
+func (p *parts) run(ctx context.Context) error {
+	o, log := p.o, p.log
+	if p.srv != nil {
+		go func() { _ = p.srv.Serve(p.lis) }()
+		log.Info("serving metrics and health", "address", p.lis.Addr().String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = p.srv.Shutdown(sctx)
+		}()
 	}
 
-	members := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fenced_members",
-		Help: "Gossip ring members by state (alive, suspect, dead, left) as this agent sees them.",
-	}, []string{"state"})
-	reg.MustRegister(members)
-	update := func() {
-		counts := map[vocab.MemberState]int{}
-		for _, m := range ring.Members() {
-			counts[m.State]++
-		}
-		for _, s := range []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft} {
-			members.WithLabelValues(string(s)).Set(float64(counts[s]))
-		}
-		status := fmt.Sprintf("%s: %d of %d gossip members alive", role, counts[vocab.MemberAlive], len(ring.Members()))
-		_, _ = systemd.Notify(systemd.Status(status))
+	// The informers stop with informerCtx: cancelled before Shutdown waits
+	// for them, also when run returns with an error and ctx still runs.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	for _, f := range p.factories {
+		f.Start(informerCtx.Done())
 	}
-	update()
+	defer func() {
+		stopInformers()
+		for _, f := range p.factories {
+			f.Shutdown()
+		}
+	}()
+	// Nodes tell who may join the ring and where to find it.
+	log.Info("waiting for the Node list", "node", o.NodeName)
+	if !cache.WaitForCacheSync(ctx.Done(), p.nodes.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	advertise := o.GossipAdvertise
+	if advertise == "" {
+		var err error
+		if advertise, err = waitInternalIP(ctx, p.nodes.Informer(), p.nodes.Lister(), o.NodeName, log); err != nil {
+			return err
+		}
+	}
+
+	publishKey(ctx, o, p.signingKey.Public(), p.keyPublished, log)
+
+	if o.InsecureGossip {
+		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
+	}
+	if err := p.ring.Join(ctx, advertise); err != nil {
+		return fmt.Errorf("joining the gossip ring: %w", err)
+	}
+	defer func() {
+		if p.watcher != nil && isClosed(p.watcher.Leaving()) {
+			return // the shutdown watcher left the ring already
+		}
+		if err := p.ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
+			log.Warn("leaving the gossip ring", "err", err)
+		}
+	}()
+	p.joined.Store(true)
+	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
+		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "version", o.Version)
+	if p.watcher == nil {
+		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
+	}
+	return p.supervise(ctx)
+}
+
+// supervise runs the shutdown watcher and the fencer, keeps systemd
+// informed and handles the end of every part; it is the one place that
+// decides what stops what:
+//
+//   - ctx ends (SIGTERM): the watcher is waited for — stopped in the middle
+//     of the host's shutdown it takes a last look at the mounts, announces
+//     and leaves, and the ring must not be left before that — and so is
+//     the fencer;
+//   - the watcher left the ring (the host shuts down): the fencer stops and
+//     the agent waits to be stopped with the host;
+//   - the watcher or the fencer fails, or the ring shuts down on its own:
+//     the agent stops with an error.
+//
+// systemd's watchdog is fed only while this loop turns, so a wedged agent
+// gets restarted.
+func (p *parts) supervise(ctx context.Context) error {
+	log := p.log
+	watcherDone := make(chan error, 1)
+	var watcherLeft <-chan struct{}
+	if p.watcher != nil {
+		watcherLeft = p.watcher.Left()
+		go func() { watcherDone <- p.watcher.Run(ctx) }()
+	}
+	fencerDone := make(chan error, 1)
+	fencerCtx, cancelFencer := context.WithCancel(ctx)
+	defer cancelFencer()
+	if p.fencer != nil {
+		go func() { fencerDone <- p.fencer.Run(fencerCtx) }()
+	}
+	watcherRunning, fencerRunning := p.watcher != nil, p.fencer != nil
+	stopFencer := func() {
+		if fencerRunning {
+			cancelFencer()
+			<-fencerDone
+			fencerRunning = false
+		}
+	}
+
+	// STATUS tells how the ring looks; it is refreshed on the tick while
+	// the agent is in the ring, and only sent when it changed.
+	lastStatus := ""
+	status := func() {
+		alive, all := 0, 0
+		for _, s := range p.memberStates() {
+			all++
+			if s == vocab.MemberAlive {
+				alive++
+			}
+		}
+		if s := fmt.Sprintf("%s: %d of %d gossip members alive", p.role, alive, all); s != lastStatus {
+			lastStatus = s
+			_, _ = systemd.Notify(systemd.Status(s))
+		}
+	}
+	status()
 	if _, err := systemd.Notify(systemd.Ready); err != nil {
 		log.Warn("could not notify systemd", "err", err)
 	}
-	// Feed systemd's watchdog (WatchdogSec=) only while this loop keeps
-	// turning, so a wedged agent gets restarted; a no-op outside systemd.
 	var loopTurned atomic.Int64
 	loopTurned.Store(time.Now().UnixNano())
 	go func() {
@@ -310,65 +464,47 @@ func (a *Agent) Run(ctx context.Context) error {
 			log.Error("systemd watchdog stopped; systemd will restart the agent", "err", err)
 		}
 	}()
-	alive := time.NewTicker(time.Second)
-	defer alive.Stop()
-	events := ring.Events()
-	fencerRunning := fencerLoop != nil
-	watcherRunning := watcher != nil
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	ringDone := p.ring.Done()
+	inRing := true
 
 	for {
 		select {
-		case <-alive.C:
+		case <-tick.C:
 			loopTurned.Store(time.Now().UnixNano())
+			if inRing {
+				status()
+			}
 		case <-ctx.Done():
 			log.Info("agent stopping", "reason", "signal")
 			_, _ = systemd.Notify(systemd.Stopping)
 			if watcherRunning {
-				// Stopped in the middle of the host's shutdown (a DaemonSet
-				// pod gets SIGTERM from the kubelet's graceful shutdown): the
-				// watcher takes a last look at the mounts, announces and
-				// leaves; the ring must not be left before that.
 				<-watcherDone
 			}
-			if fencerRunning {
-				<-fencerDone
-			}
+			stopFencer()
 			return nil
-		case m, ok := <-events:
-			if !ok {
-				if watcher != nil && isClosed(watcher.Leaving()) {
-					// The watcher's leave closed the ring; its Left case
-					// follows.
-					events = nil
-					continue
-				}
-				return errors.New("gossip ring shut down")
+		case <-ringDone:
+			ringDone = nil
+			if p.watcher != nil && isClosed(p.watcher.Leaving()) {
+				continue // the watcher's leave closed the ring; its Left case follows
 			}
-			update()
-			if fencerLoop != nil {
-				fencerLoop.Notify(m.Name)
-			}
-		case <-shutdownLeft:
+			stopFencer()
+			return errors.New("gossip ring shut down")
+		case <-watcherLeft:
 			// The host is shutting down and the watcher left the ring: stop
 			// fencing from here and wait to be stopped with the host.
-			shutdownLeft, events = nil, nil
-			joined.Store(false)
-			res := watcher.Result()
-			if fencerRunning {
-				stopFencer()
-				<-fencerDone
-				fencerRunning = false
-			}
+			watcherLeft, ringDone, inRing = nil, nil, false
+			p.joined.Store(false)
+			res := p.watcher.Result()
+			stopFencer()
 			log.Info("host shutting down: left the gossip ring; waiting to be stopped", "result", res.String())
 			_, _ = systemd.Notify(systemd.Status("host shutting down: " + res.String()))
 		case err := <-watcherDone:
 			watcherRunning = false
 			if err != nil {
 				_, _ = systemd.Notify(systemd.Stopping)
-				if fencerRunning {
-					stopFencer()
-					<-fencerDone
-				}
+				stopFencer()
 				return err
 			}
 		case err := <-fencerDone:
@@ -461,22 +597,6 @@ func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nod
 			log.Info("still waiting for this host's Node and its InternalIP (or pass --gossip-advertise-address)", "node", name)
 		}
 	}
-}
-
-// serve starts the metrics and health server and returns its stop func.
-func serve(addr string, h http.Handler, log *slog.Logger) (func(), error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-address: %w", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	log.Info("serving metrics and health", "address", l.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
 }
 
 // keyPublishWait bounds how long the agent waits to publish its key before
