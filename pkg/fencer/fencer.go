@@ -322,7 +322,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", f.cfg.Policy.Mode,
 		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace)
 
+	// The worker is waited for on return like the background calls: a
+	// decision still running must not outlive Run (and log after it).
+	f.bg.Add(1)
 	go func() {
+		defer f.bg.Done()
 		for f.processNext(ctx) {
 		}
 	}()
