@@ -93,7 +93,7 @@ func (r *Ring) Challenge(ctx context.Context, name, addr string) (Proof, error) 
 	if err != nil {
 		return Proof{}, fmt.Errorf("heartbeat: challenge %s: address %q: %w", name, addr, err)
 	}
-	if r.ml == nil {
+	if r.ml.Load() == nil {
 		return Proof{}, fmt.Errorf("heartbeat: challenge %s before Join: %w", name, ErrNoProof)
 	}
 	nonce := make([]byte, nonceSize)
@@ -112,7 +112,7 @@ func (r *Ring) Challenge(ctx context.Context, name, addr string) (Proof, error) 
 	sent := make(chan error, 1)
 	// SendReliable dials TCP and may wait for memberlist's TCP timeout: do
 	// not hold the caller past ctx for it.
-	go func() { sent <- r.ml.SendReliable(node, msg) }()
+	go func() { sent <- r.ml.Load().SendReliable(node, msg) }()
 	for {
 		select {
 		case err := <-sent:
@@ -148,7 +148,7 @@ func (r *Ring) proofReceived(p Proof) {
 // answerChallenge signs the challenge's nonce and sends the proof back to
 // the challenger, in the background: NotifyMsg must not block.
 func (r *Ring) answerChallenge(c challenge) {
-	if r.ml == nil {
+	if r.ml.Load() == nil {
 		return // a Ring without memberlist (tests of the view)
 	}
 	r.mu.Lock()
@@ -179,7 +179,7 @@ func (r *Ring) answerChallenge(c challenge) {
 			return
 		}
 		start := time.Now()
-		if err := r.ml.SendReliable(node, encodeMessage(msgProof, p)); err != nil {
+		if err := r.ml.Load().SendReliable(node, encodeMessage(msgProof, p)); err != nil {
 			r.log.Debug("proof of life not delivered", "to", c.From, "err", err, "after", time.Since(start))
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -135,7 +136,9 @@ type Options struct {
 
 // Ring is this agent's membership in the gossip ring.
 type Ring struct {
-	ml     *memberlist.Memberlist
+	// ml is set once by Join; memberlist's own goroutines read it (a
+	// challenge answered as Join returns), hence atomic.
+	ml     atomic.Pointer[memberlist.Memberlist]
 	self   string
 	port   int // effective bind port: the default port of seeds
 	log    *slog.Logger
@@ -264,7 +267,7 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 	case r.closed:
 		r.lifeMu.Unlock()
 		return ErrShutdown
-	case r.ml != nil:
+	case r.ml.Load() != nil:
 		r.lifeMu.Unlock()
 		return errors.New("heartbeat: joined already")
 	}
@@ -276,7 +279,7 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 		r.lifeMu.Unlock()
 		return fmt.Errorf("heartbeat: start gossip on %s:%d: %w", r.mc.BindAddr, r.mc.BindPort, err)
 	}
-	r.ml = ml
+	r.ml.Store(ml)
 	r.lifeMu.Unlock()
 
 	if r.seeds != nil {
@@ -378,7 +381,7 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	if closed {
 		return ErrShutdown
 	}
-	if r.ml == nil {
+	if r.ml.Load() == nil {
 		return errors.New("heartbeat: announce before Join")
 	}
 
@@ -397,7 +400,7 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	}
 	// UpdateNode calls back into NodeMeta and NotifyUpdate: no lock of
 	// ours may be held here except announceMu.
-	if err := r.ml.UpdateNode(AnnounceTimeout); err != nil {
+	if err := r.ml.Load().UpdateNode(AnnounceTimeout); err != nil {
 		return fmt.Errorf("heartbeat: announce %q: %w", state, err)
 	}
 	return nil
@@ -426,7 +429,7 @@ func (r *Ring) Leave(timeout time.Duration) error {
 	if r.closed {
 		return ErrShutdown
 	}
-	if r.ml == nil {
+	if r.ml.Load() == nil {
 		return r.shutdownLocked() // never joined: nobody to tell
 	}
 	r.mu.Lock()
@@ -439,7 +442,7 @@ func (r *Ring) Leave(timeout time.Duration) error {
 	if left < time.Millisecond {
 		left = time.Millisecond // memberlist takes 0 as "wait forever"
 	}
-	leaveErr := r.ml.Leave(left)
+	leaveErr := r.ml.Load().Leave(left)
 	if leaveErr != nil {
 		leaveErr = fmt.Errorf("heartbeat: leave: %w", leaveErr)
 	}
@@ -501,7 +504,7 @@ func (r *Ring) sendLeaveNotices(deadline time.Time) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := r.ml.SendReliable(n, msg); err != nil {
+			if err := r.ml.Load().SendReliable(n, msg); err != nil {
 				r.log.Debug("leave notice not delivered", "node", n.Name, "err", err)
 				fail(n.Name)
 				return
@@ -549,8 +552,8 @@ func (r *Ring) shutdownLocked() error {
 	}
 	r.closed = true
 	var err error
-	if r.ml != nil {
-		err = r.ml.Shutdown()
+	if r.ml.Load() != nil {
+		err = r.ml.Load().Shutdown()
 	}
 	close(r.done)
 	if err != nil {

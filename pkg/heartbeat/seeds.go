@@ -70,7 +70,7 @@ func (r *Ring) joinSeeds(failures int) bool {
 		logFail("no gossip seeds known; retrying in the background")
 		return false
 	}
-	n, err := r.ml.Join(seeds)
+	n, err := r.ml.Load().Join(seeds)
 	if n == 0 {
 		logFail("no gossip seed reachable; retrying in the background", "seeds", seeds, "err", err)
 		return false
