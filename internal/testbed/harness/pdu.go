@@ -100,7 +100,7 @@ func (h *Harness) PDU(name string) *PDU {
 // the community files. The physics is wired by wirePDUs once the BMCs run.
 func (h *Harness) startPDUs(n int) error {
 	if n < 0 || n > MaxFeeds {
-		return fmt.Errorf("Feeds is %d, want 0 to %d", n, MaxFeeds)
+		return fmt.Errorf("power feeds: %d, want 0 to %d", n, MaxFeeds)
 	}
 	if n == 0 {
 		return nil
