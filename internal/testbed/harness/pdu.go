@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -230,7 +231,7 @@ func (m *Machine) feedChanged() error {
 	switch {
 	case err != nil:
 	case !powered && !m.unpowered:
-		m.loseAC()
+		err = m.loseAC()
 	case powered && m.unpowered:
 		err = m.regainAC()
 	}
@@ -256,15 +257,51 @@ func (m *Machine) anyOutletOn() (bool, error) {
 }
 
 // loseAC is the machine's last outlet going off. Called with feedMu held.
-func (m *Machine) loseAC() {
+func (m *Machine) loseAC() error {
 	pid, on := m.BMC.MachinePID()
 	m.unpowered, m.onAtLoss = true, on
 	// The BMC first: a fencer must never see it read "off", which a live
 	// BMC would for a dead machine.
 	m.BMC.Freeze()
-	if on {
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // the launcher leads the machine's group
+	if !on {
+		return nil
 	}
+	// The launcher leads the machine's group.
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("power loss: %w", err)
+	}
+	// SIGKILL is not instant for a process with many threads: wait until
+	// every process of the machine is dead, so that callers can rely on it.
+	deadline := time.Now().Add(killTimeout)
+	for groupAlive(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("power loss: processes of group %d still alive %s after SIGKILL", pid, killTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// killTimeout bounds the wait for a SIGKILLed machine's processes to die.
+const killTimeout = 10 * time.Second
+
+// groupAlive reports whether a process of group pgid is alive: neither
+// gone nor a zombie (the launcher stays one until its frozen BMC reaps it).
+func groupAlive(pgid int) bool {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		if state, group, err := procStat(pid); err == nil && group == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
 }
 
 // regainAC is the first outlet coming back on. Called with feedMu held.
