@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -23,7 +22,7 @@ import (
 // state").
 func TestPowerFeeds(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a control plane, two machines and two PDUs")
+		t.Skip(SkipShortMessage)
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, BMC simulators")
@@ -31,8 +30,7 @@ func TestPowerFeeds(t *testing.T) {
 	if _, err := exec.LookPath("fence_apc_snmp"); err != nil {
 		t.Fatal("fence_apc_snmp not found: install Debian's fence-agents package (hack/install-deps.sh does)")
 	}
-	ctx := context.Background()
-	h := Start(ctx, t, Options{
+	ctx, h := StartForTest(t, Options{
 		Machines: []string{"node-a", "node-b"},
 		Feeds:    2,
 		// NotReady within seconds of the power loss, not 50.
