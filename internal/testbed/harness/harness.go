@@ -4,6 +4,13 @@
 // writers — behind OpenIPMI ipmi_sim BMCs whose power is the machine's
 // process group. Scenarios use it to pull plugs, hang nodes and cut
 // networks, and then look at what Kubernetes (and later fenced) did.
+//
+// With Options.Feeds the machines are also fed by switched rack PDUs
+// (package pdusim, switched by tests or by fence_apc_snmp over SNMP): a
+// machine whose outlets are all off dies and its BMC goes dark with it;
+// when a feed comes back the BMC answers first, and the machine is switched
+// on again if it was on when the power went ("restore last state"). See
+// pdu.go for the whole physics.
 package harness
 
 import (
@@ -47,6 +54,11 @@ type Options struct {
 	// Shutdown is every machine's graceful node shutdown configuration
 	// (nil: DefaultShutdown; &machine.Shutdown{} turns it off).
 	Shutdown *machine.Shutdown
+	// Feeds puts the machines behind switched rack PDUs: 0, none (the
+	// machines' power is only their BMCs'); 1, PDU "pdu-a", machine i on
+	// its outlet i+1; 2, also "pdu-b", machine i on outlet i+1 of each
+	// (dual power supplies). See PDUs, Machine.Outlets, Machine.CutFeeds.
+	Feeds int
 }
 
 // DefaultShutdown is how every machine is set up unless Options.Shutdown
@@ -77,7 +89,8 @@ type Harness struct {
 	Attacher   *csi.Attacher
 	Dir        string
 
-	t testing.TB
+	pdus []*PDU
+	t    testing.TB
 }
 
 // Machine is one simulated computer and its BMC.
@@ -93,6 +106,17 @@ type Machine struct {
 
 	bmcUUID, bmcAddr, bmcPassword string
 	bmcPort                       int
+
+	// feeds are the machine's outlets (Options.Feeds); feedMu serializes
+	// its power changes and guards the fields below (pdu.go).
+	feeds  []feed
+	feedMu sync.Mutex
+	// unpowered: every outlet is off. onAtLoss: the machine was on when
+	// its power went.
+	unpowered, onAtLoss bool
+	// powerErr is what went wrong in the physics since the last
+	// CutFeeds/RestoreFeeds.
+	powerErr error
 }
 
 // TestTimeout bounds the context StartForTest returns: generous, for a
@@ -190,6 +214,10 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		}
 		h.Machines = append(h.Machines, m)
 	}
+	// Before the fencing configurations: they may name the PDUs.
+	if err := h.startPDUs(o.Feeds); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
 	extra := o.Extra
 	if o.Fencing != nil {
 		if extra, err = h.prepareFencing(ctx, o.Fencing, extra); err != nil {
@@ -205,10 +233,13 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 			t.Fatalf("harness: machine %s: %v", m.Name, err)
 		}
 	}
+	h.wirePDUs()
 	t.Cleanup(func() {
 		if t.Failed() {
 			h.dumpMachineLogs()
 		}
+		// No outlet change may reach a machine being torn down.
+		h.stopPDUs()
 		// Machines go first: their processes keep the namespaces busy.
 		for _, m := range h.Machines {
 			m.BMC.Stop()
@@ -384,11 +415,23 @@ func (m *Machine) PartitionFromPeers() error { return m.Host.PartitionFromPeers(
 func (m *Machine) Isolate() error            { return m.Host.Isolate() }
 func (m *Machine) Heal() error               { return m.Host.Heal() }
 
-// BMCDown makes the BMC stop answering (SIGSTOP of ipmi_sim); BMCUp undoes it.
-func (m *Machine) BMCDown() { m.BMC.Freeze() }
+// BMCDown makes the BMC stop answering (SIGSTOP of ipmi_sim); BMCUp undoes
+// it, and so does a power cycle through the machine's feeds.
+func (m *Machine) BMCDown() {
+	m.feedMu.Lock()
+	defer m.feedMu.Unlock()
+	m.BMC.Freeze()
+}
 
-// BMCUp makes a downed BMC answer again.
-func (m *Machine) BMCUp() { m.BMC.Thaw() }
+// BMCUp makes a downed BMC answer again — unless the machine's feeds are
+// off: a BMC without power stays dark until they come back.
+func (m *Machine) BMCUp() {
+	m.feedMu.Lock()
+	defer m.feedMu.Unlock()
+	if !m.unpowered {
+		m.BMC.Thaw()
+	}
+}
 
 // BMCWrongPassword changes the password of the BMC account fenced uses,
 // so that the password in the fencers' inventory is now wrong (a rotation
