@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 
 	"fenced.io/fenced/pkg/core"
@@ -33,4 +34,22 @@ func classifyTransport(ctx context.Context, err error) (core.ErrorKind, bool) {
 		return core.KindTimeout, true
 	}
 	return "", false
+}
+
+// messageKinds classifies a failure by the words of its message, for
+// drivers whose libraries or programs give nothing better: the first
+// entry whose substr the message contains names the kind.
+type messageKinds []struct {
+	substr string
+	kind   core.ErrorKind
+}
+
+// of is the kind of msg, core.KindBMC when no entry matches.
+func (ks messageKinds) of(msg string) core.ErrorKind {
+	for _, m := range ks {
+		if strings.Contains(msg, m.substr) {
+			return m.kind
+		}
+	}
+	return core.KindBMC
 }

@@ -542,20 +542,9 @@ func waitExited(pid int) {
 // classifyAgent maps the messages of fencing.py and the tools it runs onto
 // ErrorKinds; the exit code says nothing (fencing.py exits 1 for every
 // failure). Unrecognised failures are KindBMC.
-func classifyAgent(stderr []byte) core.ErrorKind {
-	msg := string(stderr)
-	for _, m := range agentMessageKinds {
-		if strings.Contains(msg, m.substr) {
-			return m.kind
-		}
-	}
-	return core.KindBMC
-}
+func classifyAgent(stderr []byte) core.ErrorKind { return agentMessageKinds.of(string(stderr)) }
 
-var agentMessageKinds = []struct {
-	substr string
-	kind   core.ErrorKind
-}{
+var agentMessageKinds = messageKinds{
 	{"Authentication failure", core.KindAuth}, // net-snmp, wrong v3 password
 	{"incorrect password", core.KindAuth},
 	{"Invalid user name", core.KindAuth},

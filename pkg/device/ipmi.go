@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	ipmi "github.com/bougou/go-ipmi/pkg/client"
@@ -224,19 +223,10 @@ func classifyIPMI(ctx context.Context, err error, connecting bool) core.ErrorKin
 	// go-ipmi v0.9.1 joins Connect20's per-cipher-suite errors with %v and
 	// keeps its "no answer" sentinel unexported, so errors.Is cannot see
 	// them. Fall back to its messages; the integration tests pin them.
-	msg := err.Error()
-	for _, m := range ipmiMessageKinds {
-		if strings.Contains(msg, m.substr) {
-			return m.kind
-		}
-	}
-	return core.KindBMC
+	return ipmiMessageKinds.of(err.Error())
 }
 
-var ipmiMessageKinds = []struct {
-	substr string
-	kind   core.ErrorKind
-}{
+var ipmiMessageKinds = messageKinds{
 	{ipmi.ErrRAKPAuthentication.Error(), core.KindAuth},
 	{"RMCP+ status", core.KindAuth},
 	{"no datagram matched before deadline", core.KindTimeout},

@@ -3,9 +3,10 @@ package operator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,11 +102,7 @@ func (v *AgentView) MembersText() string {
 	if len(v.Members) == 0 {
 		return "no " + metrics.MembersMetric + " metric"
 	}
-	states := make([]string, 0, len(v.Members))
-	for s := range v.Members {
-		states = append(states, s)
-	}
-	sort.Strings(states)
+	states := slices.Sorted(maps.Keys(v.Members))
 	parts := make([]string, 0, len(states))
 	for _, s := range states {
 		parts = append(parts, fmt.Sprintf("%d %s", v.Members[s], s))

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -359,11 +360,7 @@ func (l *Logind) Stop() {
 func (l *Logind) Inhibitors() []Inhibitor {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ids := make([]int, 0, len(l.locks))
-	for id := range l.locks {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(l.locks))
 	out := make([]Inhibitor, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, l.locks[id].Inhibitor)
