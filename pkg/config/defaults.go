@@ -79,6 +79,11 @@ const (
 	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease
 	// within this time, and another fencer takes over.
 	DefaultLeaseDuration = 15 * time.Second
+	// DefaultFenceAgentTimeout bounds one call of a fence agent: its login
+	// (login_timeout 5 s), the request and, for off/on, its own wait for
+	// the new state (power_timeout 20 s) — fence agents' defaults, plus a
+	// margin.
+	DefaultFenceAgentTimeout = 30 * time.Second
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
 )
@@ -115,3 +120,11 @@ const (
 	maxBMCTimeout = 5 * time.Minute
 	maxBMCRetries = 10
 )
+
+// maxFenceAgentTimeout bounds fenceDevices[].timeout.
+const maxFenceAgentTimeout = 10 * time.Minute
+
+// DefaultFenceAgentDirs are where a fence agent named without a path is
+// looked for: Debian's and Red Hat's fence-agents packages install into
+// /usr/sbin.
+var DefaultFenceAgentDirs = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}

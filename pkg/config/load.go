@@ -23,6 +23,10 @@ type Config struct {
 	Shutdown    Shutdown
 	// BMCs holds one resolved entry per node of the inventory, in file order.
 	BMCs []ResolvedBMC
+	// Devices are the declared fence devices by name.
+	Devices map[string]FenceDevice
+	// Topology holds the levels; use Levels to read a node's.
+	Topology Topology
 }
 
 // Gossip is the resolved gossip section. Zero durations and multipliers
@@ -165,6 +169,8 @@ func Parse(data []byte, source string) (*Config, error) {
 		cfg.Shutdown.Announce = *raw.Shutdown.Announce
 	}
 	bmcs, err := resolveInventory(raw.BMC)
+	cfg.Devices = resolveDevices(&fe, raw.FenceDevices)
+	cfg.Topology = resolveTopology(&fe, raw.Topology, cfg.Devices, bmcs)
 	if err := errors.Join(fe.err(), err); err != nil {
 		return nil, fmt.Errorf("config %s: %w", source, err)
 	}

@@ -47,6 +47,12 @@ type Configuration struct {
 	// BMC is the inventory of baseboard management controllers. Only
 	// fencers need it: nodes without an inventory run as observers.
 	BMC BMCInventory `json:"bmc,omitempty"`
+	// FenceDevices declares the other power devices (PDUs, hypervisors,
+	// anything a ClusterLabs fence agent drives), once each.
+	FenceDevices []FenceDeviceSpec `json:"fenceDevices,omitempty"`
+	// Topology orders each node's devices in levels. Without it a node's
+	// only level is its BMC.
+	Topology TopologySpec `json:"topology,omitempty"`
 }
 
 // GossipSpec tunes the memberlist ring.
