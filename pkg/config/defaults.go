@@ -79,11 +79,11 @@ const (
 	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease
 	// within this time, and another fencer takes over.
 	DefaultLeaseDuration = 15 * time.Second
-	// DefaultFenceAgentTimeout bounds one call of a fence agent: its login
+	// DefaultFenceAgentTimeout bounds one run of a fence agent: its login
 	// (login_timeout 5 s), the request and, for off/on, its own wait for
-	// the new state (power_timeout 20 s) — fence agents' defaults, plus a
-	// margin.
-	DefaultFenceAgentTimeout = 30 * time.Second
+	// the new state (power_wait, then polls up to power_timeout 20 s) —
+	// fence agents' defaults, with a margin.
+	DefaultFenceAgentTimeout = 60 * time.Second
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
 )

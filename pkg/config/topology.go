@@ -138,13 +138,6 @@ type Topology struct {
 	Nodes map[string][]Level
 }
 
-// secretOptionNames are agent options that carry a secret; they are
-// refused in options (they would end up in backups and logs).
-var secretOptionNames = []string{"password", "passwd", "community", "snmp_priv_passwd"}
-
-// reservedOptionNames are set by fenced itself for every call.
-var reservedOptionNames = []string{"action", "plug", "port", "nodename"}
-
 // Levels returns the levels of node: its own entry, else the defaults
 // with each device's plug for it, else its BMC when the bmc inventory has
 // one (the configuration of a cluster without a topology section). A node
@@ -204,21 +197,14 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 			Name: s.Name, Options: s.Options, Plugs: s.Plugs, SharedPlugs: s.SharedPlugs,
 			Timeout: duration(s.Timeout, DefaultFenceAgentTimeout), SecretOptions: map[string]PasswordSource{},
 		}
-		agent, err := findAgent(s.Agent)
+		agent, err := FindFenceAgent(s.Agent)
 		if err != nil {
 			fe.add(where, "agent", "%v", err)
 		}
 		d.Agent = agent
-		for _, k := range sortedKeys(s.Options) {
-			switch {
-			case slices.Contains(secretOptionNames, k):
-				fe.add(where, "options."+k, "secrets are not accepted inline (they end up in backups and logs); use secretOptions: {%s: /path/to/file}", k)
-			case slices.Contains(reservedOptionNames, k):
-				fe.add(where, "options."+k, "set by fenced for every call (the plug comes from plugs or the level)")
-			case k == "" || strings.ContainsAny(k, "=\n\r") || strings.ContainsAny(s.Options[k], "\n\r"):
-				fe.add(where, "options."+k, "option names and values must be one line each, names without '='")
-			}
-		}
+		// The option names and values are checked against the agent's
+		// own metadata when the device is built (pkg/device), which knows
+		// them better than any list here.
 		for _, k := range sortedKeys(s.SecretOptions) {
 			src := PasswordSource{File: s.SecretOptions[k]}
 			if _, err := src.Read(); err != nil {
@@ -343,8 +329,9 @@ func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice
 	}
 }
 
-// findAgent resolves a fence agent's name or path to an executable file.
-func findAgent(agent string) (string, error) {
+// FindFenceAgent resolves a fence agent's name (looked up in
+// DefaultFenceAgentDirs) or absolute path to an executable file.
+func FindFenceAgent(agent string) (string, error) {
 	if agent == "" {
 		return "", fmt.Errorf("required: a ClusterLabs fence agent such as fence_apc_snmp (Debian: apt install fence-agents)")
 	}

@@ -143,10 +143,6 @@ bmc:
 		{"one plug two nodes in levels", dev("") +
 			`topology: {nodes: [{name: w-1, levels: [[{device: pdu, plug: "4"}]]}, {name: w-2, levels: [[{device: pdu, plug: "4"}]]}]}`,
 			[]string{"pdu:4 also feeds w-1"}},
-		{"inline secret", dev(`, options: {community: private}`),
-			[]string{"options.community: secrets are not accepted inline", "secretOptions"}},
-		{"reserved option", dev(`, options: {plug: "3"}`),
-			[]string{"options.plug: set by fenced"}},
 		{"unreadable secret", dev(`, secretOptions: {password: /nonexistent/pw}`),
 			[]string{"secretOptions.password"}},
 		{"reserved name", "fenceDevices: [{name: bmc, agent: " + agent + "}]\n",

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 )
 
@@ -26,7 +27,7 @@ import (
 type FenceAgentOptions struct {
 	// DriverOptions: Node names the device's owner in errors (a plug
 	// handle names its own node); Timeout bounds one run of the agent
-	// (default DefaultFenceAgentTimeout); Retries is how many more runs
+	// (default config.DefaultFenceAgentTimeout); Retries is how many more runs
 	// follow a run that timed out.
 	DriverOptions
 	// Agent is the agent's path, or its name looked up in PATH and the
@@ -42,11 +43,6 @@ type FenceAgentOptions struct {
 	// from every error.
 	Secrets map[string]func() (string, error)
 }
-
-// DefaultFenceAgentTimeout bounds one run of a fence agent when
-// FenceAgentOptions.Timeout is zero: long enough for an agent's own off
-// or on, which waits power_wait and polls up to power_timeout (20 s).
-const DefaultFenceAgentTimeout = 60 * time.Second
 
 // Operations of a fence device beyond the BMC ones of pkg/core.
 const (
@@ -115,12 +111,12 @@ func NewFenceAgent(ctx context.Context, opts FenceAgentOptions) (*FenceAgent, er
 	if opts.Agent == "" {
 		return nil, errors.New("fence-agent: no agent given")
 	}
-	path, err := lookAgent(opts.Agent)
+	path, err := config.FindFenceAgent(opts.Agent)
 	if err != nil {
 		return nil, fmt.Errorf("fence-agent: %w", err)
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultFenceAgentTimeout
+		opts.Timeout = config.DefaultFenceAgentTimeout
 	}
 	a := &FenceAgent{opts: opts, path: path, name: filepath.Base(path)}
 	a.endpoint = agentEndpoint(a.name, opts.Options)
@@ -132,23 +128,6 @@ func NewFenceAgent(ctx context.Context, opts FenceAgentOptions) (*FenceAgent, er
 		return nil, fmt.Errorf("fence-agent %s: %w", a.name, err)
 	}
 	return a, nil
-}
-
-// lookAgent resolves an agent name the way a shell would, adding the sbin
-// directories a non-root PATH often lacks.
-func lookAgent(agent string) (string, error) {
-	if strings.ContainsRune(agent, '/') {
-		return exec.LookPath(agent)
-	}
-	if p, err := exec.LookPath(agent); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		if p, err := exec.LookPath(filepath.Join(dir, agent)); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("agent %q not found or not executable (Debian's fence-agents package installs them in /usr/sbin)", agent)
 }
 
 // agentEndpoint names the device in errors: agent://ip[:ipport].

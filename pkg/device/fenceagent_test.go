@@ -142,7 +142,7 @@ func TestFenceAgentValidation(t *testing.T) {
 		{"password in plain options", FenceAgentOptions{Agent: fake, Options: map[string]string{"ip": "x", "password": "p"}}, `option "password" is a credential`},
 		{"line break in a value", FenceAgentOptions{Agent: fake, Options: map[string]string{"ip": "x\naction=off"}}, "line break"},
 		{"agent not found", FenceAgentOptions{Agent: "fence_does_not_exist"}, "not found"},
-		{"agent not executable", FenceAgentOptions{Agent: testAgent(t, "metadata.xml")}, "permission denied"},
+		{"agent not executable", FenceAgentOptions{Agent: testAgent(t, "metadata.xml")}, "is not an executable file"},
 		{"malformed metadata", FenceAgentOptions{Agent: testAgent(t, "fence_badmeta")}, "malformed metadata XML"},
 		{"no status action", FenceAgentOptions{Agent: testAgent(t, "fence_nostatus")}, "no status action"},
 	} {
