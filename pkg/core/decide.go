@@ -497,10 +497,11 @@ func (d *decider) detect() {
 
 	switch {
 	case fresh && r.Power == PowerOff && !d.guidMatches(r):
+		bad := r.GUIDMismatch(o.Node.SystemUUID)
 		d.enter(PhaseConfirming, "BMC identity mismatch")
-		d.notice("guid:"+r.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
 			"BMC %s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
-			r.Endpoint, r.SystemGUID, o.Node.SystemUUID))
+			bad.Endpoint, bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
@@ -1053,10 +1054,7 @@ func (d *decider) cleanShutdown() (Evidence, bool) {
 // guidMatches applies the identity check "when known": a reading without
 // a GUID, or a node without a systemUUID, passes.
 func (d *decider) guidMatches(r *Reading) bool {
-	if r.SystemGUID == "" || d.o.Node.SystemUUID == "" {
-		return true
-	}
-	return SameSystemUUID(r.SystemGUID, d.o.Node.SystemUUID)
+	return r.GUIDMismatch(d.o.Node.SystemUUID) == nil
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.

@@ -786,7 +786,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints, powerOffs := 0, 0
+	taints, powerOffs, levelTaints := 0, 0, 0
 	for walk := 0; walk < 2000; walk++ {
 		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
 		p := testPolicy(mode)
@@ -803,8 +803,33 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Node.ShuttingDown = o.Node.Ready != ReadyTrue && rng.IntN(3) == 0
 				o.Node.NeverReady = o.Node.Ready != ReadyTrue && rng.IntN(5) == 0
 			case 2:
-				o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
-				o.BMC.Reading.PoweredOffByFenced = rng.IntN(4) == 0
+				if rng.IntN(2) == 0 {
+					o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
+					o.BMC.Reading.PoweredOffByFenced = rng.IntN(4) == 0
+					break
+				}
+				// Fencing topology: the BMC, then two PDU outlets feeding
+				// two power supplies; any plug may be on, off or dark.
+				plug := func(device, name, guid string) PlugRead {
+					at := o.Now.Add(-time.Duration(rng.IntN(20)) * time.Second)
+					switch rng.IntN(3) {
+					case 0:
+						return PlugRead{Device: device, Plug: name, Failure: &Failure{Kind: KindTimeout, At: at}}
+					case 1:
+						return PlugRead{Device: device, Plug: name, Reading: reading(PowerOn, at, guid)}
+					}
+					return PlugRead{Device: device, Plug: name, Reading: reading(PowerOff, at, guid)}
+				}
+				r, f := CombineLevels([]LevelRead{
+					{Level: 1, Plugs: []PlugRead{plug("bmc", "", guids[rng.IntN(len(guids))])}},
+					{Level: 2, Plugs: []PlugRead{plug("pdu-a", "3", ""), plug("pdu-b", "3", "")}},
+				})
+				if r != nil {
+					o.BMC.Reading = r
+				} else {
+					f.At = o.Now
+					o.BMC.Failure = f
+				}
 			case 3:
 				o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
 			case 4:
@@ -866,6 +891,9 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			if a := find(d.Actions, ActApplyTaint); a != nil {
 				taints++
 				checkEvidence(t, o, a.Evidence, suspectSince)
+				if a.Evidence.BMC != nil && a.Evidence.BMC.Level > 0 {
+					levelTaints++
+				}
 				// Never on evidence the node contradicted, or too old.
 				if ok, why := EvidenceHolds(a.Evidence, o, p.MaxEvidenceAge); !ok {
 					t.Fatalf("walk %d step %d: taint written although %s", walk, i, why)
@@ -896,8 +924,8 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 || powerOffs == 0 {
-		t.Fatalf("the walk reached %d taints and %d power-offs; it tests nothing", taints, powerOffs)
+	if taints == 0 || powerOffs == 0 || levelTaints == 0 {
+		t.Fatalf("the walk reached %d taints (%d on a fencing level) and %d power-offs; it tests nothing", taints, levelTaints, powerOffs)
 	}
 	t.Logf("%d taints applied across the walks, each with valid evidence; %d power-offs, each on a node down on both channels", taints, powerOffs)
 }
@@ -918,6 +946,17 @@ func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.
 		if r.SystemGUID != "" && !SameSystemUUID(r.SystemGUID, o.Node.SystemUUID) {
 			t.Fatalf("taint with a BMC GUID %s that is not the node's %s", r.SystemGUID, o.Node.SystemUUID)
 		}
+		// A level is evidence only when every plug of it read off, during
+		// this suspicion, each from the machine the Node names.
+		for _, p := range r.Plugs {
+			if p.Power != PowerOff || !p.At.After(suspectSince) {
+				t.Fatalf("taint on level %d although %s:%s read %s at %s (suspect since %s)", r.Level, p.Device, p.Plug, p.Power, p.At, suspectSince)
+			}
+			if p.SystemGUID != "" && !SameSystemUUID(p.SystemGUID, o.Node.SystemUUID) {
+				t.Fatalf("taint on level %d with %s's GUID %s, not the node's %s", r.Level, p.Device, p.SystemGUID, o.Node.SystemUUID)
+			}
+		}
+
 	case vocab.EvidenceCleanShutdown:
 		m := o.Member
 		if !m.Signed || m.State != "left" || m.Announced != "shutdown-complete" || m.BootID != o.Node.BootID {

@@ -60,6 +60,33 @@ type Reading struct {
 	// PoweredOffByFenced says fenced switched the machine off itself
 	// (power-off mode) and this reading confirmed it off.
 	PoweredOffByFenced bool `json:"poweredOffByFenced,omitempty"`
+	// Device and Plug name the power device and plug of one reading of a
+	// fencing level (Device "bmc" for the node's BMC, without a plug).
+	Device string `json:"device,omitempty"`
+	Plug   string `json:"plug,omitempty"`
+	// Level is the fencing level this reading comes from (from 1), and
+	// Plugs every plug's reading of it (CombineLevels); both are empty for
+	// a node whose only power device is its BMC.
+	Level int       `json:"level,omitempty"`
+	Plugs []Reading `json:"plugs,omitempty"`
+}
+
+// GUIDMismatch returns the first part of r whose system GUID names another
+// machine than uuid (a Node's systemUUID), or nil. Parts without a GUID
+// (PDU outlets) and an unknown uuid prove nothing either way.
+func (r *Reading) GUIDMismatch(uuid string) *Reading {
+	if r == nil || uuid == "" {
+		return nil
+	}
+	if r.SystemGUID != "" && !SameSystemUUID(r.SystemGUID, uuid) {
+		return r
+	}
+	for i := range r.Plugs {
+		if bad := r.Plugs[i].GUIDMismatch(uuid); bad != nil {
+			return bad
+		}
+	}
+	return nil
 }
 
 // ErrInvalidEvidence is wrapped by the errors of Evidence.Validate, and by
@@ -93,6 +120,13 @@ func (ev Evidence) Validate() error {
 	if ev.BMC != nil && ev.BMC.Power.is(PowerOn) {
 		return invalid("the BMC at %q reads power on", ev.BMC.Endpoint)
 	}
+	if ev.BMC != nil {
+		for _, p := range ev.BMC.Plugs {
+			if p.Power.is(PowerOn) {
+				return invalid("%s of %s reads power on", plugName(p.Device, p.Plug), ev.BMC.Endpoint)
+			}
+		}
+	}
 	switch ev.Method {
 	case vocab.EvidenceBMCPowerOff:
 		if ev.BMC == nil {
@@ -103,6 +137,16 @@ func (ev Evidence) Validate() error {
 		}
 		if ev.BMC.At.IsZero() {
 			return invalid("bmc-power-off evidence whose BMC reading has no time")
+		}
+		// A level is off only when every plug of it reads off, each at a
+		// known time.
+		for _, p := range ev.BMC.Plugs {
+			if !p.Power.is(PowerOff) {
+				return invalid("bmc-power-off evidence of %s whose %s reads %q, not %q", ev.BMC.Endpoint, plugName(p.Device, p.Plug), p.Power, PowerOff)
+			}
+			if p.At.IsZero() {
+				return invalid("bmc-power-off evidence of %s whose %s reading has no time", ev.BMC.Endpoint, plugName(p.Device, p.Plug))
+			}
 		}
 	case vocab.EvidenceCleanShutdown:
 		// The announcement is only meaningful for the boot that made it;
@@ -127,7 +171,18 @@ func (ev Evidence) Summary() string {
 	var b strings.Builder
 	switch ev.Method {
 	case vocab.EvidenceBMCPowerOff:
-		if ev.BMC != nil {
+		if ev.BMC != nil && ev.BMC.Level > 0 {
+			fmt.Fprintf(&b, "fencing level %d read power %s:", ev.BMC.Level, ev.BMC.Power)
+			for i, p := range ev.BMC.Plugs {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				fmt.Fprintf(&b, " %s %s at %s", plugName(p.Device, p.Plug), p.Power, p.At.UTC().Format(time.RFC3339))
+			}
+			if ev.BMC.PoweredOffByFenced {
+				b.WriteString(" after fenced powered it off")
+			}
+		} else if ev.BMC != nil {
 			fmt.Fprintf(&b, "BMC %s read power %s at %s", ev.BMC.Endpoint, ev.BMC.Power, ev.BMC.At.UTC().Format(time.RFC3339))
 			if ev.BMC.PoweredOffByFenced {
 				b.WriteString(" after fenced powered it off")

@@ -22,10 +22,9 @@ func checkEvidence(ev core.Evidence, n *corev1.Node) error {
 		return fmt.Errorf("%w: evidence is for boot %s but node %s now reports boot %s (it restarted since)",
 			core.ErrInvalidEvidence, ev.BootID, n.Name, n.Status.NodeInfo.BootID)
 	}
-	if ev.BMC != nil && ev.BMC.SystemGUID != "" && n.Status.NodeInfo.SystemUUID != "" &&
-		!core.SameSystemUUID(ev.BMC.SystemGUID, n.Status.NodeInfo.SystemUUID) {
+	if bad := ev.BMC.GUIDMismatch(n.Status.NodeInfo.SystemUUID); bad != nil {
 		return fmt.Errorf("%w: BMC %q reports system GUID %s but node %s has systemUUID %s (wrong BMC for this node?)",
-			core.ErrInvalidEvidence, ev.BMC.Endpoint, ev.BMC.SystemGUID, n.Name, n.Status.NodeInfo.SystemUUID)
+			core.ErrInvalidEvidence, bad.Endpoint, bad.SystemGUID, n.Name, n.Status.NodeInfo.SystemUUID)
 	}
 	return nil
 }

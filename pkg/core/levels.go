@@ -1,0 +1,122 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Fencing topology (Pacemaker's): a node has ordered levels of power
+// devices — its BMC first, say, then the two PDU outlets that feed its two
+// power supplies. The rule of what the levels say, together, lives here.
+
+// PlugRead is what reading one plug of a level gave: exactly one of
+// Reading and Failure is set.
+type PlugRead struct {
+	// Device and Plug name what was read (Device "bmc" is the node's BMC,
+	// which has no plug).
+	Device, Plug string
+	Reading      *Reading
+	Failure      *Failure
+}
+
+// LevelRead is what reading every plug of one level gave.
+type LevelRead struct {
+	// Level is the level's number, from 1.
+	Level int
+	Plugs []PlugRead
+}
+
+// readable reports whether every plug of l gave an authenticated reading
+// of on or off, and if not, why.
+func (l LevelRead) readable() (bool, string) {
+	if len(l.Plugs) == 0 {
+		return false, "no plugs"
+	}
+	for _, p := range l.Plugs {
+		switch {
+		case p.Failure != nil:
+			return false, fmt.Sprintf("%s: %s: %s", plugName(p.Device, p.Plug), p.Failure.Kind, p.Failure.Message)
+		case p.Reading == nil:
+			return false, plugName(p.Device, p.Plug) + ": not read"
+		case p.Reading.Power != PowerOn && p.Reading.Power != PowerOff:
+			return false, fmt.Sprintf("%s: read %q, neither on nor off", plugName(p.Device, p.Plug), p.Reading.Power)
+		}
+	}
+	return true, ""
+}
+
+// Decides reports whether level l settles the node's power state, so that
+// the levels after it need not be read: every plug answered on or off.
+func (l LevelRead) Decides() bool {
+	ok, _ := l.readable()
+	return ok
+}
+
+// CombineLevels is the rule of fencing topology: the levels are taken in
+// order, and the first one whose every plug answered decides — off only
+// when every plug of it reads off (a machine with two power supplies on
+// two PDUs is off only when both outlets are), on when any plug reads on.
+// A level that cannot be read completely is skipped, never taken as off.
+//
+// It returns the deciding level as one Reading — power, the oldest answer
+// time of its plugs (the evidence is as old as its oldest part), Level,
+// and every plug's reading in Plugs — or, when no level decides, a
+// Failure naming each level and why it gave nothing. The kubelet Lease
+// renew time known when the last answer came is the caller's to set.
+func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
+	var why []string
+	var kind ErrorKind
+	var failedAt time.Time
+	for _, l := range levels {
+		ok, reason := l.readable()
+		if !ok {
+			why = append(why, fmt.Sprintf("level %d: %s", l.Level, reason))
+			for _, p := range l.Plugs {
+				if p.Failure != nil {
+					if kind == "" {
+						kind = p.Failure.Kind
+					}
+					if p.Failure.At.After(failedAt) {
+						failedAt = p.Failure.At
+					}
+				}
+			}
+			continue
+		}
+		r := &Reading{Power: PowerOff, Level: l.Level}
+		names := make([]string, 0, len(l.Plugs))
+		for _, p := range l.Plugs {
+			pr := *p.Reading
+			pr.Device, pr.Plug = p.Device, p.Plug
+			if pr.Power == PowerOn {
+				r.Power = PowerOn
+			}
+			if r.At.IsZero() || pr.At.Before(r.At) {
+				r.At = pr.At
+			}
+			if !pr.SentAt.IsZero() && (r.SentAt.IsZero() || pr.SentAt.Before(r.SentAt)) {
+				r.SentAt = pr.SentAt
+			}
+			r.Plugs = append(r.Plugs, pr)
+			names = append(names, plugName(p.Device, p.Plug))
+		}
+		r.Endpoint = fmt.Sprintf("level %d (%s)", l.Level, strings.Join(names, ", "))
+		return r, nil
+	}
+	if kind == "" {
+		kind = KindBMC
+	}
+	if len(why) == 0 {
+		why = []string{"no levels"}
+	}
+	return nil, &Failure{Op: OpPowerStatus, Kind: kind, Message: "no level could be read: " + strings.Join(why, "; "), At: failedAt}
+}
+
+// plugName is "device:plug", or the device alone when it has no plug.
+func plugName(device, plug string) string {
+	if plug == "" {
+		return device
+	}
+	return device + ":" + plug
+}
