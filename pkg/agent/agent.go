@@ -103,7 +103,7 @@ func New(o Options) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if len(o.Config.BMCs) > 0 {
+	if len(o.Config.BMCs) > 0 || len(o.Config.Devices) > 0 {
 		if a.inv, err = device.NewInventory(o.Config, o.Logger); err != nil {
 			return nil, err
 		}
@@ -386,7 +386,7 @@ func (p *parts) run(ctx context.Context) error {
 	}()
 	p.joined.Store(true)
 	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
-		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "version", o.Version)
+		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "fenceDevices", len(o.Config.Devices), "version", o.Version)
 	if p.watcher == nil {
 		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
 	}

@@ -13,11 +13,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // DeviceBMC is the reserved device name of a level entry that means "this
 // node's BMC from the bmc inventory".
-const DeviceBMC = "bmc"
+const DeviceBMC = vocab.DeviceBMC
 
 // FenceDeviceSpec declares one power device — a switched PDU, a
 // hypervisor, any device a ClusterLabs fence agent drives — once, with its

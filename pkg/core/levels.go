@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Fencing topology (Pacemaker's): a node has ordered levels of power
@@ -59,12 +61,18 @@ func (l LevelRead) Decides() bool {
 // two PDUs is off only when both outlets are), on when any plug reads on.
 // A level that cannot be read completely is skipped, never taken as off.
 //
-// It returns the deciding level as one Reading — power, the oldest answer
-// time of its plugs (the evidence is as old as its oldest part), Level,
-// and every plug's reading in Plugs — or, when no level decides, a
-// Failure naming each level and why it gave nothing. The kubelet Lease
-// renew time known when the last answer came is the caller's to set.
+// A level that is the node's BMC alone gives the BMC's reading unchanged.
+// Otherwise it returns the deciding level as one Reading — power, the oldest answer
+// time of its plugs (the evidence is as old as its oldest part), the
+// earliest kubelet Lease renew time its plugs knew, Level, and every
+// plug's reading in Plugs — or, when no level decides, a Failure naming
+// each level and why it gave nothing.
 func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
+	if len(levels) == 1 && len(levels[0].Plugs) == 1 && levels[0].Plugs[0].Device == vocab.DeviceBMC && levels[0].Plugs[0].Failure != nil {
+		// The node's BMC alone, failing: its failure as it always was.
+		f := *levels[0].Plugs[0].Failure
+		return nil, &f
+	}
 	var why []string
 	var kind ErrorKind
 	var failedAt time.Time
@@ -84,7 +92,14 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 			}
 			continue
 		}
+		if len(l.Plugs) == 1 && l.Plugs[0].Device == vocab.DeviceBMC {
+			// The node's BMC alone: its reading as it always was, so
+			// that a cluster without fencing topology sees no change.
+			r := *l.Plugs[0].Reading
+			return &r, nil
+		}
 		r := &Reading{Power: PowerOff, Level: l.Level}
+		renewKnown := false
 		names := make([]string, 0, len(l.Plugs))
 		for _, p := range l.Plugs {
 			pr := *p.Reading
@@ -97,6 +112,11 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 			}
 			if !pr.SentAt.IsZero() && (r.SentAt.IsZero() || pr.SentAt.Before(r.SentAt)) {
 				r.SentAt = pr.SentAt
+			}
+			// The kubelet heartbeat known at the oldest answer: a renewal
+			// after any part of the level contradicts all of it.
+			if !renewKnown || pr.KubeletLeaseRenewedAt.Before(r.KubeletLeaseRenewedAt) {
+				r.KubeletLeaseRenewedAt, renewKnown = pr.KubeletLeaseRenewedAt, true
 			}
 			r.Plugs = append(r.Plugs, pr)
 			names = append(names, plugName(p.Device, p.Plug))

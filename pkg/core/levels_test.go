@@ -29,8 +29,11 @@ func TestCombineLevels(t *testing.T) {
 		at        time.Time
 		failWords []string
 	}{
-		{"the BMC reads off: level 1 decides", []LevelRead{bmc(off("bmc", "", 1)), pdus(on("pdu-a", "3", 1), on("pdu-b", "3", 1))}, PowerOff, 1, t0.Add(time.Second), nil},
-		{"the BMC reads on: level 1 decides, the PDUs are not asked", []LevelRead{bmc(on("bmc", "", 1)), pdus(off("pdu-a", "3", 1), off("pdu-b", "3", 1))}, PowerOn, 1, t0.Add(time.Second), nil},
+		// Level 0 in the want: the BMC's own reading, unchanged, as
+		// without fencing topology.
+		{"the BMC reads off: level 1 decides", []LevelRead{bmc(off("bmc", "", 1)), pdus(on("pdu-a", "3", 1), on("pdu-b", "3", 1))}, PowerOff, 0, t0.Add(time.Second), nil},
+		{"the BMC reads on: level 1 decides, the PDUs are not asked", []LevelRead{bmc(on("bmc", "", 1)), pdus(off("pdu-a", "3", 1), off("pdu-b", "3", 1))}, PowerOn, 0, t0.Add(time.Second), nil},
+		{"a PDU alone is a level like any other", []LevelRead{{Level: 1, Plugs: []PlugRead{off("pdu-a", "3", 1)}}}, PowerOff, 1, t0.Add(time.Second), nil},
 		{"BMC dark, both feeds off: level 2, as old as its oldest reading", []LevelRead{bmc(dark("bmc", "")), pdus(off("pdu-a", "3", 4), off("pdu-b", "3", 2))}, PowerOff, 2, t0.Add(2 * time.Second), nil},
 		{"BMC dark, one feed of two off: the machine is on", []LevelRead{bmc(dark("bmc", "")), pdus(off("pdu-a", "3", 1), on("pdu-b", "3", 1))}, PowerOn, 2, t0.Add(time.Second), nil},
 		{"BMC dark, one PDU dark: nothing decides, never off", []LevelRead{bmc(dark("bmc", "")), pdus(off("pdu-a", "3", 1), dark("pdu-b", "3"))},
@@ -59,6 +62,12 @@ func TestCombineLevels(t *testing.T) {
 			}
 			if r.Power != c.power || r.Level != c.level || !r.At.Equal(c.at) {
 				t.Fatalf("got %s at level %d at %s; want %s at level %d at %s", r.Power, r.Level, r.At, c.power, c.level, c.at)
+			}
+			if c.level == 0 {
+				if r.Plugs != nil {
+					t.Fatalf("the BMC's reading grew plugs %+v", r.Plugs)
+				}
+				return
 			}
 			if want := len(c.levels[c.level-1].Plugs); len(r.Plugs) != want {
 				t.Fatalf("the reading keeps %d plug readings; want every one of level %d (%d)", len(r.Plugs), c.level, want)

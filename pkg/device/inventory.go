@@ -10,10 +10,15 @@ import (
 	"fenced.io/fenced/pkg/config"
 )
 
-// Inventory maps node names to their BMCs, built from the configuration.
+// Inventory maps node names to their power devices, built from the
+// configuration: each node's BMC, the declared fence devices, and the
+// fencing levels that order them (Levels).
 type Inventory struct {
 	bmcs      map[string]BMC
 	endpoints map[string]string
+	agents    map[string]*FenceAgent
+	// levels gives a node's levels from the configuration; nil: its BMC.
+	levels func(node string) []config.Level
 }
 
 // NewInventory builds one driver per configured node. Drivers do not
@@ -28,6 +33,11 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 		inv.bmcs[r.Node] = b
 		inv.endpoints[r.Node] = r.Endpoint()
 	}
+	agents, err := newFenceDevices(cfg.Devices, log)
+	if err != nil {
+		return nil, err
+	}
+	inv.agents, inv.levels = agents, cfg.Levels
 	return inv, nil
 }
 

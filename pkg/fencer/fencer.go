@@ -423,7 +423,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 			Signed: f.signed(name, m)}
 	}
-	_, configured := f.cfg.Inventory.BMC(name)
+	configured := f.cfg.Inventory.Fenceable(name)
 	f.mu.Lock()
 	if b, ok := f.bmc[name]; ok {
 		o.BMC = *b
@@ -739,8 +739,8 @@ func begin[T any](f *Fencer, m map[string]*T, name string, running func(*T) *boo
 // startBMC runs one BMC operation in the background; its outcome is
 // stored for the next Observation and the node is queued again.
 func (f *Fencer) startBMC(ctx context.Context, name, op string) {
-	b, ok := f.cfg.Inventory.BMC(name)
-	if !ok {
+	levels := f.cfg.Inventory.Levels(name)
+	if len(levels) == 0 {
 		return
 	}
 	st, begun := begin(f, f.bmc, name, func(b *core.BMCObs) *bool { return &b.InFlight })
@@ -753,55 +753,43 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		defer f.bg.Done()
 		start := f.cfg.Now()
 		var r *core.Reading
-		var err error
+		var fail *core.Failure
 		switch op {
 		case core.OpPowerStatus:
-			var state core.PowerState
-			state, err = b.PowerState(ctx)
-			if err == nil {
-				// Dated with the answer, and with what the kubelet's
-				// heartbeat said then: the age of the evidence counts from
-				// here, and a later heartbeat contradicts it.
-				r = &core.Reading{Power: state, At: f.cfg.Now(), SentAt: start, KubeletLeaseRenewedAt: f.kubeletRenew(name)}
-				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
-					r.SystemGUID = guid
-				} else if device.KindOf(gerr) != core.KindNotSupported {
-					err = gerr // a BMC that answers power but fails GUID is not trusted this round
-				}
-			}
+			r, fail = f.readLevels(ctx, name, levels)
 		case core.OpPowerOff:
-			var res device.ActionResult
-			res, err = device.PowerOffVerified(ctx, b, f.cfg.Verify)
-			if err == nil {
-				r = &core.Reading{Power: res.State, At: f.cfg.Now(), SentAt: start, KubeletLeaseRenewedAt: f.kubeletRenew(name), PoweredOffByFenced: true}
-				if guid, gerr := b.SystemGUID(ctx); gerr == nil {
-					r.SystemGUID = guid
-				}
-			}
+			r, fail = f.powerOffLevels(ctx, name, levels)
 		case core.OpPowerOn:
-			_, err = device.PowerOnVerified(ctx, b, f.cfg.Verify)
+			fail = f.powerOnLevels(ctx, name, levels)
 		}
 		elapsed := f.cfg.Now().Sub(start)
-		f.cfg.Metrics.bmcRequest(op, err, elapsed)
-		endpoint := ""
-		if e, ok := f.cfg.Inventory.Endpoint(name); ok {
-			endpoint = e
-		}
 		f.mu.Lock()
 		st.InFlight = false
-		if err != nil {
-			st.Failure = &core.Failure{Op: op, Kind: device.KindOf(err), Message: err.Error(), At: f.cfg.Now()}
+		if fail != nil {
+			st.Failure = fail
 		} else if r != nil {
-			r.Endpoint = endpoint
 			st.Reading = r
 		}
 		f.mu.Unlock()
+		var err error
+		if fail != nil {
+			err = errors.New(fail.Message)
+		}
 		f.log.Info("bmc", "node", name, "op", op, "elapsed", elapsed.Round(time.Millisecond),
-			"power", readingPower(r), "err", err)
+			"power", readingPower(r), "level", readingLevel(r), "err", err)
 		if ctx.Err() == nil {
 			f.queue.Add(name)
 		}
 	}()
+}
+
+// readingLevel is the fencing level a reading comes from, for logs: 0 for
+// a node's BMC alone.
+func readingLevel(r *core.Reading) int {
+	if r == nil {
+		return 0
+	}
+	return r.Level
 }
 
 func readingPower(r *core.Reading) string {

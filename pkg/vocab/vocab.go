@@ -76,3 +76,8 @@ func (m EvidenceMethod) Valid() bool {
 	}
 	return false
 }
+
+// DeviceBMC is the power device name that means a node's own BMC, from the
+// configuration's bmc section: in a fencing level, and in the readings and
+// evidence that come from one.
+const DeviceBMC = "bmc"

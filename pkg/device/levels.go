@@ -1,0 +1,98 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// Plug is one device and plug of a node's fencing level, with the driver
+// that reads and switches it.
+type Plug struct {
+	// Device is the device's name (vocab.DeviceBMC for the node's BMC);
+	// Plug the outlet, VM or port ("" for a BMC).
+	Device, Plug string
+	// Driver is nil when the level names a device the node lacks (a "bmc"
+	// level for a node without one): reading it is an error, never off.
+	Driver BMC
+	// Endpoint names the device in messages and evidence.
+	Endpoint string
+}
+
+// fenceDeviceSetupTimeout bounds reading every fence agent's metadata at
+// start-up (a local process each, no network).
+const fenceDeviceSetupTimeout = 30 * time.Second
+
+// newFenceDevices builds one fence-agent device per declaration, each
+// checked against its agent's metadata.
+func newFenceDevices(devices map[string]config.FenceDevice, log *slog.Logger) (map[string]*FenceAgent, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), fenceDeviceSetupTimeout)
+	defer cancel()
+	names := make([]string, 0, len(devices))
+	for n := range devices {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make(map[string]*FenceAgent, len(devices))
+	for _, name := range names {
+		d := devices[name]
+		secrets := make(map[string]func() (string, error), len(d.SecretOptions))
+		for opt, src := range d.SecretOptions {
+			warnPasswordFile(src, log)
+			secrets[opt] = src.Read
+		}
+		a, err := NewFenceAgent(ctx, FenceAgentOptions{
+			DriverOptions: DriverOptions{Node: name, Timeout: d.Timeout},
+			Agent:         d.Agent, Options: d.Options, Secrets: secrets,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fence device %s: %w", name, err)
+		}
+		out[name] = a
+	}
+	return out, nil
+}
+
+// Levels returns node's fencing levels in order, each plug with its
+// driver; nil when the node has none (it cannot be fenced automatically).
+// Without a topology in the configuration a node's one level is its BMC.
+func (i *Inventory) Levels(node string) [][]Plug {
+	var levels []config.Level
+	if i.levels != nil {
+		levels = i.levels(node)
+	} else if _, ok := i.bmcs[node]; ok {
+		levels = []config.Level{{{Device: vocab.DeviceBMC}}}
+	}
+	if len(levels) == 0 {
+		return nil
+	}
+	out := make([][]Plug, 0, len(levels))
+	for _, l := range levels {
+		plugs := make([]Plug, 0, len(l))
+		for _, r := range l {
+			p := Plug{Device: r.Device, Plug: r.Plug}
+			if r.Device == vocab.DeviceBMC {
+				if b, ok := i.bmcs[node]; ok {
+					p.Driver, p.Endpoint = b, i.endpoints[node]
+				} else {
+					p.Endpoint = "bmc (none configured for " + node + ")"
+				}
+			} else if a, ok := i.agents[r.Device]; ok {
+				p.Driver, p.Endpoint = a.Plug(node, r.Plug), a.endpoint+"#"+r.Plug
+			} else {
+				p.Endpoint = r.Device + " (not declared)"
+			}
+			plugs = append(plugs, p)
+		}
+		out = append(out, plugs)
+	}
+	return out
+}
+
+// Fenceable reports whether node has at least one fencing level.
+func (i *Inventory) Fenceable(node string) bool { return len(i.Levels(node)) > 0 }
