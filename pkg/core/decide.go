@@ -266,6 +266,7 @@ const (
 	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
 	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
 	ReasonEvidenceVoided             = "FenceEvidenceVoided"
+	ReasonPowerReadingContradicted   = "PowerReadingContradicted"
 )
 
 // TaintRetry is how long the core waits to see its own taint on the Node
@@ -768,17 +769,29 @@ func evidenceTime(ev *Evidence) time.Time {
 // only makes the fencer ask the agent (see proofPending).
 func LifeAfter(ev *Evidence, o Observation) string {
 	at := evidenceTime(ev)
+	if why := newBoot(ev, o); why != "" {
+		return why
+	}
 	switch {
-	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
-		return fmt.Sprintf("Kubernetes reports boot %s, not boot %s of the evidence", o.Node.BootID, ev.BootID)
-	case ev.BootID != "" && o.Member.Signed && o.Member.State == vocab.MemberAlive && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
-		return fmt.Sprintf("its agent announced boot %s, signed, not boot %s of the evidence", o.Member.BootID, ev.BootID)
 	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
 		return fmt.Sprintf("its BMC %s reads power on at %s", o.BMC.Reading.Endpoint, o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
 	case o.Agent.LastProof.After(at):
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
 	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt):
 		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after the reading", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// newBoot returns how the node is known to run another boot than the one
+// ev is about, or "": it was switched off and came back, which is no
+// contradiction of the evidence.
+func newBoot(ev *Evidence, o Observation) string {
+	switch {
+	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
+		return fmt.Sprintf("Kubernetes reports boot %s, not boot %s of the evidence", o.Node.BootID, ev.BootID)
+	case ev.BootID != "" && o.Member.Signed && o.Member.State == vocab.MemberAlive && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
+		return fmt.Sprintf("its agent announced boot %s, signed, not boot %s of the evidence", o.Member.BootID, ev.BootID)
 	}
 	return ""
 }
@@ -845,6 +858,16 @@ func (d *decider) void(ev *Evidence, why string) {
 	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
 		"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
 		ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
+	if ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+		// A power device read off a node that went on living in the same
+		// boot: the device, or the plug the configuration maps to this
+		// node, is not this node's (a mislabelled outlet, a VM of the same
+		// name). Nothing it says about this node can be trusted until a
+		// person looks.
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonPowerReadingContradicted, Message: fmt.Sprintf(
+			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): check that the device and plug in the configuration really feed this node",
+			ev.BMC.Endpoint, at.UTC().Format(time.RFC3339Nano), why)})
+	}
 	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
 		t.voidedUpTo = ev.BMC.At
 	}

@@ -1088,16 +1088,20 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		}
 		return tgt, o
 	}
+	// alarm: life in the same boot after an off reading means the device
+	// or plug is not this node's (a mislabelled outlet): a safety alarm.
+	// A new boot is the node switched off and back on: no alarm.
 	lives := []struct {
 		name   string
 		change func(*Observation)
+		alarm  bool
 	}{
 		{"its agent announces a new boot, signed", func(o *Observation) {
 			o.Member.State, o.Member.Since, o.Member.BootID, o.Member.Signed = "alive", t0.Add(15*time.Second), "boot-2", true
-		}},
-		{"the API reports a new boot", func(o *Observation) { o.Node.BootID = "boot-2" }},
-		{"its kubelet renews its Lease", func(o *Observation) { o.Node.KubeletRenew = t0.Add(14 * time.Second) }},
-		{"its agent answers a challenge", func(o *Observation) { o.Agent.LastProof = t0.Add(15 * time.Second) }},
+		}, false},
+		{"the API reports a new boot", func(o *Observation) { o.Node.BootID = "boot-2" }, false},
+		{"its kubelet renews its Lease", func(o *Observation) { o.Node.KubeletRenew = t0.Add(14 * time.Second) }, true},
+		{"its agent answers a challenge", func(o *Observation) { o.Agent.LastProof = t0.Add(15 * time.Second) }, true},
 	}
 	for _, l := range lives {
 		t.Run("void: "+l.name, func(t *testing.T) {
@@ -1107,6 +1111,10 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 			d := tgt.Step(o, p)
 			if has(d.Actions, ActApplyTaint) || !slices.Contains(events(d.Actions), ReasonEvidenceVoided) {
 				t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
+			}
+			alarm := find(d.Actions, ActSafetyAlarm)
+			if l.alarm != (alarm != nil && alarm.Reason == ReasonPowerReadingContradicted) {
+				t.Fatalf("safety alarm %+v; want one: %v", alarm, l.alarm)
 			}
 			// The contradicted reading is never used again.
 			for i := 0; i < 60; i++ {
