@@ -216,7 +216,7 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
-	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second}) {
+	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval}) {
 		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
 	}
 	if !cfg.Shutdown.Announce {
@@ -226,7 +226,7 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 clusterName: prod
 gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
 policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s}
-fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s}
+fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s, monitorInterval: 0s}
 shutdown: {announce: false}
 `), "t")
 	if err != nil {

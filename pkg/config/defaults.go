@@ -84,6 +84,11 @@ const (
 	// the new state (power_wait, then polls up to power_timeout 20 s) —
 	// fence agents' defaults, with a margin.
 	DefaultFenceAgentTimeout = 60 * time.Second
+	// DefaultMonitorInterval: every fencer checks every power device every
+	// 5 minutes (±10 %), 12 sessions per device and fencer per hour — a
+	// broken password or a dead PDU is found within minutes, at a cost no
+	// BMC notices (Pacemaker's stonith monitor default is 60 s).
+	DefaultMonitorInterval = 5 * time.Minute
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
 )

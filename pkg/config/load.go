@@ -59,9 +59,10 @@ type Shutdown struct {
 
 // Fencer is the resolved fencer section.
 type Fencer struct {
-	LeaseNamespace string
-	LeaseDuration  time.Duration
-	PowerTimeout   time.Duration
+	LeaseNamespace  string
+	LeaseDuration   time.Duration
+	PowerTimeout    time.Duration
+	MonitorInterval time.Duration
 }
 
 // ResolvedBMC is one node's BMC after inheriting bmc.defaults and the

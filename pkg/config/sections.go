@@ -97,9 +97,13 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 
 func resolveFencer(fe *fieldErrors, f FencerSpec) Fencer {
 	r := Fencer{
-		LeaseNamespace: first(f.LeaseNamespace, DefaultLeaseNamespace),
-		LeaseDuration:  duration(f.LeaseDuration, DefaultLeaseDuration),
-		PowerTimeout:   duration(f.PowerTimeout, DefaultPowerTimeout),
+		LeaseNamespace:  first(f.LeaseNamespace, DefaultLeaseNamespace),
+		LeaseDuration:   duration(f.LeaseDuration, DefaultLeaseDuration),
+		PowerTimeout:    duration(f.PowerTimeout, DefaultPowerTimeout),
+		MonitorInterval: duration(f.MonitorInterval, DefaultMonitorInterval),
+	}
+	if r.MonitorInterval != 0 && (r.MonitorInterval < 10*time.Second || r.MonitorInterval > 24*time.Hour) {
+		fe.add("fencer", "monitorInterval", "%s is out of range (0 disables; else 10s to 24h)", r.MonitorInterval)
 	}
 	if msgs := validation.IsDNS1123Label(r.LeaseNamespace); len(msgs) > 0 {
 		fe.add("fencer", "leaseNamespace", "not a namespace name: %s", strings.Join(msgs, "; "))

@@ -114,6 +114,11 @@ type FencerSpec struct {
 	LeaseDuration *metav1.Duration `json:"leaseDuration,omitempty"`
 	// PowerTimeout bounds the wait for a power action to be confirmed.
 	PowerTimeout *metav1.Duration `json:"powerTimeout,omitempty"`
+	// MonitorInterval is how often every fencer checks that every power
+	// device answers (Pacemaker's monitor operation), so that a dead PDU
+	// or a changed password is found before the outage that needs it.
+	// 0 disables the checks.
+	MonitorInterval *metav1.Duration `json:"monitorInterval,omitempty"`
 }
 
 // BMCInventory lists the BMC of every node that fenced may confirm or fence.

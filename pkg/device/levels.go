@@ -22,6 +22,13 @@ type Plug struct {
 	Driver BMC
 	// Endpoint names the device in messages and evidence.
 	Endpoint string
+	// Key names the device itself, whichever plug: "bmc:<node>" for a BMC,
+	// the declared name for a fence device (one PDU, many plugs).
+	Key string
+	// Monitor checks that the device answers and accepts the credentials
+	// (a fence agent's monitor action; a BMC's power read), without
+	// switching anything. Nil with Driver.
+	Monitor func(context.Context) error
 }
 
 // fenceDeviceSetupTimeout bounds reading every fence agent's metadata at
@@ -77,14 +84,18 @@ func (i *Inventory) Levels(node string) [][]Plug {
 		for _, r := range l {
 			p := Plug{Device: r.Device, Plug: r.Plug}
 			if r.Device == vocab.DeviceBMC {
+				p.Key = vocab.DeviceBMC + ":" + node
 				if b, ok := i.bmcs[node]; ok {
 					p.Driver, p.Endpoint = b, i.endpoints[node]
+					p.Monitor = func(ctx context.Context) error { _, err := b.PowerState(ctx); return err }
 				} else {
 					p.Endpoint = "bmc (none configured for " + node + ")"
 				}
 			} else if a, ok := i.agents[r.Device]; ok {
-				p.Driver, p.Endpoint = a.Plug(node, r.Plug), a.endpoint+"#"+r.Plug
+				p.Key = r.Device
+				p.Driver, p.Endpoint, p.Monitor = a.Plug(node, r.Plug), a.endpoint+"#"+r.Plug, a.Monitor
 			} else {
+				p.Key = r.Device
 				p.Endpoint = r.Device + " (not declared)"
 			}
 			plugs = append(plugs, p)

@@ -104,8 +104,11 @@ type Config struct {
 	GossipPort int
 	// ChallengeTimeout bounds the wait for a proof of life.
 	ChallengeTimeout time.Duration
-	Metrics          *Metrics
-	Logger           *slog.Logger
+	// MonitorInterval is how often every power device is checked
+	// (monitor.go); 0 disables the checks.
+	MonitorInterval time.Duration
+	Metrics         *Metrics
+	Logger          *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -142,6 +145,9 @@ type Fencer struct {
 	written map[string]*corev1.Node
 	// podsDeleted is when the node's pods were last force-deleted.
 	podsDeleted map[string]time.Time
+	// fenceable is, per node, whether the last device monitor round found
+	// a fencing level that answers.
+	fenceable map[string]bool
 
 	// policyOK: the admission policy binding agent keys to nodes is in
 	// force (checkPolicy); policyChecked: it was checked once.
@@ -196,6 +202,7 @@ func New(cfg Config) (*Fencer, error) {
 		seenReady:   map[string]bool{},
 		written:     map[string]*corev1.Node{},
 		podsDeleted: map[string]time.Time{},
+		fenceable:   map[string]bool{},
 	}
 	if err := f.watch(cfg.Informers); err != nil {
 		return nil, err
@@ -329,6 +336,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 		defer f.bg.Done()
 		for f.processNext(ctx) {
 		}
+	}()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.monitorDevices(ctx)
 	}()
 	<-ctx.Done()
 	return nil

@@ -29,6 +29,13 @@ type Metrics struct {
 	// SafetyAlarms counts safety alarms by reason: a fenced node back with
 	// the same boot ID, a storm of clean-shutdown claims.
 	SafetyAlarms *prometheus.CounterVec
+	// DeviceUp is 1 for each power device that answered the last monitor
+	// check, 0 for one that did not (fenced_fence_device_up).
+	DeviceUp *prometheus.GaugeVec
+	// LevelsReady is, per node, how many of its fencing levels answered
+	// the last monitor round (fenced_node_fence_levels_ready); 0 means it
+	// cannot be fenced automatically.
+	LevelsReady *prometheus.GaugeVec
 	// Forgeries counts gossip claims in a node's name that its own key did
 	// not sign, by kind (see forgery kinds in verify.go).
 	Forgeries *prometheus.CounterVec
@@ -65,14 +72,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		SafetyAlarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_safety_alarms_total",
-			Help: "Safety alarms by reason: FencedNodeBackWithSameBootID (the evidence was wrong), CleanShutdownStorm (too many nodes fenced on their own word).",
+			Help: "Safety alarms by reason: FencedNodeBackWithSameBootID (the evidence was wrong), CleanShutdownStorm (too many nodes fenced on their own word), PowerReadingContradicted (a power device read off a node alive in the same boot: wrong device or plug).",
 		}, []string{"reason"}),
+		DeviceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenced_fence_device_up",
+			Help: "1 if the power device (bmc:<node>, or a fence device's name) answered the fencer's last monitor check, else 0.",
+		}, []string{"device"}),
+		LevelsReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenced_node_fence_levels_ready",
+			Help: "Fencing levels of the node whose every device answered the last monitor check; 0: the node cannot be fenced automatically.",
+		}, []string{"node"}),
 		Forgeries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_gossip_forgeries_total",
 			Help: "Claims made over gossip in a node's name that the node's own key did not sign (rejected), by kind.",
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries)
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady)
 	return m
 }
 

@@ -1,0 +1,178 @@
+package fencer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"fenced.io/fenced/pkg/device"
+)
+
+// Device monitoring (Pacemaker's monitor operation): every power device
+// of every node is checked on a schedule, so that a dead PDU or a changed
+// password is found while the node is healthy, not in the outage that
+// needs the device.
+
+// monitorConcurrency bounds the device checks in flight at once: a
+// fencer with 200 BMCs must not open 200 sessions in one burst.
+const monitorConcurrency = 4
+
+// Reasons of the monitor's Events on a Node.
+const (
+	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
+	ReasonFenceable      = "FenceDevicesAnswer"
+)
+
+// monitorDevices checks the devices every MonitorInterval, ±10 %, the
+// first round after a random tenth of it, so fencers started together do
+// not check in step.
+func (f *Fencer) monitorDevices(ctx context.Context) {
+	interval := f.cfg.MonitorInterval
+	if interval <= 0 {
+		return
+	}
+	timer := time.NewTimer(rand.N(interval/10 + 1))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		f.monitorRound(ctx)
+		timer.Reset(interval - interval/10 + rand.N(interval/5+1))
+	}
+}
+
+// monitorRound checks each device of every Node's levels once (a PDU that
+// feeds forty nodes is asked once), then sets each node's ready levels and
+// says so when a node has none left, or has one again.
+func (f *Fencer) monitorRound(ctx context.Context) {
+	nodes, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		f.log.Error("device monitor: listing Nodes", "err", err)
+		return
+	}
+	levels := map[string][][]device.Plug{}
+	devices := map[string]device.Plug{}
+	for _, n := range nodes {
+		ls := f.cfg.Inventory.Levels(n.Name)
+		if len(ls) == 0 {
+			continue
+		}
+		levels[n.Name] = ls
+		for _, l := range ls {
+			for _, p := range l {
+				if _, seen := devices[p.Key]; !seen {
+					devices[p.Key] = p
+				}
+			}
+		}
+	}
+
+	down := f.checkDevices(ctx, devices)
+	if ctx.Err() != nil {
+		return
+	}
+	for key := range devices {
+		up := 1.0
+		if _, bad := down[key]; bad {
+			up = 0
+		}
+		f.cfg.Metrics.DeviceUp.WithLabelValues(key).Set(up)
+	}
+
+	byName := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, ls := range levels {
+		ready, why := 0, make([]string, 0, len(ls))
+		for i, l := range ls {
+			var broken []string
+			for _, p := range l {
+				if err, bad := down[p.Key]; bad {
+					broken = append(broken, fmt.Sprintf("%s: %v", p.Endpoint, err))
+				}
+			}
+			if len(broken) == 0 {
+				ready++
+			} else {
+				why = append(why, fmt.Sprintf("level %d: %s", i+1, strings.Join(broken, "; ")))
+			}
+		}
+		f.cfg.Metrics.LevelsReady.WithLabelValues(name).Set(float64(ready))
+		was, known := f.fenceable[name]
+		f.fenceable[name] = ready > 0
+		switch {
+		case ready == 0 && (was || !known):
+			msg := "this node cannot be fenced automatically: no fencing level answers (" + strings.Join(why, " | ") +
+				"); if it fails now, it stays down until a person runs fenced confirm"
+			f.log.Error("device monitor: node cannot be fenced automatically", "node", name, "levels", strings.Join(why, " | "))
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeWarning, ReasonCannotBeFenced, msg)
+		case ready > 0 && known && !was:
+			f.log.Info("device monitor: node can be fenced again", "node", name, "levelsReady", ready)
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeNormal, ReasonFenceable,
+				fmt.Sprintf("%d of %d fencing levels answer again: this node can be fenced automatically", ready, len(ls)))
+		}
+	}
+	for name := range f.fenceable {
+		if _, ok := levels[name]; !ok {
+			delete(f.fenceable, name)
+			f.cfg.Metrics.LevelsReady.DeleteLabelValues(name)
+		}
+	}
+}
+
+// checkDevices runs every device's monitor check, monitorConcurrency at a
+// time, and returns the failures by device key.
+func (f *Fencer) checkDevices(ctx context.Context, devices map[string]device.Plug) map[string]error {
+	keys := make([]string, 0, len(devices))
+	for k := range devices {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var mu sync.Mutex
+	down := map[string]error{}
+	sem := make(chan struct{}, monitorConcurrency)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		p := devices[k]
+		if p.Monitor == nil {
+			down[k] = fmt.Errorf("not configured")
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return down
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			start := f.cfg.Now()
+			err := p.Monitor(ctx)
+			f.cfg.Metrics.bmcRequest(opMonitor, err, f.cfg.Now().Sub(start))
+			if err != nil {
+				mu.Lock()
+				down[k] = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return down
+}
+
+// opMonitor labels the monitor's requests in fenced_bmc_requests_total.
+const opMonitor = device.OpMonitor
