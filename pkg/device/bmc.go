@@ -36,7 +36,10 @@ type BMC interface {
 // Error is the error every driver returns. It names the node, the operation
 // and the BMC endpoint, never the credentials.
 type Error struct {
-	Node     string         // node name from the inventory
+	Node string // node name from the inventory
+	// Device says what kind of device failed, for the message: "" for a
+	// BMC, else e.g. "fence device pdu-a".
+	Device   string
 	Op       string         // one of the Op* constants
 	Endpoint string         // e.g. "ipmi://10.0.0.11:623"
 	Kind     core.ErrorKind // classification
@@ -44,6 +47,12 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	switch {
+	case e.Device != "" && e.Node != "":
+		return fmt.Sprintf("%s for node %s (%s): %s: %s: %v", e.Device, e.Node, e.Endpoint, e.Op, e.Kind, e.Err)
+	case e.Device != "":
+		return fmt.Sprintf("%s (%s): %s: %s: %v", e.Device, e.Endpoint, e.Op, e.Kind, e.Err)
+	}
 	return fmt.Sprintf("bmc of node %s (%s): %s: %s: %v", e.Node, e.Endpoint, e.Op, e.Kind, e.Err)
 }
 

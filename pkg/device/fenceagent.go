@@ -542,7 +542,7 @@ var agentMessageKinds = messageKinds{
 // fail builds the driver's *Error for the device; the cause is redacted of
 // every secret, so kind must be decided before.
 func (a *FenceAgent) fail(op string, kind core.ErrorKind, err error, secrets []string) error {
-	return a.failPlug(a.opts.Node, "", op, kind, err, secrets)
+	return a.failPlug("", "", op, kind, err, secrets)
 }
 
 func (a *FenceAgent) failPlug(node, plug, op string, kind core.ErrorKind, err error, secrets []string) error {
@@ -553,7 +553,11 @@ func (a *FenceAgent) failPlug(node, plug, op string, kind core.ErrorKind, err er
 	for _, s := range secrets {
 		err = redactError(err, a.opts.Options["username"], s)
 	}
-	return &Error{Node: node, Op: op, Endpoint: endpoint, Kind: kind, Err: truncateError(err, maxErrorText)}
+	device := "fence device " + a.name
+	if a.opts.Node != "" {
+		device = "fence device " + a.opts.Node
+	}
+	return &Error{Node: node, Device: device, Op: op, Endpoint: endpoint, Kind: kind, Err: truncateError(err, maxErrorText)}
 }
 
 // cappedBuffer keeps the first limit bytes written to it and discards the

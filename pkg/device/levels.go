@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -93,7 +95,7 @@ func (i *Inventory) Levels(node string) [][]Plug {
 				}
 			} else if a, ok := i.agents[r.Device]; ok {
 				p.Key = r.Device
-				p.Driver, p.Endpoint, p.Monitor = a.Plug(node, r.Plug), a.endpoint+"#"+r.Plug, a.Monitor
+				p.Driver, p.Endpoint, p.Monitor = a.Plug(node, r.Plug), a.endpoint+"/"+r.Plug, a.Monitor
 			} else {
 				p.Key = r.Device
 				p.Endpoint = r.Device + " (not declared)"
@@ -107,3 +109,60 @@ func (i *Inventory) Levels(node string) [][]Plug {
 
 // Fenceable reports whether node has at least one fencing level.
 func (i *Inventory) Fenceable(node string) bool { return len(i.Levels(node)) > 0 }
+
+// PlugOp is one operation on one plug's driver: a status read or a
+// verified switch, returning the state it ends in.
+type PlugOp func(context.Context, BMC) (core.PowerState, error)
+
+// ReadPlug is the PlugOp of a status read.
+func ReadPlug(ctx context.Context, b BMC) (core.PowerState, error) { return b.PowerState(ctx) }
+
+// OnLevel runs do (op names it in failures) on every plug of one level in
+// parallel and returns what each gave: a reading dated with its answer
+// (and its system GUID where the device has one) or a failure. A plug
+// that answers its power but fails its GUID is not trusted for a status
+// read. done, when set, sees each plug's outcome and duration before it
+// is returned, e.g. to stamp the reading or count it.
+func OnLevel(ctx context.Context, level int, plugs []Plug, op string, do PlugOp, now func() time.Time,
+	done func(p Plug, r *core.Reading, err error, elapsed time.Duration)) core.LevelRead {
+	lr := core.LevelRead{Level: level, Plugs: make([]core.PlugRead, len(plugs))}
+	var wg sync.WaitGroup
+	for i, p := range plugs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr := core.PlugRead{Device: p.Device, Plug: p.Plug}
+			start := now()
+			var err error
+			if p.Driver == nil {
+				err = fmt.Errorf("%s: not configured", p.Endpoint)
+			} else {
+				var state core.PowerState
+				if state, err = do(ctx, p.Driver); err == nil {
+					r := &core.Reading{Power: state, At: now(), SentAt: start, Endpoint: p.Endpoint}
+					if guid, gerr := p.Driver.SystemGUID(ctx); gerr == nil {
+						r.SystemGUID = guid
+					} else if KindOf(gerr) != core.KindNotSupported && op == core.OpPowerStatus {
+						err = gerr
+					}
+					if err == nil {
+						pr.Reading = r
+					}
+				}
+			}
+			if err != nil {
+				kind := KindOf(err)
+				if kind == "" {
+					kind = core.KindBMC
+				}
+				pr.Failure = &core.Failure{Op: op, Kind: kind, Message: err.Error(), At: now()}
+			}
+			if done != nil {
+				done(p, pr.Reading, err, now().Sub(start))
+			}
+			lr.Plugs[i] = pr
+		}()
+	}
+	wg.Wait()
+	return lr
+}

@@ -2,9 +2,8 @@ package fencer
 
 import (
 	"context"
-	"fmt"
 	"strings"
-	"sync"
+	"time"
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
@@ -19,9 +18,7 @@ import (
 func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
 	var reads []core.LevelRead
 	for i, plugs := range levels {
-		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerStatus, func(ctx context.Context, b device.BMC) (core.PowerState, error) {
-			return b.PowerState(ctx)
-		})
+		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerStatus, device.ReadPlug)
 		reads = append(reads, lr)
 		if lr.Decides() {
 			break
@@ -84,49 +81,14 @@ func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]devi
 	return fail
 }
 
-// onLevel runs do on every plug of one level in parallel and returns what
-// each gave, a reading dated with its answer (and with what the kubelet's
-// heartbeat said then) or a failure. A plug that answers its power but
-// fails its system GUID is not trusted this round.
-func (f *Fencer) onLevel(ctx context.Context, name string, level int, plugs []device.Plug, op string,
-	do func(context.Context, device.BMC) (core.PowerState, error)) core.LevelRead {
-	lr := core.LevelRead{Level: level, Plugs: make([]core.PlugRead, len(plugs))}
-	var wg sync.WaitGroup
-	for i, p := range plugs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pr := core.PlugRead{Device: p.Device, Plug: p.Plug}
-			start := f.cfg.Now()
-			var err error
-			if p.Driver == nil {
-				err = fmt.Errorf("%s: no such power device for node %s in the configuration", p.Endpoint, name)
-			} else {
-				var state core.PowerState
-				state, err = do(ctx, p.Driver)
-				if err == nil {
-					r := &core.Reading{Power: state, At: f.cfg.Now(), SentAt: start, KubeletLeaseRenewedAt: f.kubeletRenew(name), Endpoint: p.Endpoint}
-					if guid, gerr := p.Driver.SystemGUID(ctx); gerr == nil {
-						r.SystemGUID = guid
-					} else if device.KindOf(gerr) != core.KindNotSupported && op == core.OpPowerStatus {
-						err = gerr
-					}
-					if err == nil {
-						pr.Reading = r
-					}
-				}
-			}
-			f.cfg.Metrics.bmcRequest(op, err, f.cfg.Now().Sub(start))
-			if err != nil {
-				kind := device.KindOf(err)
-				if kind == "" {
-					kind = core.KindBMC
-				}
-				pr.Failure = &core.Failure{Op: op, Kind: kind, Message: err.Error(), At: f.cfg.Now()}
-			}
-			lr.Plugs[i] = pr
-		}()
-	}
-	wg.Wait()
-	return lr
+// onLevel runs do on every plug of one level (device.OnLevel), stamping
+// each reading with the kubelet heartbeat known when it came and counting
+// each request.
+func (f *Fencer) onLevel(ctx context.Context, name string, level int, plugs []device.Plug, op string, do device.PlugOp) core.LevelRead {
+	return device.OnLevel(ctx, level, plugs, op, do, f.cfg.Now, func(_ device.Plug, r *core.Reading, err error, elapsed time.Duration) {
+		if r != nil {
+			r.KubeletLeaseRenewedAt = f.kubeletRenew(name)
+		}
+		f.cfg.Metrics.bmcRequest(op, err, elapsed)
+	})
 }
