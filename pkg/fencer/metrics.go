@@ -79,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 if the power device (bmc:<node>, or a fence device's name) answered the fencer's last monitor check, else 0.",
 		}, []string{"device"}),
 		LevelsReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fenced_node_fence_levels_ready",
+			Name: metrics.LevelsReadyMetric,
 			Help: "Fencing levels of the node whose every device answered the last monitor check; 0: the node cannot be fenced automatically.",
 		}, []string{"node"}),
 		Forgeries: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -14,6 +14,9 @@ const (
 	// NodeStateMetric is 1 for each node's decision phase on a fencer
 	// (pkg/fencer, Metrics.NodeState).
 	NodeStateMetric = "fenced_node_state"
+	// LevelsReadyMetric is, per node, how many fencing levels answered the
+	// fencer's last device monitor round (pkg/fencer/monitor.go).
+	LevelsReadyMetric = "fenced_node_fence_levels_ready"
 )
 
 // memberStates are the states fenced_members always reports, 0 or not.

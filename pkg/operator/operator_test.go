@@ -446,6 +446,10 @@ fenced_members{state="left"} 0
 # TYPE fenced_node_state gauge
 fenced_node_state{node="healthy",state="Healthy"} 1
 fenced_node_state{node="fenced",state="Fenced"} 1
+# HELP fenced_node_fence_levels_ready Levels.
+# TYPE fenced_node_fence_levels_ready gauge
+fenced_node_fence_levels_ready{node="healthy"} 2
+fenced_node_fence_levels_ready{node="hung"} 0
 `
 
 func TestStatus(t *testing.T) {
@@ -477,11 +481,11 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"NAME":    {"READY", "GOSSIP", "POWER", "TAINT", "EVIDENCE", "SINCE"},
-		"fenced":  {"False", "3m", "Fenced", "off", "fenced", "bmc-power-off", "by", "fencer-1", "10m"},
-		"foreign": {"Unknown", "60m", "-", "-", "other", "-", "10m"},
-		"healthy": {"True", "60m", "Healthy", "on", "-", "-", "-"},
-		"hung":    {"Unknown", "60m", "-", "timeout", "-", "-", "-"},
+		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE"},
+		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m"},
+		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m"},
+		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-"},
+		"hung":    {"Unknown", "60m", "-", "timeout", "0", "(cannot", "fence)", "-", "-", "-"},
 	}
 	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
 	if len(lines) < 5 {
@@ -535,7 +539,7 @@ func TestStatusWithoutInventoryOrAgent(t *testing.T) {
 	if err := s.Write(&out, "", t0); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Fields(strings.Split(out.String(), "\n")[1]); strings.Join(got, " ") != "n1 True 60m - - - - -" {
+	if got := strings.Fields(strings.Split(out.String(), "\n")[1]); strings.Join(got, " ") != "n1 True 60m - - - - - -" {
 		t.Errorf("row = %q", got)
 	}
 	if !strings.Contains(out.String(), "agent: reading agent metrics") {

@@ -35,6 +35,9 @@ type AgentView struct {
 	Members map[string]int `json:"members,omitempty"`
 	// Phases is the fencer's decision phase per node name.
 	Phases map[string]string `json:"phases,omitempty"`
+	// LevelsReady is, per node, how many of its fencing levels answered the
+	// fencer's last device check (0: it cannot be fenced automatically).
+	LevelsReady map[string]int `json:"levelsReady,omitempty"`
 	// Error says why the agent could not be read; the other fields are
 	// empty then.
 	Error string `json:"error,omitempty"`
@@ -72,7 +75,12 @@ func ReadAgent(ctx context.Context, rawURL string) (*AgentView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing agent metrics at %s: %w", u, err)
 	}
-	v := &AgentView{URL: u.String(), Members: map[string]int{}, Phases: map[string]string{}}
+	v := &AgentView{URL: u.String(), Members: map[string]int{}, Phases: map[string]string{}, LevelsReady: map[string]int{}}
+	if f, ok := fams[metrics.LevelsReadyMetric]; ok {
+		for _, m := range f.GetMetric() {
+			v.LevelsReady[label(m, "node")] = int(m.GetGauge().GetValue())
+		}
+	}
 	if f, ok := fams[metrics.MembersMetric]; ok {
 		for _, m := range f.GetMetric() {
 			v.Members[label(m, "state")] = int(m.GetGauge().GetValue())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -54,7 +55,10 @@ type NodeStatus struct {
 	// Power is "on", "off" or "unknown" when the node is in the BMC
 	// inventory, empty otherwise. A failed read has PowerErrorKind
 	// (timeout, unreachable, auth, bmc-error, ...) and PowerError.
-	Power          string `json:"power,omitempty"`
+	Power string `json:"power,omitempty"`
+	// LevelsReady is how many of the node's fencing levels answered the
+	// --agent fencer's last device check; nil when unknown.
+	LevelsReady    *int   `json:"levelsReady,omitempty"`
 	PowerErrorKind string `json:"powerErrorKind,omitempty"`
 	PowerError     string `json:"powerError,omitempty"`
 	BMCEndpoint    string `json:"bmcEndpoint,omitempty"`
@@ -106,6 +110,9 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 	}
 	if agent != nil {
 		ns.Gossip = agent.Phases[n.Name]
+		if r, ok := agent.LevelsReady[n.Name]; ok {
+			ns.LevelsReady = &r
+		}
 	}
 	for _, t := range n.Spec.Taints {
 		if t.Key == kube.TaintKey && t.TimeAdded != nil {
@@ -187,13 +194,13 @@ func (s *Status) Write(w io.Writer, format string, now time.Time) error {
 	}
 	wide := format == "wide"
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "NAME\tREADY\tGOSSIP\tPOWER\tTAINT\tEVIDENCE\tSINCE"
+	header := "NAME\tREADY\tGOSSIP\tPOWER\tLEVELS\tTAINT\tEVIDENCE\tSINCE"
 	if wide {
 		header += "\tBOOT-ID\tBMC\tREASON"
 	}
 	fmt.Fprintln(tw, header)
 	for _, n := range s.Nodes {
-		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now)}
+		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now)}
 		if wide {
 			reason := ""
 			if n.Evidence != nil {
@@ -231,6 +238,18 @@ func powerCell(n NodeStatus) string {
 		return n.PowerErrorKind
 	}
 	return dash(n.Power)
+}
+
+// levelsCell is how many fencing levels answer; "0 (cannot fence)" says
+// that a failure of this node would need a person.
+func levelsCell(n NodeStatus) string {
+	switch {
+	case n.LevelsReady == nil:
+		return "-"
+	case *n.LevelsReady == 0:
+		return "0 (cannot fence)"
+	}
+	return strconv.Itoa(*n.LevelsReady)
 }
 
 func evidenceCell(n NodeStatus) string {
