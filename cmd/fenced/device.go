@@ -118,15 +118,25 @@ type deviceResult struct {
 	Decision string `json:"decision"`
 }
 
-func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node, op string, do device.PlugOp) error {
-	if f.output != "text" && f.output != "json" {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", f.output)}
+// loadInventory checks the output format, then loads the configuration
+// and builds its power devices, as the fencer would.
+func loadInventory(cmd *cobra.Command, g *globals, output string) (*config.Config, *device.Inventory, error) {
+	if output != "text" && output != "json" {
+		return nil, nil, &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", output)}
 	}
 	cfg, err := g.loadConfig(true)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	inv, err := device.NewInventory(cfg, g.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, inv, nil
+}
+
+func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node, op string, do device.PlugOp) error {
+	cfg, inv, err := loadInventory(cmd, g, f.output)
 	if err != nil {
 		return err
 	}
@@ -283,14 +293,7 @@ type levelCheck struct {
 }
 
 func runTopologyCheck(cmd *cobra.Command, g *globals, output string, nodes []string) error {
-	if output != "text" && output != "json" {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", output)}
-	}
-	cfg, err := g.loadConfig(true)
-	if err != nil {
-		return err
-	}
-	inv, err := device.NewInventory(cfg, g.log)
+	cfg, inv, err := loadInventory(cmd, g, output)
 	if err != nil {
 		return err
 	}

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -207,7 +207,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 		// The option names and values are checked against the agent's
 		// own metadata when the device is built (pkg/device), which knows
 		// them better than any list here.
-		for _, k := range sortedKeys(s.SecretOptions) {
+		for _, k := range slices.Sorted(maps.Keys(s.SecretOptions)) {
 			src := PasswordSource{File: s.SecretOptions[k]}
 			if _, err := src.Read(); err != nil {
 				fe.add(where, "secretOptions."+k, "%v", err)
@@ -219,7 +219,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 		}
 		if !s.SharedPlugs {
 			byPlug := map[string]string{}
-			for _, node := range sortedKeys(s.Plugs) {
+			for _, node := range slices.Sorted(maps.Keys(s.Plugs)) {
 				plug := s.Plugs[node]
 				if other, dup := byPlug[plug]; dup {
 					fe.add(where, "plugs", "plug %q feeds both %s and %s; a plug that feeds several nodes must be declared with sharedPlugs: true", plug, other, node)
@@ -227,7 +227,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 				byPlug[plug] = node
 			}
 		}
-		for _, node := range sortedKeys(s.Plugs) {
+		for _, node := range slices.Sorted(maps.Keys(s.Plugs)) {
 			if s.Plugs[node] == "" {
 				fe.add(where, "plugs."+node, "empty plug")
 			}
@@ -314,7 +314,7 @@ func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice
 			owner[PlugRef{Device: dev, Plug: plug}] = node
 		}
 	}
-	for _, node := range sortedKeys(t.Nodes) {
+	for _, node := range slices.Sorted(maps.Keys(t.Nodes)) {
 		for li, l := range t.Nodes[node] {
 			for _, r := range l {
 				if r.Device == DeviceBMC || devices[r.Device].SharedPlugs {
@@ -357,13 +357,4 @@ func FindFenceAgent(agent string) (string, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("fence agent %q not found (looked at %s; Debian: apt install fence-agents)", agent, strings.Join(candidates, ", "))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

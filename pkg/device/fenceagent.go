@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -228,7 +229,7 @@ func (a *FenceAgent) validate(md *agentMetadata) error {
 		configured[name] = true
 		return nil
 	}
-	for _, name := range sortedKeys(a.opts.Options) {
+	for _, name := range slices.Sorted(maps.Keys(a.opts.Options)) {
 		if err := check(name); err != nil {
 			return err
 		}
@@ -239,7 +240,7 @@ func (a *FenceAgent) validate(md *agentMetadata) error {
 			return fmt.Errorf("option %q: value has a line break or NUL", name)
 		}
 	}
-	for _, name := range sortedKeys(a.opts.Secrets) {
+	for _, name := range slices.Sorted(maps.Keys(a.opts.Secrets)) {
 		if err := check(name); err != nil {
 			return err
 		}
@@ -254,15 +255,6 @@ func (a *FenceAgent) validate(md *agentMetadata) error {
 		return fmt.Errorf("required option %q missing", p.Name)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Status reads the power of plug: PowerOn or PowerOff, or an error.
@@ -426,11 +418,11 @@ func (a *FenceAgent) run(ctx context.Context, node, op, action, plug string) (ag
 		}
 		fmt.Fprintf(&in, "%s=%s\n", a.plugKey, plug)
 	}
-	for _, k := range sortedKeys(a.opts.Options) {
+	for _, k := range slices.Sorted(maps.Keys(a.opts.Options)) {
 		fmt.Fprintf(&in, "%s=%s\n", k, a.opts.Options[k])
 	}
 	var secrets []string
-	for _, k := range sortedKeys(a.opts.Secrets) {
+	for _, k := range slices.Sorted(maps.Keys(a.opts.Secrets)) {
 		v, err := a.opts.Secrets[k]()
 		if err != nil {
 			return agentResult{}, secrets, a.failPlug(node, plug, op, core.KindAuth, fmt.Errorf("reading secret %s: %w", k, err), secrets)
