@@ -808,17 +808,20 @@ func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, 
 	return true, ""
 }
 
-// proofPending reports whether gossip says the node's agent is alive again
-// after at, and no challenge has been answered or gone unanswered since:
-// then the agent is asked before the evidence is used. One unanswered
-// challenge is enough, so forged alive messages delay a fence by one
-// challenge timeout per reading at most.
+// proofPending reports whether gossip says the node's agent is alive and
+// no challenge sent after the evidence (at) has been answered or gone
+// unanswered: then the agent is asked before the evidence is used. A node
+// cut off from the API server only is NotReady yet alive, and a power
+// device that reads off for it — a mislabelled outlet, another node's VM —
+// must meet its answer before any taint (the answer voids the reading).
+// One unanswered challenge is enough, so forged alive messages delay a
+// fence by one challenge timeout per reading at most.
 func (d *decider) proofPending(at time.Time) bool {
 	o := d.o
-	if o.Member.State != vocab.MemberAlive || !o.Member.Since.After(at) {
+	if o.Member.State != vocab.MemberAlive {
 		return false
 	}
-	return !o.Agent.LastSilent.After(o.Member.Since) && !o.Agent.LastProof.After(at)
+	return !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at)
 }
 
 // fenceIfStillTrue fences with ev unless the node was seen alive after it

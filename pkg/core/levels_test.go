@@ -116,3 +116,53 @@ func TestLevelEvidence(t *testing.T) {
 		t.Errorf("an unknown systemUUID proves nothing, got %+v", bad)
 	}
 }
+
+// TestOffReadingOfANodeAliveInGossip is the mislabelled outlet: a node cut
+// off from the API server only (NotReady, but alive in gossip all along)
+// and a level that reads off — the outlet really feeds another machine.
+// Its agent is asked before any taint; its answer voids the reading and
+// raises the alarm. Only an agent that stays silent lets the taint go on.
+func TestOffReadingOfANodeAliveInGossip(t *testing.T) {
+	p := testPolicy(ModeConfirmOnly)
+	start := func() (*Target, Observation, *Reading) {
+		tgt := &Target{Name: "node-a"}
+		o := healthy()
+		o.Now = t0.Add(50 * time.Second)
+		o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(45*time.Second)
+		// Gossip: alive since long before, never suspected.
+		o.Member.State, o.Member.Since = vocab.MemberAlive, t0
+		tgt.Step(o, p)
+		o.Now = o.Now.Add(300 * time.Millisecond)
+		r, _ := CombineLevels([]LevelRead{{Level: 1, Plugs: []PlugRead{{Device: "pdu-a", Plug: "7",
+			Reading: &Reading{Power: PowerOff, At: o.Now, Endpoint: "fence_apc_snmp://198.18.0.1/7"}}}}})
+		o.BMC.Reading = r
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActChallenge) {
+			t.Fatalf("off reading of a node alive in gossip: %v (reason %q); want a challenge, no taint", kinds(d.Actions), d.Reason)
+		}
+		return tgt, o, r
+	}
+	t.Run("the agent answers: void, alarm, never a taint", func(t *testing.T) {
+		tgt, o, r := start()
+		o.Now = r.At.Add(time.Second)
+		o.Agent = AgentObs{LastProof: o.Now}
+		d := tgt.Step(o, p)
+		if a := find(d.Actions, ActSafetyAlarm); has(d.Actions, ActApplyTaint) || a == nil || a.Reason != ReasonPowerReadingContradicted {
+			t.Fatalf("agent answered: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+		for i := 0; i < 30; i++ {
+			o.Now = o.Now.Add(time.Second)
+			if d := tgt.Step(o, p); has(d.Actions, ActApplyTaint) {
+				t.Fatalf("tainted on the contradicted reading %s later", o.Now.Sub(r.At))
+			}
+		}
+	})
+	t.Run("the agent is silent: the taint goes on", func(t *testing.T) {
+		tgt, o, r := start()
+		o.Now = r.At.Add(2 * time.Second)
+		o.Agent = AgentObs{SilentSince: r.At.Add(100 * time.Millisecond), LastSilent: r.At.Add(100 * time.Millisecond)}
+		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
+			t.Fatalf("agent silent: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+	})
+}
