@@ -273,7 +273,7 @@ func resolveTopology(fe *fieldErrors, t TopologySpec, devices map[string]FenceDe
 						fe.add(pw, "plug", "device %s has a plugs map without node %s: add it there or set plug here", p.Device, node)
 					}
 				}
-				l = append(l, PlugRef{Device: p.Device, Plug: p.Plug})
+				l = append(l, PlugRef(p))
 			}
 			out = append(out, l)
 		}
