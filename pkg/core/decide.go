@@ -501,20 +501,20 @@ func (d *decider) detect() {
 		bad := r.GUIDMismatch(o.Node.SystemUUID)
 		d.enter(PhaseConfirming, "BMC identity mismatch")
 		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
-			"BMC %s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
-			bad.Endpoint, bad.SystemGUID, o.Node.SystemUUID))
+			"%s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
+			source(bad), bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
-			Reason: fmt.Sprintf("BMC %s read power off at %s, after the node stopped answering (%s)",
-				r.Endpoint, r.At.UTC().Format(time.RFC3339Nano), d.channels())})
+			Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
+				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())})
 	case o.BMC.InFlight:
 		d.enter(PhaseConfirming, "BMC request in flight")
 	case failedSince:
 		f := o.BMC.Failure
 		d.enter(PhaseConfirming, "BMC request failed: "+string(f.Kind))
 		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
-			"cannot read the power state (%s: %s); the node is not tainted until its BMC says off. Retrying.", f.Kind, f.Message))
+			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOn:
 		d.poweredOn(r)
@@ -570,13 +570,13 @@ func (d *decider) poweredOn(r *Reading) {
 	if p.Mode != ModePowerOff {
 		d.enter(PhaseConfirming, "powered on (confirm-only mode)")
 		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
-			"node is unresponsive but its BMC %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
-			r.Endpoint))
+			"node is unresponsive but its %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
+			source(r)))
 	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
 		d.challengeIfDue()
 		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
 		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
-			"node is unresponsive but its BMC %s reads on; not switching it off: %s", r.Endpoint, blocked))
+			"node is unresponsive but its %s reads on; not switching it off: %s", source(r), blocked))
 		if retryIn > 0 && retryIn < recheck {
 			recheck = retryIn
 		}
@@ -685,8 +685,8 @@ func (d *decider) poweringOff() {
 	r := o.BMC.Reading
 	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
-			Reason: fmt.Sprintf("fenced switched the node off through BMC %s and read power off at %s",
-				r.Endpoint, r.At.UTC().Format(time.RFC3339))})
+			Reason: fmt.Sprintf("fenced switched the node off through %s and read power off at %s",
+				source(r), r.At.UTC().Format(time.RFC3339))})
 		return
 	}
 	if d.responsiveSince(t.suspectSince) || o.Agent.LastProof.After(t.poweringFrom) {
@@ -774,7 +774,7 @@ func LifeAfter(ev *Evidence, o Observation) string {
 	}
 	switch {
 	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
-		return fmt.Sprintf("its BMC %s reads power on at %s", o.BMC.Reading.Endpoint, o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
+		return fmt.Sprintf("its %s reads power on at %s", source(o.BMC.Reading), o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
 	case o.Agent.LastProof.After(at):
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
 	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt):
@@ -1081,6 +1081,18 @@ func (d *decider) cleanShutdown() (Evidence, bool) {
 // a GUID, or a node without a systemUUID, passes.
 func (d *decider) guidMatches(r *Reading) bool {
 	return r.GUIDMismatch(d.o.Node.SystemUUID) == nil
+}
+
+// source names where a reading comes from in messages: "BMC <endpoint>",
+// or "fencing level N (device:plug, ...)" for a level of several devices.
+func source(r *Reading) string {
+	if r.Level > 0 {
+		return "fencing " + r.Endpoint
+	}
+	if r.Device != "" && r.Device != vocab.DeviceBMC {
+		return "power device " + r.Endpoint
+	}
+	return "BMC " + r.Endpoint
 }
 
 // bootID is the node's current boot ID: the API's, else the member's.
