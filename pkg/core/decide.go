@@ -300,7 +300,11 @@ type Target struct {
 	// voidedUpTo: power readings up to this answer time were contradicted
 	// by a sign of life and are no evidence.
 	voidedUpTo time.Time
-	fence      *Evidence
+	// contradicted: during this suspicion a power device read off while
+	// the node lived on in the same boot; the alarm was raised once, and
+	// the device is read at the slowest pace from then on.
+	contradicted bool
+	fence        *Evidence
 }
 
 // Decision is the result of one Step: the actions, and one line saying
@@ -856,29 +860,39 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 // a contradicted reading is never used again, and the node is looked at
 // afresh.
 func (d *decider) void(ev *Evidence, why string) {
-	o, t := d.o, d.t
+	o, t, p := d.o, d.t, d.p
 	at := evidenceTime(ev)
-	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
-		"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
-		ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
-	if ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == ""
+	switch {
+	case contradiction && t.contradicted:
+		// Said once for this suspicion; the same device saying it again
+		// is no news, and a stream of alarms would drown the first.
+	case contradiction:
 		// A power device read off a node that went on living in the same
 		// boot: the device, or the plug the configuration maps to this
 		// node, is not this node's (a mislabelled outlet, a VM of the same
 		// name). Nothing it says about this node can be trusted until a
 		// person looks.
 		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonPowerReadingContradicted, Message: fmt.Sprintf(
-			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): check that the device and plug in the configuration really feed this node",
-			ev.BMC.Endpoint, at.UTC().Format(time.RFC3339Nano), why)})
+			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): not tainting; check that the device and plug in the configuration really feed this node",
+			source(ev.BMC), at.UTC().Format(time.RFC3339Nano), why)})
+	default:
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+			"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
+			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	}
 	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
 		t.voidedUpTo = ev.BMC.At
 	}
-	voidedUpTo, suspectSince := t.voidedUpTo, t.suspectSince
-	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo}
+	voidedUpTo, suspectSince, contradicted := t.voidedUpTo, t.suspectSince, t.contradicted || contradiction
+	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo, contradicted: contradicted}
 	if d.unresponsive() {
-		// Still suspect: start over from a fresh reading.
+		// Still suspect: start over from a fresh reading — after the
+		// longest pause when the device contradicted the node.
 		t.suspectSince, t.nextRead = suspectSince, o.Now
+		if contradicted {
+			t.readBackoff, t.nextRead = p.ReadBackoffMax, o.Now.Add(p.ReadBackoffMax)
+		}
 		d.enter(PhaseSuspect, "evidence void: "+why)
 		return
 	}

@@ -1109,7 +1109,11 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 			o.Now = t0.Add(15 * time.Second)
 			l.change(&o)
 			d := tgt.Step(o, p)
-			if has(d.Actions, ActApplyTaint) || !slices.Contains(events(d.Actions), ReasonEvidenceVoided) {
+			said := ReasonEvidenceVoided
+			if l.alarm {
+				said = ReasonPowerReadingContradicted
+			}
+			if has(d.Actions, ActApplyTaint) || !slices.Contains(events(d.Actions), said) {
 				t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 			}
 			alarm := find(d.Actions, ActSafetyAlarm)

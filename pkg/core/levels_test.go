@@ -152,8 +152,24 @@ func TestOffReadingOfANodeAliveInGossip(t *testing.T) {
 		}
 		for i := 0; i < 30; i++ {
 			o.Now = o.Now.Add(time.Second)
-			if d := tgt.Step(o, p); has(d.Actions, ActApplyTaint) {
+			d := tgt.Step(o, p)
+			if has(d.Actions, ActApplyTaint) {
 				t.Fatalf("tainted on the contradicted reading %s later", o.Now.Sub(r.At))
+			}
+			if has(d.Actions, ActReadPower) && o.Now.Sub(r.At) < p.ReadBackoffMax {
+				t.Fatalf("the contradicted device is read again after %s; want the longest pause, %s", o.Now.Sub(r.At), p.ReadBackoffMax)
+			}
+		}
+		// The device keeps saying off, the agent keeps answering: no
+		// taint, and no second alarm in the same suspicion.
+		for i := 0; i < 3; i++ {
+			o.Now = o.Now.Add(p.ReadBackoffMax)
+			o.BMC.Reading = &Reading{Power: PowerOff, At: o.Now, Level: 1, Plugs: r.Plugs, Endpoint: r.Endpoint}
+			o.Agent = AgentObs{LastProof: o.Now.Add(time.Second)}
+			o.Now = o.Now.Add(2 * time.Second)
+			d := tgt.Step(o, p)
+			if has(d.Actions, ActApplyTaint) || has(d.Actions, ActSafetyAlarm) {
+				t.Fatalf("repeat %d: %v (reason %q)", i, kinds(d.Actions), d.Reason)
 			}
 		}
 	})

@@ -31,7 +31,9 @@ const flushTimeout = 5 * time.Second
 // create and patch on events (patch when client-go folds repeats into a
 // count).
 func NewRecorder(client kubernetes.Interface, component string) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster()
+	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize: eventBurst, QPS: eventRefillPerSecond,
+	}))
 	sink := &flushSink{
 		EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")},
 		waiting:   map[types.UID]chan struct{}{},
@@ -47,6 +49,18 @@ func NewRecorder(client kubernetes.Interface, component string) (record.EventRec
 	}
 	return rec, stop
 }
+
+// client-go drops Events beyond a budget per involved object and type (25,
+// then one per 5 minutes), there to shield the API server from a crashing
+// pod's Events. A node in trouble gets many Warnings from fenced — every
+// changed reason it cannot read the power, a voided reading, an alarm —
+// and the one that matters (CannotBeFencedAutomatically, a safety alarm)
+// can come late in an outage: fenced's budget is larger and refills
+// faster. The fencer dedupes its own repeats (one Event per situation).
+const (
+	eventBurst           = 100
+	eventRefillPerSecond = 1.0 / 30
+)
 
 // flushMarkerKind is the involvedObject kind of the marker Events flushSink
 // swallows. Not a real kind, so no real Event can be mistaken for one.
