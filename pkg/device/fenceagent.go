@@ -394,15 +394,33 @@ type agentResult struct {
 // failure describes a run that did not succeed, from its exit code and
 // stderr (or stdout when stderr is empty).
 func (r agentResult) failure(action string) error {
-	out := bytes.TrimSpace(r.stderr)
-	if len(out) == 0 {
-		out = bytes.TrimSpace(r.stdout)
+	out := agentMessage(r.stderr)
+	if out == "" {
+		out = agentMessage(r.stdout)
 	}
-	if len(out) == 0 {
+	if out == "" {
 		return fmt.Errorf("%s: exit code %d, no output", action, r.exit)
 	}
 	return fmt.Errorf("%s: exit code %d: %s", action, r.exit, out)
 }
+
+// agentMessage is an agent's output as one line for an error: its lines
+// joined with "; ", without fencing.py's timestamps and its closing
+// "Please use '-h' for usage", which say nothing about what went wrong.
+func agentMessage(out []byte) string {
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.TrimSpace(timestampPrefix.ReplaceAllString(l, ""))
+		if l == "" || strings.Contains(l, "Please use '-h' for usage") {
+			continue
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// timestampPrefix is the "2026-11-23 09:05:29,536 " fencing.py logs with.
+var timestampPrefix = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ `)
 
 // run builds the request on stdin, reading the secrets, and runs the agent
 // with retries after timeouts. It returns the secrets read, for redaction.

@@ -332,3 +332,16 @@ func groupMembers(t *testing.T, pgid int) []int {
 	}
 	return members
 }
+
+func TestAgentMessage(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"2026-11-23 09:05:29,536 ERROR: Failed: Unable to obtain correct plug status or plug is not available\n\n\n2026-11-23 09:05:29,536 ERROR: Please use '-h' for usage\n",
+			"ERROR: Failed: Unable to obtain correct plug status or plug is not available"},
+		{"first\nsecond\n", "first; second"},
+		{"\n  \n", ""},
+	} {
+		if got := agentMessage([]byte(c.in)); got != c.want {
+			t.Errorf("agentMessage(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
