@@ -567,6 +567,9 @@ func (a *FenceAgent) failPlug(node, plug, op string, kind core.ErrorKind, err er
 	if a.opts.Node != "" {
 		device = "fence device " + a.opts.Node
 	}
+	if plug == "" {
+		node = "" // the device as a whole (monitor, list): no node's plug
+	}
 	return &Error{Node: node, Device: device, Op: op, Endpoint: endpoint, Kind: kind, Err: truncateError(err, maxErrorText)}
 }
 
