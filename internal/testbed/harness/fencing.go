@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +47,32 @@ type Fencing struct {
 	BMCIdentityMismatch []string
 	// BMCTimeout bounds one attempt of one BMC request (default 1s).
 	BMCTimeout time.Duration
+	// Topology, if set, is the body of the fencers' topology section in
+	// YAML flow style, e.g. "{defaults: [[bmc], [pdu-a, pdu-b]]}". With it
+	// the fencers' configuration also declares fenceDevices: one
+	// fence_apc_snmp device per PDU (Options.Feeds), named after the PDU,
+	// each machine mapped to its outlet, and with IPMILanDevices one
+	// fence_ipmilan device per machine. Without it there are neither
+	// (the configuration of a BMC-only cluster, as before topologies).
+	Topology string
+	// IPMILanDevices declares, with Topology, a fence_ipmilan device
+	// IPMILanDevice(machine) for every machine's BMC: ClusterLabs' agent
+	// on the same ipmi_sim the native driver reads.
+	IPMILanDevices bool
+	// PDUPlugs replaces the plugs map (machine → outlet) of the named
+	// PDUs' devices, e.g. to map a machine to another one's outlet (a
+	// mislabelled outlet). Machines left out get no plug on that device.
+	PDUPlugs map[string]map[string]string
+	// FenceAgentTimeout bounds one call of a fence agent (default 20s):
+	// an SNMP agent that hears nothing back gives up on its own first.
+	FenceAgentTimeout time.Duration
+	// MonitorInterval is fencer.monitorInterval (default: the built-in).
+	MonitorInterval time.Duration
 }
+
+// IPMILanDevice is the name of machine's fence_ipmilan device
+// (Fencing.IPMILanDevices).
+func IPMILanDevice(machine string) string { return "ipmi-" + machine }
 
 // Agent identities and their RBAC: observers read Nodes; fencers do what
 // pkg/kube documents plus VolumeAttachments, their power Leases and
@@ -211,8 +238,12 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return "", "", err
 	}
+	fencerSection := "leaseNamespace: " + LeaseNamespace
+	if f.MonitorInterval > 0 {
+		fencerSection += ", monitorInterval: " + f.MonitorInterval.String()
+	}
 	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: %s\n"+
-		"gossip: {port: %d, keyFile: %s}\nfencer: {leaseNamespace: %s}\n", ClusterName, GossipPort, keyFile, LeaseNamespace)
+		"gossip: {port: %d, keyFile: %s}\nfencer: {%s}\n", ClusterName, GossipPort, keyFile, fencerSection)
 	if f.Policy != "" {
 		common += "policy: " + f.Policy + "\n"
 	}
@@ -233,8 +264,52 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 		}
 		fmt.Fprintf(&inv, "    - {name: %s, address: %s, port: %d, passwordFile: %s}\n", m.Name, m.bmcAddr, m.bmcPort, pw)
 	}
+	if f.Topology != "" {
+		h.writeTopology(&inv, f, dir)
+	}
 	fencer = filepath.Join(dir, "fencer.yaml")
 	return observer, fencer, os.WriteFile(fencer, []byte(common+inv.String()), 0o600)
+}
+
+// writeTopology appends the fenceDevices and topology sections: the PDUs
+// through fence_apc_snmp (their community files as secretOptions, so a
+// test that rewrites one changes what the fencers send from their next
+// call on), and the BMCs through fence_ipmilan.
+func (h *Harness) writeTopology(w *strings.Builder, f *Fencing, dir string) {
+	timeout := 20 * time.Second
+	if f.FenceAgentTimeout > 0 {
+		timeout = f.FenceAgentTimeout
+	}
+	w.WriteString("fenceDevices:\n")
+	for _, p := range h.pdus {
+		plugs := map[string]string{}
+		for _, m := range h.Machines {
+			for _, o := range m.Outlets() {
+				if o.PDU == p.Name {
+					plugs[m.Name] = strconv.Itoa(o.Number)
+				}
+			}
+		}
+		if override, ok := f.PDUPlugs[p.Name]; ok {
+			plugs = override
+		}
+		var pl []string
+		for _, m := range slices.Sorted(maps.Keys(plugs)) {
+			pl = append(pl, fmt.Sprintf("%s: %q", m, plugs[m]))
+		}
+		fmt.Fprintf(w, "  - name: %s\n    agent: fence_apc_snmp\n    options: {ip: %s, ipport: \"%d\", snmp_version: \"2c\"}\n"+
+			"    secretOptions: {community: %s}\n    plugs: {%s}\n    timeout: %s\n",
+			p.Name, p.Host, p.Port, p.CommunityFile, strings.Join(pl, ", "), timeout)
+	}
+	if f.IPMILanDevices {
+		for _, m := range h.Machines {
+			fmt.Fprintf(w, "  - name: %s\n    agent: fence_ipmilan\n"+
+				"    options: {ip: %s, ipport: \"%d\", username: admin, lanplus: \"1\", cipher: \"3\", privlvl: administrator}\n"+
+				"    secretOptions: {password: %s}\n    timeout: %s\n",
+				IPMILanDevice(m.Name), m.bmcAddr, m.bmcPort, filepath.Join(dir, m.Name+".bmc-password"), timeout)
+		}
+	}
+	w.WriteString("topology: " + f.Topology + "\n")
 }
 
 // GossipKey is the ring's shared key, which every agent holds: what a

@@ -46,7 +46,7 @@ type Recovery struct {
 	Tainted        time.Duration // out-of-service taint on the Node
 	VolumeReleased time.Duration // the victim's VolumeAttachment deleted
 	PodRunning     time.Duration // the replacement pod Running on spare
-	PoweredOn      time.Duration // switched back on through the BMC
+	PoweredOn      time.Duration // switched back on (BMC, or feeds restored)
 	NodeBack       time.Duration // after power on: Node Ready again
 	TaintRemoved   time.Duration // after power on: fenced's taint gone
 	Evidence       *core.Evidence
@@ -57,10 +57,24 @@ func (r Recovery) Recovered() bool { return r.VolumeReleased > 0 && r.PodRunning
 
 // PowerLossRecovery pulls victim's plug and watches the API every 50 ms
 // until sts's volume is released and its pod runs on spare, or limit.
+// The BMC stays up and reads off.
 func (h *Harness) PowerLossRecovery(ctx context.Context, sts StatefulSet, oldPodUID, victim, spare string, limit time.Duration) (Recovery, time.Time, error) {
+	return h.recoveryAfter(ctx, sts, oldPodUID, victim, spare, limit, h.Machine(victim).PowerLoss)
+}
+
+// FeedLossRecovery is PowerLossRecovery with every power feed of victim
+// cut instead (Options.Feeds): its BMC goes dark with it, so only a PDU
+// level of the fencing topology can give evidence. PowerOff is then when
+// that level's oldest plug answered off.
+func (h *Harness) FeedLossRecovery(ctx context.Context, sts StatefulSet, oldPodUID, victim, spare string, limit time.Duration) (Recovery, time.Time, error) {
+	return h.recoveryAfter(ctx, sts, oldPodUID, victim, spare, limit, h.Machine(victim).CutFeeds)
+}
+
+// recoveryAfter runs cut and measures the recovery from it.
+func (h *Harness) recoveryAfter(ctx context.Context, sts StatefulSet, oldPodUID, victim, spare string, limit time.Duration, cut func() error) (Recovery, time.Time, error) {
 	var r Recovery
 	t0 := time.Now()
-	if err := h.Machine(victim).PowerLoss(); err != nil {
+	if err := cut(); err != nil {
 		return r, t0, err
 	}
 	client := h.Cluster.Client()
@@ -108,7 +122,18 @@ func (h *Harness) PowerLossRecovery(ctx context.Context, sts StatefulSet, oldPod
 // PowerOnRecovery switches victim on through its BMC and records when its
 // Node is Ready again and when fenced's taint is gone (measured from t0).
 func (h *Harness) PowerOnRecovery(ctx context.Context, r *Recovery, victim string, t0 time.Time, timeout time.Duration) error {
-	if err := h.Machine(victim).PowerOnViaBMC(); err != nil {
+	return h.recoverWith(ctx, r, victim, t0, timeout, h.Machine(victim).PowerOnViaBMC)
+}
+
+// FeedsBackRecovery switches victim's outlets on again — its BMC answers,
+// then "restore last state" switches the machine on — and records the
+// same as PowerOnRecovery.
+func (h *Harness) FeedsBackRecovery(ctx context.Context, r *Recovery, victim string, t0 time.Time, timeout time.Duration) error {
+	return h.recoverWith(ctx, r, victim, t0, timeout, h.Machine(victim).RestoreFeeds)
+}
+
+func (h *Harness) recoverWith(ctx context.Context, r *Recovery, victim string, t0 time.Time, timeout time.Duration, on func() error) error {
+	if err := on(); err != nil {
 		return err
 	}
 	r.PoweredOn = time.Since(t0).Round(10 * time.Millisecond)

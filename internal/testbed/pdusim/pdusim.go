@@ -338,6 +338,23 @@ func (p *PDU) SNMPGet(oid string) (string, error) {
 	return text, nil
 }
 
+// Freeze stops snmpd and its handler (SIGSTOP of their process group):
+// the PDU answers nothing over SNMP, as one whose management network is
+// down. Its outlets keep their state, SetOutlet still switches them and
+// OnChange still reports it: the watcher reads the state file, not snmpd.
+// Thaw undoes it.
+func (p *PDU) Freeze() error { return p.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen PDU answer again (SIGCONT).
+func (p *PDU) Thaw() error { return p.signal(syscall.SIGCONT) }
+
+func (p *PDU) signal(sig syscall.Signal) error {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("pdusim %s: not running", p.Name)
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
 // Stop kills snmpd and its handler. It is safe to call twice.
 func (p *PDU) Stop() {
 	p.stopOnce.Do(func() {

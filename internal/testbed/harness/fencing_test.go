@@ -1,0 +1,107 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"fenced.io/fenced/internal/testbed/pdusim"
+	"fenced.io/fenced/pkg/config"
+)
+
+// configHarness is a Harness with what writeFencingConfigs reads — two
+// machines, and with feeds two PDUs — and no process running.
+func configHarness(t *testing.T, feeds int) *Harness {
+	t.Helper()
+	// A short root as Start's: the configuration's paths are unquoted in
+	// YAML flow style, which t.TempDir's test-name paths would break.
+	dir, err := os.MkdirTemp("", "fh-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	h := &Harness{t: t, Dir: dir}
+	for i, name := range []string{"node-a", "node-b"} {
+		h.Machines = append(h.Machines, &Machine{Name: name, bmcAddr: "198.18.7.1", bmcPort: 6230 + i, bmcPassword: "pw-" + name})
+	}
+	for j, name := range pduNames[:feeds] {
+		p := &PDU{PDU: &pdusim.PDU{Name: name, Host: "198.18.7.1", Port: 16100 + j, Community: "c-" + name},
+			CommunityFile: filepath.Join(h.Dir, name+".community")}
+		if err := os.WriteFile(p.CommunityFile, []byte(p.Community+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.pdus = append(h.pdus, p)
+		for i, m := range h.Machines {
+			m.feeds = append(m.feeds, feed{Outlet: Outlet{PDU: name, Number: i + 1}, pdu: p})
+		}
+	}
+	return h
+}
+
+// TestFencingConfigTopology checks that the fencers' configuration the
+// harness writes is one fenced accepts: without Topology exactly the
+// BMC-only configuration; with it the PDUs through fence_apc_snmp and the
+// BMCs through fence_ipmilan, in the levels asked for.
+func TestFencingConfigTopology(t *testing.T) {
+	for _, agent := range []string{"fence_apc_snmp", "fence_ipmilan"} {
+		if _, err := config.FindFenceAgent(agent); err != nil {
+			t.Skipf("%v (hack/install-deps.sh installs fence-agents)", err)
+		}
+	}
+	cases := []struct {
+		name   string
+		feeds  int
+		f      Fencing
+		levels map[string][]config.Level
+		absent []string // not in the fencers' configuration
+	}{
+		{name: "no topology: BMC levels only, no devices", feeds: 2, f: Fencing{},
+			levels: map[string][]config.Level{"node-a": {{{Device: "bmc"}}}},
+			absent: []string{"fenceDevices", "topology", "monitorInterval"}},
+		{name: "dual feed after the BMC", feeds: 2, f: Fencing{Topology: "{defaults: [[bmc], [pdu-a, pdu-b]]}", MonitorInterval: 10 * time.Second},
+			levels: map[string][]config.Level{
+				"node-a": {{{Device: "bmc"}}, {{"pdu-a", "1"}, {"pdu-b", "1"}}},
+				"node-b": {{{Device: "bmc"}}, {{"pdu-a", "2"}, {"pdu-b", "2"}}},
+			}},
+		{name: "fence_ipmilan and a mislabelled outlet", feeds: 1, f: Fencing{
+			Topology:       "{nodes: [{name: node-a, levels: [[ipmi-node-a]]}, {name: node-b, levels: [[pdu-a]]}]}",
+			IPMILanDevices: true, PDUPlugs: map[string]map[string]string{"pdu-a": {"node-b": "1"}},
+		}, levels: map[string][]config.Level{
+			"node-a": {{{"ipmi-node-a", "node-a"}}},
+			"node-b": {{{"pdu-a", "1"}}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := configHarness(t, c.feeds)
+			_, fencerFile, err := h.writeFencingConfigs(&c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, err := os.ReadFile(fencerFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse(text, fencerFile)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, text)
+			}
+			for node, want := range c.levels {
+				if got := cfg.Levels(node); !reflect.DeepEqual(got, want) {
+					t.Errorf("Levels(%s) = %v, want %v\n%s", node, got, want, text)
+				}
+			}
+			for _, s := range c.absent {
+				if strings.Contains(string(text), s) {
+					t.Errorf("configuration has %q:\n%s", s, text)
+				}
+			}
+			if c.f.MonitorInterval > 0 && cfg.Fencer.MonitorInterval != c.f.MonitorInterval {
+				t.Errorf("monitorInterval %s, want %s", cfg.Fencer.MonitorInterval, c.f.MonitorInterval)
+			}
+		})
+	}
+}
