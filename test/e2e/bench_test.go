@@ -56,6 +56,46 @@ func TestRecoveryBenchmark(t *testing.T) {
 	report(t, runs)
 }
 
+// TestRecoveryBenchmarkBMCDark is the power loss that takes the BMC down
+// too (a tripped breaker, a pulled cord: every feed of the machine cut),
+// with the fencing topology [bmc], [pdu-a, pdu-b]: the BMC gives nothing,
+// the PDUs' outlets read off through fence_apc_snmp. Same harness and
+// timings as TestRecoveryBenchmark, dual feeds.
+func TestRecoveryBenchmarkBMCDark(t *testing.T) {
+	requireBench(t)
+	ctx := context.Background()
+	h := harness.Start(ctx, t, harness.Options{
+		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4"},
+		Feeds:    2,
+		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, Topology: "{defaults: [[bmc], [pdu-a, pdu-b]]}"},
+	})
+	var runs []harness.Recovery
+	for i := range benchRounds {
+		victim, spare := "w-1", "w-2"
+		if i%2 == 1 {
+			victim, spare = spare, victim
+		}
+		sts, oldUID := startWorkload(ctx, t, h, fmt.Sprintf("bench-dark-%d", i), victim, spare)
+		waitWriter(t, h, sts.PV, victim, 3)
+		r, t0, err := h.FeedLossRecovery(ctx, sts, oldUID, victim, spare, 5*time.Minute)
+		must(t, err)
+		if r.Recovered() {
+			waitWriter(t, h, sts.PV, spare, 3)
+		}
+		requireSafe(t, h, sts.PV)
+		if r.Evidence == nil || r.Evidence.BMC == nil || r.Evidence.BMC.Level != 2 {
+			t.Fatalf("round %d: evidence %+v, want the PDU level (2)", i+1, r.Evidence)
+		}
+		// Feeds back: the BMC answers, the machine boots, the taint goes.
+		must(t, h.FeedsBackRecovery(ctx, &r, victim, t0, podTimeout))
+		runs = append(runs, r)
+		t.Logf("round %d: %+v", i+1, r)
+	}
+	table := header() + row(fmt.Sprintf("BMC dark (%d runs)", len(runs)), runs)
+	t.Logf("recovery after power loss with the BMC dark:\n%s", table)
+	fmt.Printf("\nrecovery after power loss with the BMC dark (every feed cut; levels [bmc], [pdu-a, pdu-b], fence_apc_snmp), %d runs, times from the power loss:\n%s\n", len(runs), table)
+}
+
 // TestRecoveryWithoutFencing is the same power loss with no fencer: the
 // StatefulSet pod stays Terminating on the dead node and never moves.
 func TestRecoveryWithoutFencing(t *testing.T) {
