@@ -63,15 +63,15 @@ func TestFencingConfigTopology(t *testing.T) {
 			absent: []string{"fenceDevices", "topology", "monitorInterval"}},
 		{name: "dual feed after the BMC", feeds: 2, f: Fencing{Topology: "{defaults: [[bmc], [pdu-a, pdu-b]]}", MonitorInterval: 10 * time.Second},
 			levels: map[string][]config.Level{
-				"node-a": {{{Device: "bmc"}}, {{"pdu-a", "1"}, {"pdu-b", "1"}}},
-				"node-b": {{{Device: "bmc"}}, {{"pdu-a", "2"}, {"pdu-b", "2"}}},
+				"node-a": {{{Device: "bmc"}}, {{Device: "pdu-a", Plug: "1"}, {Device: "pdu-b", Plug: "1"}}},
+				"node-b": {{{Device: "bmc"}}, {{Device: "pdu-a", Plug: "2"}, {Device: "pdu-b", Plug: "2"}}},
 			}},
 		{name: "fence_ipmilan and a mislabelled outlet", feeds: 1, f: Fencing{
 			Topology:       "{nodes: [{name: node-a, levels: [[ipmi-node-a]]}, {name: node-b, levels: [[pdu-a]]}]}",
 			IPMILanDevices: true, PDUPlugs: map[string]map[string]string{"pdu-a": {"node-b": "1"}},
 		}, levels: map[string][]config.Level{
-			"node-a": {{{"ipmi-node-a", "node-a"}}},
-			"node-b": {{{"pdu-a", "1"}}},
+			"node-a": {{{Device: "ipmi-node-a", Plug: "node-a"}}},
+			"node-b": {{{Device: "pdu-a", Plug: "1"}}},
 		}},
 	}
 	for _, c := range cases {
