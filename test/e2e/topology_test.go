@@ -133,9 +133,12 @@ func TestTopologyConfirmOnly(t *testing.T) {
 			must(t, a.Heal())
 			must(t, h.WaitNodeReady(ctx, a.Name, podTimeout))
 			requireNoTaintFor(ctx, t, h, a.Name, time.Second)
+			// Feeds back: the BMC answers before the machine has booted
+			// and truly reads off, which may taint w-6 for the seconds of
+			// its boot; its new boot removes any taint.
 			must(t, b.RestoreFeeds())
 			must(t, h.WaitNodeReady(ctx, b.Name, podTimeout))
-			requireNoTaintFor(ctx, t, h, b.Name, time.Second)
+			waitTaint(ctx, t, h, b.Name, false)
 		})
 	})
 
