@@ -78,6 +78,13 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	if err != nil {
 		return err
 	}
+	if bv.reading == nil {
+		// No word from the BMC: the node's other power devices (fencing
+		// topology) must not read it on either.
+		if err := o.checkLevels(ctx, n); err != nil {
+			return err
+		}
+	}
 
 	user := o.identity(ctx)
 	fmt.Fprintf(w, "  you:         %s (as the API server knows you; recorded as who confirmed)\n\n", user)
@@ -243,6 +250,54 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 		bv.on = true
 	}
 	return bv, nil
+}
+
+// levelSource is an inventory that knows a node's fencing levels
+// (*device.Inventory).
+type levelSource interface {
+	Levels(node string) [][]device.Plug
+}
+
+// checkLevels reads every fencing level of the node other than its BMC
+// alone (already read) and refuses when one reads it on — an outlet that
+// still feeds it, a VM that runs — or names another machine: "fenced did
+// not read the power as on" is what manual evidence rests on.
+func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
+	src, ok := o.Inventory.(levelSource)
+	if !ok {
+		return nil
+	}
+	for i, plugs := range src.Levels(n.Name) {
+		if len(plugs) == 1 && plugs[0].Device == vocab.DeviceBMC {
+			continue
+		}
+		lr := device.OnLevel(ctx, i+1, plugs, core.OpPowerStatus, device.ReadPlug, o.now, nil)
+		var parts []string
+		for _, p := range lr.Plugs {
+			state := "unreadable"
+			if p.Reading != nil {
+				state = string(p.Reading.Power)
+			}
+			name := p.Device
+			if p.Plug != "" {
+				name += ":" + p.Plug
+			}
+			parts = append(parts, name+" "+state)
+		}
+		fmt.Fprintf(o.Out, "  level %d:     %s\n", i+1, strings.Join(parts, ", "))
+		r, _ := core.CombineLevels([]core.LevelRead{lr})
+		switch {
+		case r == nil:
+		case r.GUIDMismatch(n.Status.NodeInfo.SystemUUID) != nil:
+			bad := r.GUIDMismatch(n.Status.NodeInfo.SystemUUID)
+			return refused("fencing level %d: %s reports system GUID %s but node %s has systemUUID %s: the configuration may point at another machine",
+				i+1, bad.Endpoint, bad.SystemGUID, n.Name, n.Status.NodeInfo.SystemUUID)
+		case r.Power == core.PowerOn:
+			return refused("fencing level %d reads node %s's power ON (%s): it may still be writing to its volumes. "+
+				"Switch that level off first (fenced device off %s --level %d)", i+1, n.Name, strings.Join(parts, ", "), n.Name, i+1)
+		}
+	}
+	return nil
 }
 
 // ask gets the operator's y/N, or refuses. The answer is read in the

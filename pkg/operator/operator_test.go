@@ -549,3 +549,52 @@ func TestStatusWithoutInventoryOrAgent(t *testing.T) {
 		t.Error("CheckFormat accepted xml")
 	}
 }
+
+// topologyInventory is a fakeInventory whose nodes also have a PDU level
+// (fencing topology): level 1 the BMC, level 2 the outlets in pdus.
+type topologyInventory struct {
+	fakeInventory
+	pdus map[string][]*fakeBMC
+}
+
+func (i topologyInventory) Levels(node string) [][]device.Plug {
+	levels := [][]device.Plug{{{Device: vocab.DeviceBMC, Driver: i.fakeInventory[node], Endpoint: "ipmi://bmc-" + node + ":623"}}}
+	var pdu []device.Plug
+	for n, b := range i.pdus[node] {
+		pdu = append(pdu, device.Plug{Device: fmt.Sprintf("pdu-%d", n), Plug: "3", Driver: b, Endpoint: "fence_apc_snmp://pdu/3"})
+	}
+	return append(levels, pdu)
+}
+
+// TestConfirmReadsTheOtherLevels: with the BMC dark, an outlet that still
+// feeds the node is a reading of on — refused; both outlets off — the
+// operator's confirmation goes on.
+func TestConfirmReadsTheOtherLevels(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		outlets []core.PowerState
+		refused string
+	}{
+		{"one outlet still on", []core.PowerState{core.PowerOff, core.PowerOn}, "fencing level 2 reads node n1's power ON"},
+		{"both outlets off", []core.PowerState{core.PowerOff, core.PowerOff}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bmc := &fakeBMC{err: timeoutErr("n1")}
+			inv := topologyInventory{fakeInventory{"n1": bmc}, map[string][]*fakeBMC{"n1": {{state: c.outlets[0]}, {state: c.outlets[1]}}}}
+			e := newEnv(inv, newNode("n1", corev1.ConditionUnknown))
+			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
+			if c.refused != "" {
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.refused) || e.writes() != 0 {
+					t.Fatalf("err = %v, writes %d; want a refusal %q and nothing written", err, e.writes(), c.refused)
+				}
+				return
+			}
+			if err != nil || !kube.HasTaint(e.node(t, "n1")) {
+				t.Fatalf("err = %v, taint %v; want the manual taint", err, kube.HasTaint(e.node(t, "n1")))
+			}
+			if !strings.Contains(e.out.String(), "level 2:     pdu-0:3 off, pdu-1:3 off") {
+				t.Errorf("output does not show the level:\n%s", e.out)
+			}
+		})
+	}
+}
