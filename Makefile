@@ -9,13 +9,16 @@ BIN          := bin/fenced
 # Tools are pinned and run through the Go module proxy; nothing is vendored.
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT    := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+# gotestsum prints each test as it finishes (name, result, seconds) and the
+# failures' output at the end; hack/testsummary then tables the scenarios.
+GOTESTSUM    := gotest.tools/gotestsum@v1.13.0
 BENCH_COUNT  ?= 6
 TEST_TIMEOUT ?= 60m
 FUZZTIME     ?= 1m
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -25,6 +28,9 @@ help: ## list the targets
 build: ## build bin/fenced
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fenced
 
+man: ## man pages for every command, generated from the commands, into bin/man
+	$(GO) run ./cmd/fenced man bin/man
+
 deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd, dbus-daemon, snmpd, snmp, fence-agents)
 	./hack/install-deps.sh
 
@@ -33,7 +39,12 @@ kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached 
 
 test: deps kube-binaries ## the full suite: unit, integration (BMC simulators), end-to-end scenarios, a short fuzz of every decoder
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@mkdir -p bin && rm -f bin/test.json
+	$(GO) build -o bin/testsummary ./hack/testsummary
+	@echo "running every package's tests; each test is printed as it finishes, what still runs every 30 s (the end-to-end scenarios take ~20 min)"
+	bin/testsummary -watch 30s bin/test.json & watcher=$$!; trap 'kill $$watcher 2>/dev/null' EXIT; \
+	  $(GO) run $(GOTESTSUM) --format testname --format-hide-empty-pkg --jsonfile bin/test.json -- -count=1 -timeout $(TEST_TIMEOUT) ./...; \
+	  rc=$$?; kill $$watcher 2>/dev/null; bin/testsummary bin/test.json; exit $$rc
 	$(MAKE) --no-print-directory fuzz-short
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 1m)

@@ -204,6 +204,26 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.buildDate=$build_date"
 done
 
+# build_with_progress LOG PKG... builds PKGs into $work/bin with go build -v
+# and, every 15 s, says how many packages it has compiled so far (go build
+# -v names each package it compiles; cached ones are not named, so on a
+# warm cache it finishes well below the total).
+build_with_progress() {
+	local log=$1 total pid ticks=0 done_pkgs
+	shift
+	total=$(go list -deps "$@" 2>/dev/null | wc -l)
+	go build -v -ldflags "$ldflags" -o "$work/bin/" "$@" >"$log" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 1
+		if ((++ticks % 15 == 0)) && kill -0 "$pid" 2>/dev/null; then
+			done_pkgs=$(grep -c -v -e '^#' -e ':' "$log" || true)
+			step "  compiled $done_pkgs of at most $total packages"
+		fi
+	done
+	wait "$pid"
+}
+
 mapfile -t todo < <(missing)
 pkgs=()
 for b in "${todo[@]}"; do
@@ -212,7 +232,7 @@ done
 mkdir -p "$work/bin"
 if ((${#pkgs[@]} > 0)); then
 	step "go build ${pkgs[*]##*/} (about 6 min cold on 2 cores, under 1 min with a warm Go build cache)"
-	go build -ldflags "$ldflags" -o "$work/bin/" "${pkgs[@]}" >"$work/build.log" 2>&1 || {
+	build_with_progress "$work/build.log" "${pkgs[@]}" || {
 		tail -n 40 "$work/build.log" >&2
 		die "go build failed (log above)"
 	}
@@ -235,11 +255,13 @@ if [[ -x "$work/bin/kube-apiserver" ]]; then
 fi
 
 # One rename per binary: a reader never sees a half-written file, and the
-# binaries already cached stay. Hollow kubelets of older sources are dropped.
+# binaries already cached stay. Hollow kubelets of other sources are kept
+# for a week (checkouts of different commits may share this cache), then
+# dropped.
 mkdir -p "$bin_dir"
 for b in "${todo[@]}"; do
 	mv -f "$work/bin/$b" "$bin_dir/$b" || die "cannot move $b to $bin_dir"
 done
-find "$bin_dir" -maxdepth 1 -name 'hollow-kubelet-*' ! -name "$HOLLOW" -delete
+find "$bin_dir" -maxdepth 1 -name 'hollow-kubelet-*' ! -name "$HOLLOW" -mtime +7 -delete
 step "installed ${todo[*]} into $bin_dir"
 echo "$bin_dir"

@@ -33,14 +33,16 @@ func newAgentCommand(g *globals) *cobra.Command {
 	f := &agentFlags{}
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run the node agent (observer, or fencer when a BMC inventory is configured)",
+		Short: "Run the node agent (observer, or fencer when power devices are configured)",
 		Long: `Run the fenced agent on a node.
 
 Every node runs an agent: it joins the gossip ring (through the other Nodes'
 InternalIPs), publishes its node name, boot ID and state, and serves /metrics,
-/healthz and /readyz. An agent whose configuration holds a BMC inventory is also
-a fencer: it watches Nodes, confirms the power state of nodes that stop answering
-through their BMC, and taints them out-of-service only when the BMC reads off.
+/healthz and /readyz. An agent whose configuration holds power devices (a BMC
+inventory, fence devices in a fencing topology) is also a fencer: it watches
+Nodes, reads the power of nodes that stop answering through their fencing levels
+(the BMC first, then PDU outlets or any fence agent), and taints them
+out-of-service only when a whole level reads off.
 
 The agent checks its configuration, gossip key, BMC credentials and Kubernetes
 credentials at start and exits non-zero, naming the problem, before it joins
@@ -55,7 +57,7 @@ the ring; fencers then taint the node without asking its BMC. If volumes stay
 mounted until logind's InhibitDelayMaxSec runs out, it leaves without that
 announcement and fencers wait for the BMC as usual. Without logind the agent
 says so and works on (shutdown.announce: false turns this off).`,
-		Example: `  # as a systemd unit on a control-plane host (a fencer: its config has the BMC inventory)
+		Example: `  # as a systemd unit on a control-plane host (a fencer: its config has the power devices)
   fenced agent --config /etc/fenced/config.yaml --kubeconfig /etc/fenced/kubeconfig
 
   # in a DaemonSet pod (in-cluster credentials, NODE_NAME from the downward API)

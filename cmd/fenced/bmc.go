@@ -136,7 +136,8 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
 		}
 	} else {
 		var ar device.ActionResult
-		ar, err = do(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout})
+		ar, err = do(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout,
+			Progress: device.ProgressPrinter(g.stderr, node+": BMC", 0)})
 		res.Power, res.Already = string(ar.State), ar.AlreadyInState
 	}
 	res.ElapsedMS = time.Since(start).Milliseconds()

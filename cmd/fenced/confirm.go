@@ -7,6 +7,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/device"
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/operator"
@@ -83,7 +84,13 @@ func (g *globals) newOperator(component string) (op *operator.Operator, done fun
 	if err != nil {
 		return nil, nil, err
 	}
-	op = &operator.Operator{Client: client, Out: g.stdout, Log: g.log,
+	// The agents' Leases are where the agents put them: fencer.leaseNamespace,
+	// whose default applies also when there is no configuration file.
+	leaseNS := cfg.Fencer.LeaseNamespace
+	if leaseNS == "" {
+		leaseNS = config.DefaultLeaseNamespace
+	}
+	op = &operator.Operator{Client: client, Out: g.stdout, Log: g.log, LeaseNamespace: leaseNS,
 		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
 	var closers []func()
 	if len(cfg.BMCs) > 0 {

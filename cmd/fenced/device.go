@@ -66,7 +66,8 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 	})
 	verify := func(action func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)) device.PlugOp {
 		return func(ctx context.Context, b device.BMC) (core.PowerState, error) {
-			res, err := action(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout})
+			res, err := action(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout,
+				Progress: device.ProgressPrinter(g.stderr, "  the device", 0)})
 			return res.State, err
 		}
 	}
@@ -194,6 +195,7 @@ func readLevelWithProgress(ctx context.Context, g *globals, node string, level i
 		names[i] = plugLabel(p.Device, p.Plug)
 	}
 	fmt.Fprintf(g.stderr, "%s: level %d: %s %s …\n", node, level, op, strings.Join(names, ", "))
+	defer stillWaiting(g.stderr, fmt.Sprintf("%s: level %d: %s", node, level, op), 10*time.Second)()
 	elapsed := map[string]time.Duration{}
 	var mu sync.Mutex
 	lr := device.OnLevel(ctx, level, plugs, op, do, time.Now, func(p device.Plug, _ *core.Reading, _ error, d time.Duration) {
@@ -377,4 +379,26 @@ func configuredNodes(cfg *config.Config) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// stillWaiting prints "<what>: still waiting (20s)" every `every` until the
+// returned stop is called: fence agents may take a minute, and a silent
+// terminal looks hung.
+func stillWaiting(w io.Writer, what string, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "%s: still waiting (%s)\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 )
 
@@ -24,14 +25,20 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runAs(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run executes the command line and maps errors to exit codes.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
+	return runAs(ctx, "fenced", args, stdout, stderr)
+}
+
+// runAs is run for a program called name (fenced, or kubectl-fenced when
+// kubectl runs it as a plugin).
+func runAs(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(name, stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -17,16 +17,24 @@ import (
 
 // globals are the flags every command shares.
 type globals struct {
-	kubeconfig string
-	configPath string
-	logFormat  string
-	verbosity  int
+	kubeconfig  string
+	kubecontext string
+	configPath  string
+	logFormat   string
+	verbosity   int
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+// kubectlPluginName is the file name under which kubectl finds fenced as
+// a plugin: with the binary installed (or linked) as kubectl-fenced on the
+// PATH, `kubectl fenced status` runs `kubectl-fenced status`.
+const kubectlPluginName = "kubectl-fenced"
+
+// newRootCommand builds the command tree. name is the program's file
+// name: run as kubectl-fenced, help and usage say "kubectl fenced".
+func newRootCommand(name string, stdout, stderr io.Writer) *cobra.Command {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "fenced",
@@ -51,6 +59,9 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 			return g.setupLogging(cmd)
 		},
 	}
+	if name == kubectlPluginName {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fenced"}
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -59,12 +70,13 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.kubeconfig, "kubeconfig", "",
 		"kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account)")
+	pf.StringVar(&g.kubecontext, "context", "", "the kubeconfig context to use (default: its current-context)")
 	pf.StringVar(&g.configPath, "config", "",
 		"fenced configuration file (default: $FENCED_CONFIG, then "+config.DefaultPath+")")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.CountVarP(&g.verbosity, "verbose", "v", "more detailed logs (-v: debug)")
 
-	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g))
+	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newManCommand())
 	return root
 }
 
@@ -119,7 +131,7 @@ func (g *globals) loadConfig(required bool) (*config.Config, error) {
 func (g *globals) restConfig() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = g.kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.kubecontext})
 	cfg, err := loader.ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {

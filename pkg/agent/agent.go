@@ -42,6 +42,7 @@ import (
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
+	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/systemd"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -173,9 +174,13 @@ type parts struct {
 	signingKey   *identity.Key
 	keyPublished prometheus.Gauge
 
-	ring    *heartbeat.Ring
-	watcher *shutdown.Watcher // nil when shutdown.announce is off
-	fencer  *fencer.Fencer    // nil on an observer
+	ring     *heartbeat.Ring
+	watcher  *shutdown.Watcher // nil when shutdown.announce is off
+	graceful *gracefulWatch
+	fencer   *fencer.Fencer // nil on an observer
+	// stale reports stale VolumeAttachments; it runs with the fencer
+	// (nil on an observer).
+	stale *stale.Reporter
 
 	closers []func() // run by close, last first
 }
@@ -244,6 +249,7 @@ func (a *Agent) build() (_ *parts, err error) {
 	if o.Config.Shutdown.Announce {
 		p.watcher = p.buildWatcher()
 	}
+	p.graceful = p.newGracefulWatch()
 
 	if a.inv != nil {
 		p.closers = append(p.closers, func() { _ = a.inv.Close() })
@@ -262,6 +268,16 @@ func (a *Agent) build() (_ *parts, err error) {
 			MonitorInterval: o.Config.Fencer.MonitorInterval,
 			GossipPort:      o.Config.Gossip.Port,
 			Metrics:         fencer.NewMetrics(p.reg), Logger: p.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// The stale VolumeAttachment report shares the fencer's Node and
+		// VolumeAttachment informers (the one cluster-scoped factory).
+		p.stale, err = stale.New(stale.Config{
+			Client: o.Client, Informers: stale.NewInformers(cluster), Recorder: recorder,
+			Grace: o.Config.Policy.StaleAttachmentGrace, Delete: o.Config.Policy.DeleteStaleVolumeAttachments,
+			Held: p.fencer.HoldsEffects, Metrics: stale.NewMetrics(p.reg), Logger: p.log,
 		})
 		if err != nil {
 			return nil, err
@@ -370,6 +386,17 @@ func (p *parts) run(ctx context.Context) error {
 	}
 
 	publishKey(ctx, o, p.signingKey.Public(), p.keyPublished, log)
+	// After the key: the answer is written on the key's Lease.
+	gracefulCtx, stopGraceful := context.WithCancel(ctx)
+	gracefulDone := make(chan struct{})
+	go func() {
+		defer close(gracefulDone)
+		p.graceful.run(gracefulCtx)
+	}()
+	defer func() {
+		stopGraceful()
+		<-gracefulDone
+	}()
 
 	if o.InsecureGossip {
 		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
@@ -421,7 +448,7 @@ func (p *parts) supervise(ctx context.Context) error {
 	fencerCtx, cancelFencer := context.WithCancel(ctx)
 	defer cancelFencer()
 	if p.fencer != nil {
-		go func() { fencerDone <- p.fencer.Run(fencerCtx) }()
+		go func() { fencerDone <- p.runFencer(fencerCtx) }()
 	}
 	watcherRunning, fencerRunning := p.watcher != nil, p.fencer != nil
 	stopFencer := func() {
@@ -515,6 +542,26 @@ func (p *parts) supervise(ctx context.Context) error {
 	}
 }
 
+// runFencer runs the fencer and its stale VolumeAttachment report until
+// ctx ends or one of them stops; the other is stopped then, and the first
+// error returned.
+func (p *parts) runFencer(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- p.fencer.Run(ctx) }()
+	go func() {
+		err := p.stale.Run(ctx)
+		if err != nil {
+			err = fmt.Errorf("stale volumeattachment report: %w", err)
+		}
+		errs <- err
+	}()
+	err := <-errs
+	cancel()
+	return errors.Join(err, <-errs)
+}
+
 // isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {
 	select {
@@ -532,7 +579,7 @@ func policyOf(c *config.Config) core.Policy {
 		Mode: core.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
 		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
-		ShutdownWait:   p.ShutdownWait,
+		ShutdownWait: p.ShutdownWait, DryRun: p.DryRun,
 		ReadBackoffMin: config.DefaultReadBackoffMin, ReadBackoffMax: config.DefaultReadBackoffMax,
 		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
 		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,

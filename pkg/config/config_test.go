@@ -212,7 +212,8 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Policy{Mode: "confirm-only", FenceAfter: DefaultFenceAfter, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
-		FenceDelay: DefaultFenceDelay, ForceDeletePods: true, ShutdownWait: DefaultShutdownWait}
+		FenceDelay: DefaultFenceDelay, ForceDeletePods: true, ShutdownWait: DefaultShutdownWait,
+		StaleAttachmentGrace: DefaultStaleAttachmentGrace, DeleteStaleVolumeAttachments: false}
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
@@ -225,7 +226,8 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	cfg, err = Parse([]byte(header+`
 clusterName: prod
 gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
-policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s}
+policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s,
+  staleAttachmentGrace: 30s, deleteStaleVolumeAttachments: true, dryRun: true}
 fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s, monitorInterval: 0s}
 shutdown: {announce: false}
 `), "t")
@@ -237,7 +239,7 @@ shutdown: {announce: false}
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
 	if cfg.Policy != (Policy{Mode: "power-off", FenceAfter: 30 * time.Second, MaxUnhealthy: 0.34, MaxConcurrentPowerActions: 2,
-		PowerOnAfterFence: true}) {
+		PowerOnAfterFence: true, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true, DryRun: true}) {
 		t.Errorf("policy %+v", cfg.Policy)
 	}
 	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute}) {
@@ -263,6 +265,9 @@ func TestSectionErrors(t *testing.T) {
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
 		"policy: {shutdownWait: 2h}":                "policy: shutdownWait: 2h0m0s is out of range",
 		"shutdown: {announce: yes-please}":          "shutdown.announce",
+		"policy: {staleAttachmentGrace: 1s}":        "policy: staleAttachmentGrace: 1s is out of range",
+		"policy: {staleAttachmentGrace: 48h}":       "policy: staleAttachmentGrace: 48h0m0s is out of range",
+		"policy: {deleteStaleVolumeAttachments: 1}": "deleteStaleVolumeAttachments",
 		"shutdown: {anounce: true}":                 `unknown field "anounce"`,
 	}
 	for yaml, want := range cases {

@@ -71,9 +71,23 @@ const (
 	// a node that says it is shutting down is not read or switched off
 	// for this long while its agent is still in the ring.
 	DefaultShutdownWait = 5 * time.Minute
+	// DefaultStaleAttachmentGrace: a VolumeAttachment must look stale
+	// (diagnose.StaleAttachment finds nothing against it) this long without
+	// a break before a fencer reports it. Two minutes outlast the informers'
+	// lag and a kubelet's mount of a pod that just started (volumesInUse is
+	// written before the mount), yet an alert fires long before a person
+	// would have found the cause by hand.
+	DefaultStaleAttachmentGrace = 2 * time.Minute
+	// DefaultDeleteStaleVolumeAttachments: fencers report stale
+	// VolumeAttachments and never delete them unless told to (and given
+	// the RBAC for it, deploy/daemonset/components/delete-stale-volumeattachments).
+	DefaultDeleteStaleVolumeAttachments = false
 	// DefaultShutdownAnnounce: agents announce clean shutdowns (it needs
 	// logind; without it the agent says so and works on).
 	DefaultShutdownAnnounce = true
+	// DefaultDryRun: fencers act. Set policy.dryRun for a trial period:
+	// everything is decided and reported, nothing is changed.
+	DefaultDryRun = false
 	// DefaultLeaseNamespace is where the power Leases live.
 	DefaultLeaseNamespace = "fenced-system"
 	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease

@@ -50,6 +50,11 @@ type Policy struct {
 	PowerOnAfterFence         bool
 	ForceDeletePods           bool
 	ShutdownWait              time.Duration
+	DryRun                    bool
+	// StaleAttachmentGrace and DeleteStaleVolumeAttachments drive the
+	// fencers' stale VolumeAttachment report (pkg/stale).
+	StaleAttachmentGrace         time.Duration
+	DeleteStaleVolumeAttachments bool
 }
 
 // Shutdown is the resolved shutdown section.

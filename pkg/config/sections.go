@@ -50,13 +50,16 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 
 func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	r := Policy{
-		Mode:                      first(p.Mode, DefaultMode),
-		FenceAfter:                duration(p.FenceAfter, DefaultFenceAfter),
-		MaxUnhealthy:              DefaultMaxUnhealthyPercent / 100.0,
-		MaxConcurrentPowerActions: first(p.MaxConcurrentPowerActions, DefaultMaxConcurrentPowerActions),
-		FenceDelay:                duration(p.FenceDelay, DefaultFenceDelay),
-		ForceDeletePods:           DefaultForceDeletePods,
-		ShutdownWait:              duration(p.ShutdownWait, DefaultShutdownWait),
+		Mode:                         first(p.Mode, DefaultMode),
+		FenceAfter:                   duration(p.FenceAfter, DefaultFenceAfter),
+		MaxUnhealthy:                 DefaultMaxUnhealthyPercent / 100.0,
+		MaxConcurrentPowerActions:    first(p.MaxConcurrentPowerActions, DefaultMaxConcurrentPowerActions),
+		FenceDelay:                   duration(p.FenceDelay, DefaultFenceDelay),
+		ForceDeletePods:              DefaultForceDeletePods,
+		ShutdownWait:                 duration(p.ShutdownWait, DefaultShutdownWait),
+		StaleAttachmentGrace:         duration(p.StaleAttachmentGrace, DefaultStaleAttachmentGrace),
+		DeleteStaleVolumeAttachments: DefaultDeleteStaleVolumeAttachments,
+		DryRun:                       DefaultDryRun,
 	}
 	switch r.Mode {
 	case "confirm-only", "power-off":
@@ -89,8 +92,17 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
 		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)
 	}
+	if r.StaleAttachmentGrace < 10*time.Second || r.StaleAttachmentGrace > 24*time.Hour {
+		fe.add("policy", "staleAttachmentGrace", "%s is out of range (10s to 24h)", r.StaleAttachmentGrace)
+	}
+	if p.DeleteStaleVolumeAttachments != nil {
+		r.DeleteStaleVolumeAttachments = *p.DeleteStaleVolumeAttachments
+	}
 	if p.ForceDeletePods != nil {
 		r.ForceDeletePods = *p.ForceDeletePods
+	}
+	if p.DryRun != nil {
+		r.DryRun = *p.DryRun
 	}
 	return r
 }

@@ -96,6 +96,19 @@ type PolicySpec struct {
 	// down cleanly while its agent is still in the ring (no BMC read, no
 	// power action), waiting for its shutdown-complete announcement.
 	ShutdownWait *metav1.Duration `json:"shutdownWait,omitempty"`
+	// DryRun: fencers decide and report everything (Events DryRunWould…,
+	// fenced_dry_run_actions_total) and change nothing: no taint, no
+	// Ready=False, no pod deleted, no power switched.
+	DryRun *bool `json:"dryRun,omitempty"`
+	// StaleAttachmentGrace is how long a VolumeAttachment on a live node
+	// must look stale without a break before fencers report it (and, with
+	// DeleteStaleVolumeAttachments, delete it).
+	StaleAttachmentGrace *metav1.Duration `json:"staleAttachmentGrace,omitempty"`
+	// DeleteStaleVolumeAttachments lets fencers delete a VolumeAttachment
+	// they report as stale, after re-checking it on fresh objects, with a
+	// precondition on its UID and resourceVersion. Off by default; needs
+	// the opt-in RBAC.
+	DeleteStaleVolumeAttachments *bool `json:"deleteStaleVolumeAttachments,omitempty"`
 }
 
 // ShutdownSpec configures how an agent announces its host's shutdown.

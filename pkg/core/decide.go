@@ -88,6 +88,9 @@ type Policy struct {
 	// written; an older one is read again first (the write was held up,
 	// say by an API server outage, and the node may be back since).
 	MaxEvidenceAge time.Duration
+	// DryRun (policy.dryRun): decide and report everything, change
+	// nothing — every effect leaves as ActHeld (hold.go).
+	DryRun bool
 }
 
 // Ready is the status of a Node's Ready condition.
@@ -128,6 +131,10 @@ type NodeObs struct {
 	// PodsForceDeleted: the node's pods were force-deleted for the fence
 	// it carries now.
 	PodsForceDeleted bool
+	// Excluded is the label that excludes the node from fencing
+	// (fenced.io/exclude or medik8s' exclude-from-remediation, value
+	// "true"), or "" (hold.go).
+	Excluded string
 }
 
 // MemberObs is what gossip says about the node's agent. Any holder of the
@@ -200,6 +207,10 @@ type ClusterObs struct {
 	// CleanShutdownFences counts other nodes tainted with clean-shutdown
 	// evidence within the policy's StormWindow.
 	CleanShutdownFences int
+	// Paused: the cluster-wide pause is on (hold.go); PauseReason is what
+	// the operator wrote as its reason, if anything.
+	Paused      bool
+	PauseReason string
 }
 
 // Observation is the input of one Step.
@@ -234,6 +245,7 @@ const (
 	ActSafetyAlarm     ActionKind = "SafetyAlarm"     // evidence proved wrong: Event, metric, error log
 	ActRequeue         ActionKind = "Requeue"         // call Step again after After
 	ActChallenge       ActionKind = "Challenge"       // ask the node's agent for a proof of life
+	ActHeld            ActionKind = "Held"            // an effect a switch held back: report it (hold.go)
 )
 
 // Action is one thing to do.
@@ -246,6 +258,9 @@ type Action struct {
 	EventType, Reason, Message string
 	// After for ActRequeue.
 	After time.Duration
+	// Held and Hold, for ActHeld: the action held back, and by what.
+	Held ActionKind
+	Hold Hold
 }
 
 // Event reasons (stable: tests, alerts and runbooks match on them).
@@ -267,6 +282,10 @@ const (
 	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
 	ReasonEvidenceVoided             = "FenceEvidenceVoided"
 	ReasonPowerReadingContradicted   = "PowerReadingContradicted"
+	// The fencer's device monitor (pkg/fencer/monitor.go): no fencing level
+	// of the node answers, or they answer again.
+	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
+	ReasonFenceable      = "FenceDevicesAnswer"
 )
 
 // TaintRetry is how long the core waits to see its own taint on the Node
@@ -305,6 +324,9 @@ type Target struct {
 	// the device is read at the slowest pace from then on.
 	contradicted bool
 	fence        *Evidence
+	// held: the ActHeld reports sent during this suspicion (by Event
+	// reason), each sent once.
+	held map[string]bool
 }
 
 // Decision is the result of one Step: the actions, and one line saying
@@ -333,7 +355,17 @@ type decider struct {
 	actions []Action
 }
 
-func (d *decider) do(a Action) { d.actions = append(d.actions, a) }
+// do adds a to the decision — unless one of the operator's switches holds
+// it back (HeldBy): then it is reported, once per suspicion, as ActHeld.
+// It reports whether a goes out.
+func (d *decider) do(a Action) bool {
+	if h := d.heldBy(a.Kind); h != HoldNone {
+		d.hold(h, a)
+		return false
+	}
+	d.actions = append(d.actions, a)
+	return true
+}
 
 func (d *decider) enter(p Phase, reason string) {
 	if d.t.Phase != p {
@@ -461,8 +493,12 @@ func (d *decider) detect() {
 		t.readBackoff = 0
 		t.nextRead = o.Now
 		d.enter(PhaseSuspect, "stopped answering: "+d.channels())
+		next := "confirming its power state before any action"
+		if o.Node.Excluded != "" {
+			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
+		}
 		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonSuspected,
-			Message: "node stopped answering (" + d.channels() + "); confirming its power state before any action"})
+			Message: "node stopped answering (" + d.channels() + "); " + next})
 	}
 
 	// Evidence 2: the node announced, in its own signed word, a clean
@@ -486,6 +522,13 @@ func (d *decider) detect() {
 			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
 			d.shutdownSource(), d.p.ShutdownWait))
 		d.requeue(until.Sub(o.Now))
+		return
+	}
+	if h := d.heldBy(ActReadPower); h != HoldNone {
+		// Excluded: no read, so no evidence and nothing to wait for. The
+		// label's removal changes the Node, which brings it back here.
+		d.do(Action{Kind: ActReadPower})
+		d.enter(PhaseSuspect, fmt.Sprintf("not reading its power: held (%s, label %s)", h, o.Node.Excluded))
 		return
 	}
 	if !o.BMC.Configured {
@@ -584,6 +627,12 @@ func (d *decider) poweredOn(r *Reading) {
 		if retryIn > 0 && retryIn < recheck {
 			recheck = retryIn
 		}
+	} else if h := d.heldBy(ActPowerOff); h != HoldNone {
+		// Reported once; challenges and reads go on, so that the node is
+		// switched off at once when the hold ends.
+		d.challengeIfDue()
+		d.do(Action{Kind: ActPowerOff})
+		d.enter(PhaseConfirming, fmt.Sprintf("powered on and unresponsive on both channels: would switch off; held (%s)", h))
 	} else if !o.Cluster.LeaseHeld {
 		d.enter(PhaseConfirming, "powered on and unresponsive: taking the power Lease")
 		d.do(Action{Kind: ActAcquireLease})
@@ -699,6 +748,16 @@ func (d *decider) poweringOff() {
 			Message: "node answers again before it was switched off: power-off cancelled"})
 		*t = Target{Name: t.Name}
 		d.enter(PhaseHealthy, "responsive again during fence delay")
+		return
+	}
+	if h := d.heldBy(ActPowerOff); h != HoldNone && !t.powerOffSent {
+		// Held during the fence delay (a pause): give the Lease back
+		// rather than sit on it, and look again later.
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActPowerOff})
+		t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+		d.enter(PhaseConfirming, fmt.Sprintf("power-off held (%s): not switching off", h))
+		d.requeue(p.RecheckPoweredOn)
 		return
 	}
 	if !o.Cluster.LeaseHeld {
@@ -905,9 +964,13 @@ func (d *decider) void(ev *Evidence, why string) {
 func (d *decider) fenceWith(ev Evidence) {
 	o, t := d.o, d.t
 	t.fence, t.taintSent, t.taintSeen = &ev, o.Now, false
-	d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
+	sent := d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
 	if o.Cluster.LeaseHeld {
 		d.do(Action{Kind: ActReleaseLease})
+	}
+	if !sent {
+		d.enter(PhaseFenced, fmt.Sprintf("would fence with %s evidence; held (%s)", ev.Method, d.heldBy(ActApplyTaint)))
+		return
 	}
 	d.enter(PhaseFenced, "fencing: "+string(ev.Method))
 	d.requeue(TaintRetry)
@@ -930,6 +993,18 @@ func (d *decider) fenced() {
 		if t.fence == nil {
 			*t = Target{Name: t.Name}
 			d.enter(PhaseHealthy, "no evidence to write")
+			return
+		}
+		if h := d.heldBy(ActApplyTaint); h != HoldNone {
+			// Held, not lost: nothing to write again. The evidence stands
+			// while nothing contradicts it; when the hold ends (the fencer
+			// looks at every node again then) the path below checks it,
+			// reads again if it is too old, and writes the taint.
+			if life := LifeAfter(t.fence, o); life != "" {
+				d.void(t.fence, life)
+				return
+			}
+			d.reason = fmt.Sprintf("would be fenced with %s evidence; held (%s)", t.fence.Method, h)
 			return
 		}
 		ev := *t.fence
@@ -1011,7 +1086,10 @@ func (d *decider) fenced() {
 			d.enter(PhaseFenced, "back, not yet Ready on a new boot")
 			return
 		}
-		d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)})
+		if !d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)}) {
+			d.enter(PhaseRecovering, fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
+			return
+		}
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
 		*t = Target{Name: t.Name}
 		d.enter(PhaseHealthy, "recovered")
@@ -1023,22 +1101,20 @@ func (d *decider) fenced() {
 	d.reason = "fenced: waiting for the node to come back"
 	// The rest of the fence, redone until done: after an API outage or a
 	// fencer restart nothing of it is lost.
+	// (A held step is reported once and not redone: nothing to retry.)
 	done := true
-	if o.Node.Ready != ReadyFalse {
-		d.do(Action{Kind: ActMarkNotReady})
+	if o.Node.Ready != ReadyFalse && d.do(Action{Kind: ActMarkNotReady}) {
 		done = false
 	}
-	if p.ForceDeletePods && !o.Node.PodsForceDeleted {
-		d.do(Action{Kind: ActForceDeletePods})
+	if p.ForceDeletePods && !o.Node.PodsForceDeleted && d.do(Action{Kind: ActForceDeletePods}) {
 		done = false
 	}
 	if !done {
 		d.requeue(TaintRetry)
 	}
 	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.poweredOnSent &&
-		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight {
+		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight && d.do(Action{Kind: ActPowerOn}) {
 		t.poweredOnSent = true
-		d.do(Action{Kind: ActPowerOn})
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
 			Message: "volumes released: switching the node on again (afterFence: on)"})
 	}

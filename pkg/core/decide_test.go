@@ -790,12 +790,13 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	for walk := 0; walk < 2000; walk++ {
 		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
 		p := testPolicy(mode)
+		p.DryRun = rng.IntN(10) == 0
 		tgt := &Target{Name: "node-a"}
 		o := healthy()
 		suspectSince := time.Time{}
 		for i := 0; i < 60; i++ {
 			o.Now = o.Now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
-			switch rng.IntN(14) {
+			switch rng.IntN(15) {
 			case 0:
 				o.Member.State, o.Member.Since = states[rng.IntN(len(states))], o.Now
 			case 1:
@@ -882,11 +883,27 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				if tgt.Phase == PhaseFenced && tgt.fence != nil {
 					o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
 				}
+			case 14:
+				// An operator pauses or resumes fencing, or labels the
+				// node excluded or not.
+				if rng.IntN(2) == 0 {
+					o.Cluster.Paused = !o.Cluster.Paused
+				} else if o.Node.Excluded == "" {
+					o.Node.Excluded = "fenced.io/exclude"
+				} else {
+					o.Node.Excluded = ""
+				}
 			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
 			if (before == PhaseHealthy || before == "") && d.Phase != PhaseHealthy {
 				suspectSince = o.Now
+			}
+			// The switches: nothing they hold goes out.
+			for _, a := range d.Actions {
+				if h := HeldBy(a.Kind, o, p); h != HoldNone {
+					t.Fatalf("walk %d step %d: %s went out although held (%s)", walk, i, a.Kind, h)
+				}
 			}
 			if a := find(d.Actions, ActApplyTaint); a != nil {
 				taints++

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 	"time"
 
 	"fenced.io/fenced/pkg/config"
@@ -22,6 +24,45 @@ type VerifyOptions struct {
 	// Timeout for the state to be reached, counted from sending (default 20s,
 	// fence_ipmilan's power_timeout).
 	Timeout time.Duration
+	// Progress, when set, is told after each status read that did not yet
+	// show the requested state: commands a person waits on print it (see
+	// ProgressPrinter). nil: silent.
+	Progress func(VerifyProgress)
+}
+
+// VerifyProgress is one status read during the wait of a verified action.
+type VerifyProgress struct {
+	// Want is the state waited for; Last what the device read (unknown
+	// when the read failed, with Err).
+	Want, Last core.PowerState
+	Err        error
+	// Elapsed since the request was sent; Timeout the bound.
+	Elapsed, Timeout time.Duration
+}
+
+// ProgressPrinter returns a VerifyOptions.Progress that writes one line to
+// w at most every `every` (default 5s) — "worker-3: still reads on after
+// 6s, waiting up to 20s for off" — so a command that waits says what for.
+func ProgressPrinter(w io.Writer, label string, every time.Duration) func(VerifyProgress) {
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	var mu sync.Mutex
+	next := every
+	return func(p VerifyProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Elapsed < next {
+			return
+		}
+		next = p.Elapsed + every
+		reads := "still reads " + string(p.Last)
+		if p.Err != nil {
+			reads = "status read failed (" + p.Err.Error() + ")"
+		}
+		fmt.Fprintf(w, "%s: %s after %s, waiting up to %s for %s\n", label, reads,
+			p.Elapsed.Round(time.Second), p.Timeout, p.Want)
+	}
 }
 
 // Defaults of VerifyOptions: fence_ipmilan's power_wait and its one read
@@ -106,6 +147,7 @@ func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want core.Power
 var ErrNotReached = errors.New("power state not reached")
 
 func waitFor(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState) (ActionResult, error) {
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	timer := time.NewTimer(o.PowerWait)
@@ -130,6 +172,9 @@ func waitFor(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState) 
 		// A failed read during the wait is not final: the BMC may be busy
 		// switching. Keep the last error for the report.
 		last, lastErr = state, err
+		if o.Progress != nil {
+			o.Progress(VerifyProgress{Want: want, Last: state, Err: err, Elapsed: time.Since(began), Timeout: o.Timeout})
+		}
 		timer.Reset(o.Interval)
 	}
 }

@@ -18,5 +18,7 @@
 //
 // verify.go checks that what a node says about itself over gossip is its
 // own word (signatures against the key it published) and challenges agents
-// for proofs of life; metrics.go holds the fencer's Prometheus metrics.
+// for proofs of life; switches.go reads the operator's switches (the pause
+// ConfigMap's informer, exclusion labels) and reports what the core held
+// back (core.HeldBy); metrics.go holds the fencer's Prometheus metrics.
 package fencer

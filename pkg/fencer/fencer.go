@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -58,6 +59,9 @@ type Informers struct {
 	Leases coordinformers.LeaseInformer
 	// KubeletLeases are the kubelets' node Leases (KubeletLeaseNamespace).
 	KubeletLeases coordinformers.LeaseInformer
+	// Pause is the pause ConfigMap (kube.PauseConfigMap in the lease
+	// namespace, that one object only); nil: never paused (switches.go).
+	Pause coreinformers.ConfigMapInformer
 }
 
 // NewInformers takes a fencer's Nodes and VolumeAttachments from cluster,
@@ -71,12 +75,14 @@ type Informers struct {
 func NewInformers(client kubernetes.Interface, cluster informers.SharedInformerFactory, leaseNamespace string) (Informers, []informers.SharedInformerFactory) {
 	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace))
 	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace))
+	pause := newPauseFactory(client, leaseNamespace)
 	return Informers{
 		Nodes:             cluster.Core().V1().Nodes(),
 		VolumeAttachments: cluster.Storage().V1().VolumeAttachments(),
 		Leases:            inNS.Coordination().V1().Leases(),
 		KubeletLeases:     nodeLeases.Coordination().V1().Leases(),
-	}, []informers.SharedInformerFactory{inNS, nodeLeases}
+		Pause:             pause.Core().V1().ConfigMaps(),
+	}, []informers.SharedInformerFactory{inNS, nodeLeases, pause}
 }
 
 // Config wires a Fencer.
@@ -149,6 +155,11 @@ type Fencer struct {
 	// a fencing level that answers.
 	fenceable map[string]bool
 
+	// pause reads the pause ConfigMap (nil: no pause informer).
+	pause corelisters.ConfigMapNamespaceLister
+	// pausedSeen is the pause state last reported (switches.go).
+	pausedSeen pauseState
+
 	// policyOK: the admission policy binding agent keys to nodes is in
 	// force (checkPolicy); policyChecked: it was checked once.
 	policyOK      atomic.Bool
@@ -188,6 +199,10 @@ func New(cfg Config) (*Fencer, error) {
 	if cfg.ChallengeTimeout <= 0 {
 		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
 	}
+	if cfg.Metrics == nil {
+		// Registered nowhere: a fencer always has its metrics to update.
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
 	f := &Fencer{
 		cfg:         cfg,
 		log:         cfg.Logger,
@@ -207,6 +222,10 @@ func New(cfg Config) (*Fencer, error) {
 	if err := f.watch(cfg.Informers); err != nil {
 		return nil, err
 	}
+	if err := f.watchPause(cfg.Informers.Pause); err != nil {
+		return nil, err
+	}
+	f.cfg.Metrics.setDryRun(cfg.Policy.DryRun)
 	return f, nil
 }
 
@@ -327,7 +346,10 @@ func (f *Fencer) Run(ctx context.Context) error {
 		return errors.New("fencer: informer caches did not sync")
 	}
 	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", f.cfg.Policy.Mode,
-		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace)
+		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace, "dryRun", f.cfg.Policy.DryRun)
+	if f.cfg.Policy.DryRun {
+		f.log.Warn("dry-run (policy.dryRun): deciding and reporting everything, changing nothing — no taint, no Ready=False, no pod deleted, no power switched")
+	}
 
 	// The worker is waited for on return like the background calls: a
 	// decision still running must not outlive Run (and log after it).
@@ -411,6 +433,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	if err == nil {
 		node = f.freshest(node)
 		o.Node = nodeObs(node)
+		o.Node.Excluded = kube.ExcludedBy(node)
 		vas, _ := f.vas.ByIndex(vaByNode, name)
 		o.Node.VolumeAttachments = len(vas)
 		o.Node.KubeletRenew = f.kubeletRenew(name)
@@ -460,7 +483,12 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	}
 	o.Cluster.Nodes = len(all)
 	o.Cluster.GossipAlive = f.cfg.Members.Alive()
+	o.Cluster.Paused, o.Cluster.PauseReason = f.paused()
+	excluded := 0
 	for _, n := range all {
+		if kube.ExcludedBy(n) != "" {
+			excluded++
+		}
 		m, known := f.cfg.Members.Member(n.Name)
 		gone := known && m.State.Gone()
 		fenced := kube.AppliedByFenced(n) && kube.HasTaint(n)
@@ -478,6 +506,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 			o.Cluster.ControlPlaneDown++
 		}
 	}
+	f.cfg.Metrics.NodesExcluded.Set(float64(excluded))
 	leases, err := f.leases.List(labels.Everything())
 	if err != nil {
 		return o, node, err
@@ -636,7 +665,12 @@ func kubeletShuttingDown(n *corev1.Node) bool {
 
 // execute carries out one action for node name.
 func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a core.Action, suspectSince time.Time) error {
+	if f.heldNow(name, node, a) {
+		return nil
+	}
 	switch a.Kind {
+	case core.ActHeld:
+		f.reportHeld(name, node, a)
 	case core.ActRequeue:
 		f.queue.AddAfter(name, a.After)
 	case core.ActReadPower:
@@ -930,7 +964,7 @@ func significant(as []core.Action) bool {
 func actionNames(as []core.Action) string {
 	var s []string
 	for _, a := range as {
-		if a.Kind == core.ActEvent || a.Kind == core.ActSafetyAlarm {
+		if a.Kind == core.ActEvent || a.Kind == core.ActSafetyAlarm || a.Kind == core.ActHeld {
 			s = append(s, string(a.Kind)+":"+a.Reason)
 		} else if a.Kind != core.ActRequeue {
 			s = append(s, string(a.Kind))

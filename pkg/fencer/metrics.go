@@ -39,6 +39,16 @@ type Metrics struct {
 	// Forgeries counts gossip claims in a node's name that its own key did
 	// not sign, by kind (see forgery kinds in verify.go).
 	Forgeries *prometheus.CounterVec
+	// DryRun is 1 while policy.dryRun is set (fenced_dry_run).
+	DryRun prometheus.Gauge
+	// DryRunActions counts the actions dry-run held back and reported,
+	// once per suspicion, by action (fenced_dry_run_actions_total).
+	DryRunActions *prometheus.CounterVec
+	// Paused is 1 while the cluster-wide pause is on (fenced_paused).
+	Paused prometheus.Gauge
+	// NodesExcluded is the number of Nodes with an exclusion label
+	// (fenced_nodes_excluded).
+	NodesExcluded prometheus.Gauge
 }
 
 // NewMetrics registers the fencer's metrics with reg.
@@ -86,8 +96,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_gossip_forgeries_total",
 			Help: "Claims made over gossip in a node's name that the node's own key did not sign (rejected), by kind.",
 		}, []string{"kind"}),
+		DryRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.DryRunMetric,
+			Help: "1 while policy.dryRun is set: the fencer decides and reports, and changes nothing.",
+		}),
+		DryRunActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.DryRunActionsMetric,
+			Help: "Actions dry-run held back and reported (Events DryRunWould<action>), once per suspicion, by action (Taint, RemoveTaint, MarkNotReady, DeletePods, PowerOff, PowerOn).",
+		}, []string{"action"}),
+		Paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.PausedMetric,
+			Help: "1 while fencing is paused cluster-wide (ConfigMap fenced-pause, key paused: \"true\"): no taint, no Node write, no power action.",
+		}),
+		NodesExcluded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.NodesExcludedMetric,
+			Help: "Nodes labelled fenced.io/exclude=true or remediation.medik8s.io/exclude-from-remediation=true: never read, tainted or switched by fenced.",
+		}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady)
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
+		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded)
 	return m
 }
 
@@ -99,6 +126,14 @@ func (m *Metrics) setPhase(node string, before, now core.Phase) {
 		m.NodeState.DeleteLabelValues(node, string(before))
 	}
 	m.NodeState.WithLabelValues(node, string(now)).Set(1)
+}
+
+func (m *Metrics) setDryRun(on bool) {
+	if on {
+		m.DryRun.Set(1)
+		return
+	}
+	m.DryRun.Set(0)
 }
 
 func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {

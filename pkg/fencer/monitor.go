@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 )
 
@@ -23,12 +24,6 @@ import (
 // monitorConcurrency bounds the device checks in flight at once: a
 // fencer with 200 BMCs must not open 200 sessions in one burst.
 const monitorConcurrency = 4
-
-// Reasons of the monitor's Events on a Node.
-const (
-	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
-	ReasonFenceable      = "FenceDevicesAnswer"
-)
 
 // monitorDevices checks the devices every MonitorInterval, ±10 %, the
 // first round after a random tenth of it, so fencers started together do
@@ -118,10 +113,10 @@ func (f *Fencer) monitorRound(ctx context.Context) {
 			msg := "this node cannot be fenced automatically: no fencing level answers (" + strings.Join(why, " | ") +
 				"); if it fails now, it stays down until a person runs fenced confirm"
 			f.log.Error("device monitor: node cannot be fenced automatically", "node", name, "levels", strings.Join(why, " | "))
-			f.cfg.Recorder.Event(byName[name], corev1.EventTypeWarning, ReasonCannotBeFenced, msg)
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeWarning, core.ReasonCannotBeFenced, msg)
 		case ready > 0 && known && !was:
 			f.log.Info("device monitor: node can be fenced again", "node", name, "levelsReady", ready)
-			f.cfg.Recorder.Event(byName[name], corev1.EventTypeNormal, ReasonFenceable,
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeNormal, core.ReasonFenceable,
 				fmt.Sprintf("%d of %d fencing levels answer again: this node can be fenced automatically", ready, len(ls)))
 		}
 	}

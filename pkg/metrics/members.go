@@ -17,6 +17,19 @@ const (
 	// LevelsReadyMetric is, per node, how many fencing levels answered the
 	// fencer's last device monitor round (pkg/fencer/monitor.go).
 	LevelsReadyMetric = "fenced_node_fence_levels_ready"
+	// DryRunMetric is 1 on a fencer running with policy.dryRun, and
+	// DryRunActionsMetric counts what it held back, by action.
+	DryRunMetric        = "fenced_dry_run"
+	DryRunActionsMetric = "fenced_dry_run_actions_total"
+	// PausedMetric is 1 on a fencer while fencing is paused cluster-wide.
+	PausedMetric = "fenced_paused"
+	// NodesExcludedMetric counts Nodes with an exclusion label.
+	NodesExcludedMetric = "fenced_nodes_excluded"
+	// KubeletGracefulShutdownMetric is 1 when this node's kubelet holds its
+	// logind shutdown delay lock (graceful node shutdown configured), 0
+	// when logind lists no such lock, -1 when logind cannot be asked
+	// (pkg/agent, shutdown.ProbeGraceful).
+	KubeletGracefulShutdownMetric = "fenced_kubelet_graceful_shutdown"
 )
 
 // memberStates are the states fenced_members always reports, 0 or not.

@@ -48,3 +48,15 @@ func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
 	})
 	return mux
 }
+
+// Names of metrics exported by one package and read by alerts or tests
+// elsewhere.
+const (
+	// StaleAttachmentsMetric is how many VolumeAttachments a fencer holds
+	// for stale right now (pkg/stale): on a Ready node that does not use
+	// the volume, or on a deleted Node, for the grace period.
+	StaleAttachmentsMetric = "fenced_stale_volume_attachments"
+	// StaleAttachmentsDeletedMetric counts the stale VolumeAttachments a
+	// fencer deleted (policy.deleteStaleVolumeAttachments, pkg/stale).
+	StaleAttachmentsDeletedMetric = "fenced_stale_volume_attachments_deleted_total"
+)

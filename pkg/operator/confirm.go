@@ -70,6 +70,12 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	fmt.Fprintf(w, "  boot ID:     %s\n", orNone(n.Status.NodeInfo.BootID))
 	fmt.Fprintf(w, "  system UUID: %s\n", orNone(n.Status.NodeInfo.SystemUUID))
 	fmt.Fprintf(w, "  taints:      %s\n", taintsText(n))
+	if l := kube.ExcludedBy(n); l != "" {
+		// The label keeps fenced's automatic actions away; a person who
+		// runs confirm decides for this node, so it goes on (README,
+		// "Switches").
+		fmt.Fprintf(w, "  excluded:    yes (%s=true): fencers take no action on this node; this confirmation is yours\n", l)
+	}
 	if kube.HasTaint(n) {
 		return alreadyTainted(w, n)
 	}
@@ -95,13 +101,17 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	if bv.on {
 		fmt.Fprintf(w, "fenced will first switch it off hard through its BMC %s (no graceful shutdown).\n", bv.endpoint)
 	}
-	if err := ask(ctx, w, opts, n.Name); err != nil {
+	if err := ask(ctx, w, prompt{opts.Yes, opts.Terminal, opts.In}, fmt.Sprintf("Mark node %s as powered off?", n.Name)); err != nil {
 		return err
 	}
 
 	if bv.on {
 		fmt.Fprintf(w, "Switching node %s off through its BMC %s...\n", n.Name, bv.endpoint)
-		res, err := device.PowerOffVerified(ctx, bv.b, o.Verify)
+		verify := o.Verify
+		if verify.Progress == nil {
+			verify.Progress = device.ProgressPrinter(w, "node "+n.Name, 0)
+		}
+		res, err := device.PowerOffVerified(ctx, bv.b, verify)
 		if err != nil {
 			return fmt.Errorf("node %s not fenced: power-off through BMC %s failed: %w", n.Name, bv.endpoint, err)
 		}
@@ -300,19 +310,28 @@ func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
 	return nil
 }
 
-// ask gets the operator's y/N, or refuses. The answer is read in the
-// background so that Ctrl-C (which cancels ctx) ends the question at once.
-func ask(ctx context.Context, w io.Writer, opts ConfirmOptions, node string) error {
-	if opts.Yes {
+// prompt is how a command gets a person's y/N: Yes answers it in advance
+// (--yes); without a terminal nobody can answer, so the answer is no.
+type prompt struct {
+	Yes      bool
+	Terminal bool
+	In       io.Reader
+}
+
+// ask asks question on w and gets the operator's y/N, or refuses. The
+// answer is read in the background so that Ctrl-C (which cancels ctx) ends
+// the question at once. Shared by confirm and diagnose --fix.
+func ask(ctx context.Context, w io.Writer, p prompt, question string) error {
+	if p.Yes {
 		return nil
 	}
-	if !opts.Terminal || opts.In == nil {
+	if !p.Terminal || p.In == nil {
 		return refused("not confirmed: standard input is not a terminal, so nobody can answer; pass --yes to confirm")
 	}
-	fmt.Fprintf(w, "Mark node %s as powered off? [y/N] ", node)
+	fmt.Fprintf(w, "%s [y/N] ", question)
 	answer := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(opts.In).ReadString('\n')
+		line, _ := bufio.NewReader(p.In).ReadString('\n')
 		answer <- line
 	}()
 	select {

@@ -1,5 +1,5 @@
 // Package operator holds the logic of the commands an operator runs by hand:
-// `fenced confirm`, `fenced unfence` and `fenced status`. cmd/fenced only
+// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`. cmd/fenced only
 // wires flags, configuration and clients to it.
 //
 // These commands are the human side of the safety invariant (DESIGN.md §2).
@@ -7,7 +7,9 @@
 // why, and refuses when the BMC reads the power as on. unfence removes only
 // taints fenced applied, and only after the same checks the fencer makes
 // (Ready, new boot ID, no VolumeAttachment left) unless forced, which is
-// recorded. status only reads.
+// recorded. status only reads. diagnose reads, and with --fix deletes a
+// VolumeAttachment only when pkg/diagnose's StaleAttachment, run again on
+// objects read right before, allows it, with preconditions on the object.
 //
 // The taint itself is always written through pkg/kube, which re-checks the
 // evidence against the Node; nothing here writes a Node directly.
@@ -24,6 +26,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
@@ -66,6 +69,15 @@ type Operator struct {
 	Verify device.VerifyOptions
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// LeaseNamespace is fenced's namespace (fencer.leaseNamespace of the
+	// configuration, as the agents use it), where diagnose reads the
+	// agents' Leases fenced-agent-<node>; empty: not read.
+	LeaseNamespace string
+
+	// beforeDelete, when set (tests only), runs between the last check of
+	// a VolumeAttachment and its deletion: the window the deletion's
+	// preconditions guard.
+	beforeDelete func(context.Context, *storagev1.VolumeAttachment)
 }
 
 func (o *Operator) now() time.Time {

@@ -332,6 +332,23 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	}
 }
 
+// TestConfirmOnExcludedNode: the exclusion label keeps fenced's automatic
+// actions away, not a person's: confirm says so and goes on.
+func TestConfirmOnExcludedNode(t *testing.T) {
+	n := newNode("n1", corev1.ConditionUnknown)
+	n.Labels = map[string]string{kube.Medik8sExcludeLabel: "true"}
+	e := newEnv(fakeInventory{"n1": {state: core.PowerOff, guid: nodeUUID}}, n)
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "maintenance, checked on site"}); err != nil {
+		t.Fatalf("Confirm: %v\n%s", err, e.out)
+	}
+	if !kube.HasTaint(e.node(t, "n1")) {
+		t.Error("not tainted")
+	}
+	if !strings.Contains(e.out.String(), "excluded:    yes ("+kube.Medik8sExcludeLabel+"=true)") {
+		t.Errorf("output does not say the node is excluded:\n%s", e.out)
+	}
+}
+
 func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
 	e := newEnv(nil, newNode("n1", corev1.ConditionUnknown))
 	e.cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -450,6 +467,12 @@ fenced_node_state{node="fenced",state="Fenced"} 1
 # TYPE fenced_node_fence_levels_ready gauge
 fenced_node_fence_levels_ready{node="healthy"} 2
 fenced_node_fence_levels_ready{node="hung"} 0
+# HELP fenced_paused Paused.
+# TYPE fenced_paused gauge
+fenced_paused 1
+# HELP fenced_dry_run Dry-run.
+# TYPE fenced_dry_run gauge
+fenced_dry_run 1
 `
 
 func TestStatus(t *testing.T) {
@@ -469,7 +492,9 @@ func TestStatus(t *testing.T) {
 	}
 	fencedNode := newNode("fenced", corev1.ConditionFalse, fencedWith(bootA))
 	fencedNode.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0.Add(-3 * time.Minute))
-	e := newEnv(bmcs, newNode("healthy", corev1.ConditionTrue), fencedNode,
+	healthy := newNode("healthy", corev1.ConditionTrue)
+	healthy.Labels = map[string]string{kube.ExcludeLabel: "true"}
+	e := newEnv(bmcs, healthy, fencedNode,
 		newNode("foreign", corev1.ConditionUnknown, foreignTaint), newNode("hung", corev1.ConditionUnknown))
 
 	s, err := e.op.Status(context.Background(), StatusOptions{AgentURL: agent.URL, BMCTimeout: time.Second})
@@ -481,11 +506,11 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE"},
-		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m"},
-		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m"},
-		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-"},
-		"hung":    {"Unknown", "60m", "-", "timeout", "0", "(cannot", "fence)", "-", "-", "-"},
+		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
+		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m", "-"},
+		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m", "-"},
+		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-", "excluded"},
+		"hung":    {"Unknown", "60m", "-", "timeout", "0", "(cannot", "fence)", "-", "-", "-", "-"},
 	}
 	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
 	if len(lines) < 5 {
@@ -495,6 +520,9 @@ func TestStatus(t *testing.T) {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != name+" "+strings.Join(want[name], " ") {
 			t.Errorf("row %d = %q, want %q", i, got, append([]string{name}, want[name]...))
 		}
+	}
+	if !strings.Contains(table.String(), "fencing PAUSED cluster-wide") || !strings.Contains(table.String(), "dry-run") {
+		t.Errorf("no pause or dry-run line:\n%s", table.String())
 	}
 	if !strings.Contains(table.String(), "gossip ring 2 alive, 1 dead, 0 left") {
 		t.Errorf("no ring summary:\n%s", table.String())
@@ -519,7 +547,7 @@ func TestStatus(t *testing.T) {
 	}
 	if len(back.Nodes) != 4 || back.Nodes[0].Name != "fenced" || back.Nodes[0].Evidence == nil ||
 		back.Nodes[0].Evidence.Method != vocab.EvidenceBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
-		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[3].Power != "unknown" ||
+		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[2].Excluded != kube.ExcludeLabel || back.Nodes[0].Excluded != "" || back.Nodes[3].Power != "unknown" ||
 		back.Agent == nil || back.Agent.Members["alive"] != 2 {
 		t.Fatalf("json:\n%s", js.String())
 	}
@@ -539,7 +567,7 @@ func TestStatusWithoutInventoryOrAgent(t *testing.T) {
 	if err := s.Write(&out, "", t0); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Fields(strings.Split(out.String(), "\n")[1]); strings.Join(got, " ") != "n1 True 60m - - - - - -" {
+	if got := strings.Fields(strings.Split(out.String(), "\n")[1]); strings.Join(got, " ") != "n1 True 60m - - - - - - -" {
 		t.Errorf("row = %q", got)
 	}
 	if !strings.Contains(out.String(), "agent: reading agent metrics") {

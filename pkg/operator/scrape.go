@@ -41,6 +41,10 @@ type AgentView struct {
 	// Error says why the agent could not be read; the other fields are
 	// empty then.
 	Error string `json:"error,omitempty"`
+	// Paused and DryRun: the agent's fencer reports the cluster-wide pause
+	// (fenced_paused) or runs with policy.dryRun (fenced_dry_run).
+	Paused bool `json:"paused,omitempty"`
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // ReadAgent scrapes an agent's metrics endpoint. rawURL may name the agent
@@ -86,6 +90,11 @@ func ReadAgent(ctx context.Context, rawURL string) (*AgentView, error) {
 			v.Members[label(m, "state")] = int(m.GetGauge().GetValue())
 		}
 	}
+	gaugeOne := func(name string) bool {
+		f, ok := fams[name]
+		return ok && len(f.GetMetric()) > 0 && f.GetMetric()[0].GetGauge().GetValue() == 1
+	}
+	v.Paused, v.DryRun = gaugeOne(metrics.PausedMetric), gaugeOne(metrics.DryRunMetric)
 	if f, ok := fams[metrics.NodeStateMetric]; ok {
 		for _, m := range f.GetMetric() {
 			if m.GetGauge().GetValue() == 1 {

@@ -69,6 +69,10 @@ type NodeStatus struct {
 	// Evidence is what fenced recorded for its taint.
 	Evidence *core.Evidence `json:"evidence,omitempty"`
 	BootID   string         `json:"bootID,omitempty"`
+	// Excluded is the label that excludes the node from fencing
+	// (kube.ExcludeLabel or kube.Medik8sExcludeLabel, value "true"): no
+	// fencer reads its power, taints it or switches it. Empty otherwise.
+	Excluded string `json:"excluded,omitempty"`
 }
 
 // Status is the result of `fenced status`.
@@ -101,7 +105,7 @@ func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, err
 }
 
 func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
-	ns := NodeStatus{Name: n.Name, BootID: n.Status.NodeInfo.BootID}
+	ns := NodeStatus{Name: n.Name, BootID: n.Status.NodeInfo.BootID, Excluded: kube.ExcludedBy(n)}
 	if c := kube.ReadyCondition(n); c != nil {
 		ns.Ready = string(c.Status)
 		if t := c.LastTransitionTime.Time; !t.IsZero() {
@@ -194,13 +198,13 @@ func (s *Status) Write(w io.Writer, format string, now time.Time) error {
 	}
 	wide := format == "wide"
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "NAME\tREADY\tGOSSIP\tPOWER\tLEVELS\tTAINT\tEVIDENCE\tSINCE"
+	header := "NAME\tREADY\tGOSSIP\tPOWER\tLEVELS\tTAINT\tEVIDENCE\tSINCE\tFENCING"
 	if wide {
 		header += "\tBOOT-ID\tBMC\tREASON"
 	}
 	fmt.Fprintln(tw, header)
 	for _, n := range s.Nodes {
-		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now)}
+		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now), fencingCell(n)}
 		if wide {
 			reason := ""
 			if n.Evidence != nil {
@@ -218,6 +222,12 @@ func (s *Status) Write(w io.Writer, format string, now time.Time) error {
 			fmt.Fprintf(w, "\nagent: %s (GOSSIP shows -)\n", a.Error)
 		} else {
 			fmt.Fprintf(w, "\nagent %s: gossip ring %s\n", a.URL, a.MembersText())
+			if a.Paused {
+				fmt.Fprintf(w, "fencing PAUSED cluster-wide (ConfigMap %s, key %s): no taint, no Node write, no power action\n", kube.PauseConfigMap, kube.PauseKey)
+			}
+			if a.DryRun {
+				fmt.Fprintln(w, "this fencer runs in dry-run (policy.dryRun): it reports what it would do and changes nothing")
+			}
 		}
 	}
 	return nil
@@ -262,6 +272,15 @@ func evidenceCell(n NodeStatus) string {
 		return string(n.Evidence.Method)
 	}
 	return string(n.Evidence.Method) + " by " + n.Evidence.By
+}
+
+// fencingCell says whether fenced may act on the node: "excluded" (by
+// which label, in -o wide's json/yaml) or "-".
+func fencingCell(n NodeStatus) string {
+	if n.Excluded != "" {
+		return "excluded"
+	}
+	return "-"
 }
 
 func sinceCell(n NodeStatus, now time.Time) string {

@@ -50,6 +50,37 @@ func (a Announcement) Shutdown() bool {
 	return a == AnnounceShuttingDown || a == AnnounceShutdownComplete
 }
 
+// GracefulShutdown is what an agent found of its kubelet's graceful node
+// shutdown (shutdownGracePeriod): the kubelet's configuration is not in the
+// API, but with graceful shutdown on the kubelet holds a logind shutdown
+// delay lock, which the agent can list (pkg/shutdown.CheckGraceful). It is
+// published on the agent's own Lease (pkg/identity/publish) and read by
+// `fenced diagnose --all`. Advice only: no safety decision rests on it.
+type GracefulShutdown string
+
+// What an agent found of its kubelet's graceful node shutdown.
+const (
+	// GracefulKubeletDelayLock: logind lists the kubelet's shutdown delay
+	// lock, so the kubelet has a shutdown grace period.
+	GracefulKubeletDelayLock GracefulShutdown = "kubelet-delay-lock"
+	// GracefulNone: logind answered and lists no such lock: the kubelet has
+	// no graceful node shutdown (or is not running, or is in the middle of
+	// a shutdown, when it has released its lock).
+	GracefulNone GracefulShutdown = "none"
+	// GracefulUnknown: the agent could not ask logind (no system bus, no
+	// logind, an error).
+	GracefulUnknown GracefulShutdown = "unknown"
+)
+
+// Valid reports whether g is one of the GracefulShutdown words.
+func (g GracefulShutdown) Valid() bool {
+	switch g {
+	case GracefulKubeletDelayLock, GracefulNone, GracefulUnknown:
+		return true
+	}
+	return false
+}
+
 // EvidenceMethod is the kind of evidence a taint rests on (DESIGN.md §2).
 // There is deliberately no fourth: anything else is a suspicion.
 type EvidenceMethod string

@@ -20,6 +20,7 @@ func init() {
 		string(MemberAlive), string(MemberSuspect), string(MemberDead), string(MemberLeft),
 		string(AnnounceRunning), string(AnnounceShuttingDown), string(AnnounceShutdownComplete),
 		string(EvidenceBMCPowerOff), string(EvidenceCleanShutdown), string(EvidenceManual),
+		string(GracefulKubeletDelayLock), string(GracefulNone), string(GracefulUnknown),
 	} {
 		words[w] = true
 	}

@@ -16,6 +16,8 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/stale"
 )
 
 // TestManifestsAgainstAPIServer hands every rendered kustomization (and
@@ -24,8 +26,10 @@ import (
 // validation as a cluster would run them. Then it applies the fullest
 // render for real and asks the API server, with `kubectl auth can-i` as
 // each ServiceAccount, for every verb the code uses (yes) and for a set it
-// must not have (no), and runs pkg/fencer's fencer with the fencer
-// ServiceAccount's token until its informers have synced.
+// must not have (no), and runs pkg/fencer's fencer (and pkg/stale's report)
+// with the fencer ServiceAccount's token until their informers have synced.
+// Last it applies the opt-in that lets fencers delete stale
+// VolumeAttachments and asks again.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	kubectl := kubectlPath(t) // skips with -short
 	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
@@ -126,6 +130,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "get", resource: "secrets", namespace: namespace},
 		{verb: "watch", resource: "secrets", namespace: namespace},
 		{verb: "get", resource: "configmaps", namespace: namespace},
+		{verb: "list", resource: "configmaps", namespace: namespace},
+		// The pause is the operators' to set: no fencer lifts it.
+		{verb: "update", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
+		{verb: "patch", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
+		{verb: "delete", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
 		{verb: "create", resource: "pods", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "exec", namespace: "default"},
@@ -212,6 +221,31 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencer.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing the kubelets' Leases as %s: %v, want Forbidden", observerSA, err)
+		}
+	})
+
+	// Last, as it widens the fencer's rights: the opt-in that lets fencers
+	// delete stale VolumeAttachments. Without it (the default, applied
+	// above) the fencer cannot delete one, nor read what only the delete's
+	// re-check reads; with it, it can, and the observer still cannot.
+	t.Run("delete-stale-opt-in", func(t *testing.T) {
+		optIn := queriesOf(stale.DeletePolicyRules(), "")
+		for _, q := range optIn {
+			if canI(t, fencerSA, q) {
+				t.Errorf("%s can %s without the opt-in %s", fencerSA, q, deleteStaleDir)
+			}
+		}
+		out, _ := renderWithDeleteOptIn(t, kubectl)
+		if stdout, stderr, err := kc(out, "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply (with %s): %v\n%s%s", deleteStaleDir, err, stdout, stderr)
+		}
+		for _, q := range optIn {
+			if !canI(t, fencerSA, q) {
+				t.Errorf("%s cannot %s with the opt-in %s", fencerSA, q, deleteStaleDir)
+			}
+			if canI(t, observerSA, q) {
+				t.Errorf("%s can %s with the opt-in %s: it is the fencers'", observerSA, q, deleteStaleDir)
+			}
 		}
 	})
 }

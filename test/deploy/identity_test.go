@@ -24,6 +24,7 @@ import (
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // hostGroup is the group of the host credentials of systemd-run fencers in
@@ -251,6 +252,19 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		if err != nil || k.Node != node || k.BootID != "boot-"+node || !slices.Equal(k.Key, key.Public()) {
 			t.Fatalf("Lease %s reads as %+v, %v", l.Name, k, err)
 		}
+		// What the agent found of its kubelet's graceful shutdown rides
+		// on the same Lease, written by the same identity.
+		for _, g := range []vocab.GracefulShutdown{vocab.GracefulNone, vocab.GracefulKubeletDelayLock} {
+			if err := publish.PublishGracefulShutdown(ctx, cl, namespace, node, g); err != nil {
+				t.Fatalf("publishing node %s's graceful shutdown %s as node %s's identity: %v", node, g, node, err)
+			}
+		}
+		if l, err = admin.CoordinationV1().Leases(namespace).Get(ctx, publish.LeaseName(node), metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if n, g, ok := publish.GracefulShutdownOf(l); !ok || n != node || g != vocab.GracefulKubeletDelayLock {
+			t.Fatalf("Lease %s: graceful shutdown %s %s %v", l.Name, n, g, ok)
+		}
 	}
 	// denied: the write fails, refused by the policy (not by RBAC) with a
 	// message containing want.
@@ -296,6 +310,8 @@ func TestAgentIdentityPolicy(t *testing.T) {
 			"fenced-agent-node-b may only be written by node node-b's own agent; caller is "+caller)
 		denied(t, "publishing node-c's key", publishAs(cl, "node-c"),
 			"fenced-agent-node-c may only be written by node node-c's own agent; caller is "+caller)
+		denied(t, "publishing node-b's graceful shutdown", publish.PublishGracefulShutdown(ctx, cl, namespace, "node-b", vocab.GracefulUnknown),
+			"fenced-agent-node-b may only be written by node node-b's own agent; caller is "+caller)
 	}
 
 	// The fencer on node-b publishes its own key first, so that node-b's

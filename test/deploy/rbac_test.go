@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
@@ -23,6 +26,7 @@ import (
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/stale"
 )
 
 // The ServiceAccounts and RBAC objects of deploy/daemonset/base/rbac.yaml.
@@ -58,14 +62,15 @@ func observerRules() []rbacv1.PolicyRule {
 
 // fencerRules: what pkg/kube needs (kube.PolicyRules, the single source)
 // plus pkg/fencer's VolumeAttachment informer (a taint is removed only once
-// no VolumeAttachment of the node is left) and publish.PolicyInForce's reads
-// (policyCheckRules). Nodes list/watch come with the observer role, which
-// fencers are bound to as well.
+// no VolumeAttachment of the node is left), pkg/stale's informers
+// (stale.PolicyRules) and publish.PolicyInForce's reads (policyCheckRules).
+// Nodes list/watch come with the observer role, which fencers are bound to
+// as well.
 func fencerRules() []rbacv1.PolicyRule {
-	return append(kube.PolicyRules(),
-		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
-		policyCheckRules()[0],
-	)
+	rules := append(kube.PolicyRules(),
+		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}})
+	rules = append(rules, stale.PolicyRules()...)
+	return append(rules, policyCheckRules()[0])
 }
 
 // policyCheckRules: publish.PolicyInForce gets the ValidatingAdmissionPolicy
@@ -89,10 +94,13 @@ func agentLeaseRules() []rbacv1.PolicyRule {
 }
 
 // leaseRules: pkg/fencer's power Leases, in the lease namespace only
-// (informer: list/watch; acquire: create/update; release: delete).
+// (informer: list/watch; acquire: create/update; release: delete), and its
+// informer on the pause ConfigMap there (that object only: list and watch by
+// metadata.name).
 func leaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{kube.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 
@@ -314,12 +322,14 @@ func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h logSignal) WithGroup(string) slog.Handler      { return h }
 
 // runFencer runs pkg/fencer's fencer (no BMC, no gossip: what it does
-// before any node needs it) with client until its informers have synced —
-// it logs "fencer started" then — and stops it. Its informers must sync
-// within timeout; one it may not list or watch never does.
+// before any node needs it) and pkg/stale's report, as pkg/agent runs them
+// on a fencer, with client until their informers have synced — they log
+// "fencer started" and "stale volumeattachment report started" then — and
+// stops them. Their informers must sync within timeout; one they may not
+// list or watch never does.
 func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration) {
 	t.Helper()
-	started := make(chan struct{})
+	started, staleStarted := make(chan struct{}), make(chan struct{})
 	// The informers as the agent builds them: one cluster-scoped factory,
 	// the fencer's Lease factories from fencer.NewInformers.
 	cluster := informers.NewSharedInformerFactory(client, 0)
@@ -332,26 +342,112 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rep, err := stale.New(stale.Config{
+		Client: client, Informers: stale.NewInformers(cluster), Recorder: record.NewFakeRecorder(100),
+		Logger: slog.New(logSignal{msg: "stale volumeattachment report started", once: new(sync.Once), ch: staleStarted}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	factories := append(leaseFactories, cluster)
 	for _, fa := range factories {
 		fa.Start(ctx.Done())
 	}
-	done := make(chan error, 1)
+	done, staleDone := make(chan error, 1), make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
+	go func() { staleDone <- rep.Run(ctx) }()
 	defer func() {
 		cancel()
 		<-done
+		<-staleDone
 		for _, fa := range factories {
 			fa.Shutdown()
 		}
 	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("the fencer stopped before its informers synced: %v", err)
-	case <-time.After(timeout):
-		t.Fatalf("the fencer's informers did not sync within %s: it may not list or watch what one of them needs", timeout)
+	deadline := time.After(timeout)
+	for _, w := range []struct {
+		what    string
+		started chan struct{}
+		done    chan error
+	}{{"the fencer", started, done}, {"the stale volumeattachment report", staleStarted, staleDone}} {
+		select {
+		case <-w.started:
+		case err := <-w.done:
+			t.Fatalf("%s stopped before its informers synced: %v", w.what, err)
+		case <-deadline:
+			t.Fatalf("%s's informers did not sync within %s: it may not list or watch what one of them needs", w.what, timeout)
+		}
+	}
+}
+
+// Opt-in RBAC: fencers may delete stale VolumeAttachments only with this
+// component (deploy/daemonset/components/delete-stale-volumeattachments).
+const (
+	deleteStaleDir = "deploy/daemonset/components/delete-stale-volumeattachments"
+	deleteStaleCR  = "fenced-fencer-delete-stale-volumeattachments"
+)
+
+// renderWithDeleteOptIn renders overlays/in-cluster-fencers with the
+// opt-in component, as a user's overlay would.
+func renderWithDeleteOptIn(t *testing.T, kubectl string) ([]byte, []k8sruntime.Object) {
+	t.Helper()
+	dir := t.TempDir()
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, path(t, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
+		rel("deploy/daemonset/overlays/in-cluster-fencers"), rel(deleteStaleDir))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, nil, kubectl, "kustomize", dir)
+	if err != nil {
+		t.Fatalf("kubectl kustomize (in-cluster-fencers + %s): %v\n%s", deleteStaleDir, err, stderr)
+	}
+	return []byte(out), decodeObjects(t, "kubectl kustomize (in-cluster-fencers + "+deleteStaleDir+")", []byte(out))
+}
+
+// TestDeleteStaleOptIn: the base never lets anyone delete a
+// VolumeAttachment; the opt-in component adds exactly what the delete path
+// needs (stale.DeletePolicyRules), for the fencer ServiceAccount only, and
+// nothing else.
+func TestDeleteStaleOptIn(t *testing.T) {
+	base := collectRBAC(decodeObjects(t, rbacFile, readFile(t, rbacFile)))
+	for _, sa := range []string{observerSA, fencerSA} {
+		if base.grants(sa, "delete", "storage.k8s.io", "volumeattachments", "", "") {
+			t.Errorf("%s grants %s delete on volumeattachments: that is the opt-in %s", rbacFile, sa, deleteStaleDir)
+		}
+	}
+	kubectl := kubectlPath(t)
+	_, objs := renderWithDeleteOptIn(t, kubectl)
+	got := collectRBAC(objs)
+	cr := got.clusterRoles[deleteStaleCR]
+	if cr == nil || !reflect.DeepEqual(cr.Rules, stale.DeletePolicyRules()) {
+		t.Errorf("ClusterRole %s = %+v, want the rules stale.DeletePolicyRules()", deleteStaleCR, cr)
+	}
+	b := got.clusterRoleBindings[deleteStaleCR]
+	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: fencerSA, Namespace: namespace}}
+	if b == nil || b.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: deleteStaleCR}) || !reflect.DeepEqual(b.Subjects, wantSubjects) {
+		t.Errorf("ClusterRoleBinding %s = %+v, want ClusterRole %s bound to %v", deleteStaleCR, b, deleteStaleCR, wantSubjects)
+	}
+	if !got.grants(fencerSA, "delete", "storage.k8s.io", "volumeattachments", "", "") || got.grants(observerSA, "delete", "storage.k8s.io", "volumeattachments", "", "") {
+		t.Errorf("with the opt-in the fencer must be able to delete VolumeAttachments, the observer not")
+	}
+	// Everything else is the base's.
+	delete(got.clusterRoles, deleteStaleCR)
+	delete(got.clusterRoleBindings, deleteStaleCR)
+	for _, pair := range [][2]any{
+		{got.clusterRoles, base.clusterRoles}, {got.clusterRoleBindings, base.clusterRoleBindings},
+		{got.roles, base.roles}, {got.roleBindings, base.roleBindings},
+	} {
+		if !sameRBAC(pair[0], pair[1]) {
+			t.Errorf("the opt-in changes more than its own role: %v", reflect.ValueOf(pair[0]).MapKeys())
+		}
 	}
 }
 
@@ -373,8 +469,15 @@ func TestFencerCallsAllowed(t *testing.T) {
 			resource += "/" + a.GetSubresource()
 		}
 		name := ""
-		if g, ok := a.(k8stesting.GetAction); ok {
+		switch g := a.(type) {
+		case k8stesting.GetAction:
 			name = g.GetName()
+		case k8stesting.ListAction:
+			// The API server authorizes a list or watch by metadata.name
+			// as a request for that one object (resourceNames).
+			name, _ = g.GetListRestrictions().Fields.RequiresExactMatch("metadata.name")
+		case k8stesting.WatchAction:
+			name, _ = g.GetWatchRestrictions().Fields.RequiresExactMatch("metadata.name")
 		}
 		call := fmt.Sprintf("%s %s.%s %q in %q", a.GetVerb(), resource, res.Group, name, a.GetNamespace())
 		if seen[call] {

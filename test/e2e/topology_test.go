@@ -15,7 +15,6 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -180,7 +179,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		waitMetric(t, cp, `fenced_fence_device_up{device="pdu-a"} 0`, limit)
 		t.Logf("fenced_fence_device_up{device=\"pdu-a\"} 0 after %.1fs", time.Since(t0).Seconds())
 		// w-5's only level is on pdu-a; the others still have their BMC.
-		ev, err := h.WaitEvent(ctx, "default", "w-5", fencer.ReasonCannotBeFenced, "pdu-a", limit)
+		ev, err := h.WaitEvent(ctx, "default", "w-5", core.ReasonCannotBeFenced, "pdu-a", limit)
 		must(t, err)
 		t.Logf("after %.1fs: %s", time.Since(t0).Seconds(), ev.Message)
 		waitMetric(t, cp, `fenced_node_fence_levels_ready{node="w-5"} 0`, time.Second)
@@ -189,7 +188,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		// The right community back: the node can be fenced again.
 		must(t, os.WriteFile(pduA.CommunityFile, good, 0o600))
 		waitMetric(t, cp, `fenced_fence_device_up{device="pdu-a"} 1`, limit)
-		_, err = h.WaitEvent(ctx, "default", "w-5", fencer.ReasonFenceable, "", limit)
+		_, err = h.WaitEvent(ctx, "default", "w-5", core.ReasonFenceable, "", limit)
 		must(t, err)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -51,7 +52,17 @@ type Attacher struct {
 
 	mu     sync.Mutex
 	events []AttachEvent
+	// failAttach and failDetach are the errors the "driver" reports for a
+	// volume on a node (FailAttach, FailDetach).
+	failAttach, failDetach map[volumeOnNode]string
+	// exclusive holds the volumes that attach to one node at a time
+	// (Exclusive).
+	exclusive map[string]bool
 }
+
+// volumeOnNode keys the Attacher's failure knobs: a PersistentVolume on a
+// node; an empty Node matches every node.
+type volumeOnNode struct{ PV, Node string }
 
 // NewAttacher returns an Attacher; Run runs it. A nil logger means
 // slog.Default().
@@ -62,11 +73,14 @@ func NewAttacher(client kubernetes.Interface, logger *slog.Logger) *Attacher {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	inf := factory.Storage().V1().VolumeAttachments()
 	a := &Attacher{
-		client:  client,
-		log:     logger.With("component", "attacher"),
-		factory: factory,
-		lister:  inf.Lister(),
-		synced:  inf.Informer().HasSynced,
+		client:     client,
+		log:        logger.With("component", "attacher"),
+		factory:    factory,
+		lister:     inf.Lister(),
+		synced:     inf.Informer().HasSynced,
+		failAttach: map[volumeOnNode]string{},
+		failDetach: map[volumeOnNode]string{},
+		exclusive:  map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-fenced-test-attacher"}),
 	}
@@ -75,11 +89,20 @@ func NewAttacher(client kubernetes.Interface, logger *slog.Logger) *Attacher {
 			a.queue.Add(va.Name)
 		}
 	}
-	// Deletes need no handler: an object with our finalizer is updated
-	// (deletionTimestamp) before it goes away.
+	// An object with our finalizer is updated (deletionTimestamp) before
+	// it goes away; when it goes, an Exclusive volume's other attachments
+	// may go on (also when someone removed our finalizer by hand).
 	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Attacher == DriverName && va.Spec.Source.PersistentVolumeName != nil {
+				a.retry(*va.Spec.Source.PersistentVolumeName)
+			}
+		},
 	})
 	return a
 }
@@ -111,6 +134,107 @@ func (a *Attacher) Events() []AttachEvent {
 	return slices.Clone(a.events)
 }
 
+// FailAttach makes the "driver" fail to attach pv to node ("": any node)
+// with message, as external-attacher reports a failing
+// ControllerPublishVolume: status.attachError set, status.attached false.
+// An empty message clears the failure, and the volume is attached.
+func (a *Attacher) FailAttach(pv, node, message string) {
+	a.setFailure(a.failAttach, pv, node, message)
+}
+
+// FailDetach makes the "driver" fail to detach pv from node ("": any node)
+// with message, as external-attacher reports a failing
+// ControllerUnpublishVolume: the VolumeAttachment, once deleted, keeps its
+// finalizer, status.attached stays true and status.detachError is set — a
+// stale VolumeAttachment that blocks the volume on that node. An empty
+// message clears the failure, and the pending detach completes.
+func (a *Attacher) FailDetach(pv, node, message string) {
+	a.setFailure(a.failDetach, pv, node, message)
+}
+
+// Exclusive makes pv a single-attach volume, as a block device of most
+// storage backends (EBS, Azure Disk, a Mayastor nexus) is: while it is
+// attached to one node, attaching it to another fails with AlreadyPublished
+// in status.attachError, until the first attachment is detached. Without
+// it, the Attacher attaches anything the attach/detach controller asks
+// for.
+func (a *Attacher) Exclusive(pv string) {
+	a.mu.Lock()
+	a.exclusive[pv] = true
+	a.mu.Unlock()
+}
+
+// AlreadyPublished is the attach error of an Exclusive volume that is
+// attached to another node; the node's name follows.
+const AlreadyPublished = "rpc error: code = FailedPrecondition desc = ControllerPublishVolume: volume is published on another node (test driver, single-attach): "
+
+// publishedElsewhere returns the node other than va's that va's Exclusive
+// volume is attached to, or "".
+func (a *Attacher) publishedElsewhere(va *storagev1.VolumeAttachment) string {
+	pv := va.Spec.Source.PersistentVolumeName
+	if pv == nil {
+		return ""
+	}
+	a.mu.Lock()
+	exclusive := a.exclusive[*pv]
+	a.mu.Unlock()
+	if !exclusive {
+		return ""
+	}
+	// From the API server, not the cache: two attaches in a row must see
+	// each other.
+	list, err := a.client.StorageV1().VolumeAttachments().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return "(unknown: " + err.Error() + ")"
+	}
+	for _, o := range list.Items {
+		if o.Name != va.Name && o.Spec.Source.PersistentVolumeName != nil && *o.Spec.Source.PersistentVolumeName == *pv && o.Status.Attached {
+			return o.Spec.NodeName
+		}
+	}
+	return ""
+}
+
+func (a *Attacher) setFailure(m map[volumeOnNode]string, pv, node, message string) {
+	a.mu.Lock()
+	if message == "" {
+		delete(m, volumeOnNode{pv, node})
+	} else {
+		m[volumeOnNode{pv, node}] = message
+	}
+	a.mu.Unlock()
+	a.retry(pv)
+}
+
+// retry queues every VolumeAttachment of pv, as external-attacher retries
+// with backoff until the driver succeeds.
+func (a *Attacher) retry(pv string) {
+	vas, err := a.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, va := range vas {
+		if va.Spec.Attacher == DriverName && va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv {
+			a.queue.Add(va.Name)
+		}
+	}
+}
+
+// failure returns the error the knobs in m set for va's volume on its
+// node, or "".
+func (a *Attacher) failure(m map[volumeOnNode]string, va *storagev1.VolumeAttachment) string {
+	if va.Spec.Source.PersistentVolumeName == nil {
+		return ""
+	}
+	pv := *va.Spec.Source.PersistentVolumeName
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if msg, ok := m[volumeOnNode{pv, va.Spec.NodeName}]; ok {
+		return msg
+	}
+	return m[volumeOnNode{pv, ""}]
+}
+
 func (a *Attacher) processNext(ctx context.Context) bool {
 	name, quit := a.queue.Get()
 	if quit {
@@ -140,7 +264,7 @@ func (a *Attacher) sync(ctx context.Context, name string) error {
 		}
 		return a.update(ctx, name, a.detach)
 	}
-	if cached.Status.Attached && slices.Contains(cached.Finalizers, AttacherFinalizer) {
+	if cached.Status.Attached && cached.Status.AttachError == nil && slices.Contains(cached.Finalizers, AttacherFinalizer) {
 		return nil
 	}
 	return a.update(ctx, name, a.attach)
@@ -175,10 +299,27 @@ func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) e
 			return err
 		}
 	}
-	if va.Status.Attached {
+	msg := a.failure(a.failAttach, va)
+	if other := a.publishedElsewhere(va); msg == "" && other != "" {
+		msg = AlreadyPublished + other
+	}
+	if msg != "" {
+		if va.Status.AttachError != nil && va.Status.AttachError.Message == msg && !va.Status.Attached {
+			return nil
+		}
+		va.Status.Attached = false
+		va.Status.AttachError = &storagev1.VolumeError{Time: metav1.Now(), Message: msg}
+		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		if err == nil {
+			a.log.Info("attach failed", "va", va.Name, "node", va.Spec.NodeName, "err", msg)
+		}
+		return err
+	}
+	if va.Status.Attached && va.Status.AttachError == nil {
 		return nil
 	}
 	va.Status.Attached = true
+	va.Status.AttachError = nil
 	if _, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
@@ -191,8 +332,21 @@ func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) e
 func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	vas := a.client.StorageV1().VolumeAttachments()
 	var err error
-	if va.Status.Attached {
+	if msg := a.failure(a.failDetach, va); msg != "" && va.Status.Attached {
+		// The finalizer stays: the volume may still be attached.
+		if va.Status.DetachError != nil && va.Status.DetachError.Message == msg {
+			return nil
+		}
+		va.Status.DetachError = &storagev1.VolumeError{Time: metav1.Now(), Message: msg}
+		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		if err == nil {
+			a.log.Info("detach failed", "va", va.Name, "node", va.Spec.NodeName, "err", msg)
+		}
+		return err
+	}
+	if va.Status.Attached || va.Status.DetachError != nil {
 		va.Status.Attached = false
+		va.Status.DetachError = nil
 		if va, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
@@ -206,6 +360,9 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment) e
 		return err
 	}
 	a.record(va, Detached)
+	if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+		a.retry(*pv) // an Exclusive volume's other attachments may go on now
+	}
 	return nil
 }
 

@@ -155,3 +155,68 @@ func TestAttacherRetriesOnConflict(t *testing.T) {
 		t.Error("the status update never conflicted")
 	}
 }
+
+func TestAttacherFailures(t *testing.T) {
+	client := fake.NewClientset()
+	a := startAttacher(t, client)
+	vas := client.StorageV1().VolumeAttachments()
+	const attachErr, detachErr = "rpc error: code = Internal desc = no path to node-b", "rpc error: code = Internal desc = still published"
+	a.FailAttach("pv1", "node-b", attachErr)
+	a.FailDetach("pv1", "node-a", detachErr)
+	for _, va := range []*storagev1.VolumeAttachment{newVA("va-a", DriverName, "node-a", "pv1"), newVA("va-b", DriverName, "node-b", "pv1")} {
+		if _, err := vas.Create(t.Context(), va, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// node-b: the attach fails with the driver's error, finalizer kept.
+	waitVA(t, client, "va-b", "failed to attach", func(va *storagev1.VolumeAttachment) bool {
+		return !va.Status.Attached && va.Status.AttachError != nil && va.Status.AttachError.Message == attachErr &&
+			slices.Contains(va.Finalizers, AttacherFinalizer)
+	})
+	// node-a: attached; once deleted, the detach fails and the object stays.
+	va := waitVA(t, client, "va-a", "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
+	va.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if _, err := vas.Update(t.Context(), va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, client, "va-a", "failed to detach", func(va *storagev1.VolumeAttachment) bool {
+		return va.Status.Attached && va.Status.DetachError != nil && va.Status.DetachError.Message == detachErr &&
+			slices.Contains(va.Finalizers, AttacherFinalizer)
+	})
+
+	// The driver recovers: both complete.
+	a.FailAttach("pv1", "node-b", "")
+	a.FailDetach("pv1", "node-a", "")
+	waitVA(t, client, "va-b", "attached", func(va *storagev1.VolumeAttachment) bool {
+		return va.Status.Attached && va.Status.AttachError == nil
+	})
+	waitVA(t, client, "va-a", "detached", func(va *storagev1.VolumeAttachment) bool {
+		return !va.Status.Attached && va.Status.DetachError == nil && !slices.Contains(va.Finalizers, AttacherFinalizer)
+	})
+}
+
+func TestAttacherExclusive(t *testing.T) {
+	client := fake.NewClientset()
+	a := startAttacher(t, client)
+	a.Exclusive("pv1")
+	vas := client.StorageV1().VolumeAttachments()
+	if _, err := vas.Create(t.Context(), newVA("va-a", DriverName, "node-a", "pv1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, client, "va-a", "attached", func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached })
+	if _, err := vas.Create(t.Context(), newVA("va-b", DriverName, "node-b", "pv1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, client, "va-b", "refused", func(va *storagev1.VolumeAttachment) bool {
+		return !va.Status.Attached && va.Status.AttachError != nil && va.Status.AttachError.Message == AlreadyPublished+"node-a"
+	})
+	// va-a goes (its finalizer removed by hand, the fake deletes at once):
+	// va-b attaches.
+	if err := vas.Delete(t.Context(), "va-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVA(t, client, "va-b", "attached", func(va *storagev1.VolumeAttachment) bool {
+		return va.Status.Attached && va.Status.AttachError == nil
+	})
+}

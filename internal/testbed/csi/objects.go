@@ -64,12 +64,18 @@ func EnsureStorageClass(ctx context.Context, client kubernetes.Interface) error 
 // the controller marks a claim that looks bound but has no PV Lost, for
 // good.
 func CreateRWOVolume(ctx context.Context, client kubernetes.Interface, namespace, name, size string) (pvName, pvcName string, err error) {
+	return CreateVolume(ctx, client, namespace, name, size, corev1.ReadWriteOnce)
+}
+
+// CreateVolume is CreateRWOVolume with another access mode for the PV and
+// the PVC (e.g. ReadWriteOncePod).
+func CreateVolume(ctx context.Context, client kubernetes.Interface, namespace, name, size string, mode corev1.PersistentVolumeAccessMode) (pvName, pvcName string, err error) {
 	qty, err := resource.ParseQuantity(size)
 	if err != nil {
 		return "", "", err
 	}
 	pvName, pvcName = namespace+"-"+name, name
-	rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	rwo := []corev1.PersistentVolumeAccessMode{mode}
 	capacity := corev1.ResourceList{corev1.ResourceStorage: qty}
 	pvs, pvcs := client.CoreV1().PersistentVolumes(), client.CoreV1().PersistentVolumeClaims(namespace)
 

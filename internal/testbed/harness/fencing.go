@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 
@@ -31,6 +32,7 @@ import (
 	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/stale"
 )
 
 // Fencing runs `fenced agent` on every machine.
@@ -115,6 +117,8 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
 			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 			ResourceNames: []string{publish.PolicyName}, Verbs: []string{"get"}})
+	// The stale VolumeAttachment report (pkg/stale), as the base manifests.
+	fencerRules = append(fencerRules, stale.PolicyRules()...)
 	roles := []struct {
 		name  string
 		group string
@@ -166,7 +170,26 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 			return err
 		}
 	}
-	return nil
+	return grantPauseRead(ctx, client)
+}
+
+// grantPauseRead lets the fencers read the pause ConfigMap in the lease
+// namespace (that object only), as deploy/daemonset/base/rbac.yaml does.
+func grantPauseRead(ctx context.Context, client kubernetes.Interface) error {
+	const name = "fenced-pause-read"
+	if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{kube.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err := client.RbacV1().RoleBindings(LeaseNamespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: fencerGroup}},
+	}, metav1.CreateOptions{})
+	return err
 }
 
 // installAgentIdentityPolicy creates the objects of agentIdentityPolicyFile,
@@ -267,9 +290,13 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if f.Topology != "" {
 		h.writeTopology(&inv, f, dir)
 	}
-	fencer = filepath.Join(dir, "fencer.yaml")
+	fencer = h.FencerConfigFile()
 	return observer, fencer, os.WriteFile(fencer, []byte(common+inv.String()), 0o600)
 }
+
+// FencerConfigFile is the configuration file the fencers' agents read. A
+// test may rewrite it — say, to leave dry-run — and RestartAgent a fencer.
+func (h *Harness) FencerConfigFile() string { return filepath.Join(h.Dir, "fenced", "fencer.yaml") }
 
 // writeTopology appends the fenceDevices and topology sections: the PDUs
 // through fence_apc_snmp (their community files as secretOptions, so a

@@ -1,7 +1,7 @@
 //go:build ignore
 
 // Command hollow-kubelet is kubemark's hollow kubelet (real kubelet code,
-// fake container runtime, fake cAdvisor) with four changes the fenced test
+// fake container runtime, fake cAdvisor) with five changes the fenced test
 // harness needs. hack/kube-binaries.sh builds it inside the throwaway module
 // that requires k8s.io/kubernetes; it is not part of fenced's own module.
 //
@@ -20,6 +20,12 @@
 //     bus named by DBUS_SYSTEM_BUS_ADDRESS (internal/testbed/logind on a test machine)
 //     and, on PrepareForShutdown, kills the pods and waits for their volumes
 //     to be unmounted before it releases the lock.
+//  5. Readiness is honest: kubemark's fake probe manager reports every
+//     container Ready, also one still waiting for its volumes
+//     (ContainerCreating), so a Deployment's RollingUpdate took a pod stuck
+//     on a Multi-Attach error for Available and deleted the old pod. Here a
+//     container is Ready and Started while it runs, as the real probe
+//     manager says of a container without probes.
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"go.opentelemetry.io/otel/trace/noop"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +48,7 @@ import (
 	"k8s.io/klog/v2"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
+	probetest "k8s.io/kubernetes/pkg/kubelet/prober/testing"
 	"k8s.io/kubernetes/pkg/kubemark"
 )
 
@@ -57,6 +65,19 @@ func (m *machineInfo) MachineInfo() (*cadvisorapi.MachineInfo, error) {
 	}
 	info.BootID, info.SystemUUID = m.bootID, m.systemUUID
 	return info, nil
+}
+
+// honestProbes is kubemark's fake probe manager, but a container is Ready
+// (and Started) only while it runs: what the real probe manager reports for
+// a container without probes, which is all a hollow node runs.
+type honestProbes struct{ probetest.FakeManager }
+
+func (honestProbes) UpdatePodStatus(_ *v1.Pod, status *v1.PodStatus) {
+	for i := range status.ContainerStatuses {
+		c := &status.ContainerStatuses[i]
+		running := c.State.Running != nil
+		c.Ready, c.Started = running, &running
+	}
 }
 
 func main() {
@@ -125,5 +146,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cadvisor := &machineInfo{Fake: cadvisortest.Fake{NodeName: *name}, bootID: *bootID, systemUUID: *systemUUID}
-	kubemark.NewHollowKubelet(f, c, client, heartbeat, cadvisor, rt.ImageService, rs, cm.NewStubContainerManager()).Run(ctx)
+	hk := kubemark.NewHollowKubelet(f, c, client, heartbeat, cadvisor, rt.ImageService, rs, cm.NewStubContainerManager())
+	hk.KubeletDeps.ProbeManager = honestProbes{}
+	hk.Run(ctx)
 }

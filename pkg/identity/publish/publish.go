@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Names of the objects that bind keys to nodes.
@@ -39,6 +41,10 @@ const (
 	AnnotationPublicKey = "fenced.io/agent-public-key"
 	// AnnotationBootID holds the boot the key was made in.
 	AnnotationBootID = "fenced.io/agent-boot-id"
+	// AnnotationGracefulShutdown holds what the agent found of its
+	// kubelet's graceful node shutdown (a vocab.GracefulShutdown), for
+	// `fenced diagnose --all`. Advice only: no fencer decision reads it.
+	AnnotationGracefulShutdown = "fenced.io/graceful-shutdown"
 	// PolicyName is the ValidatingAdmissionPolicy (and its binding) that
 	// lets only a node's own identity write its key Lease, and only
 	// fencers write the power Leases.
@@ -114,6 +120,54 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, node, bootID 
 		}
 		return nil
 	}
+}
+
+// PublishGracefulShutdown writes g on node's key Lease in namespace ns,
+// which Publish must have created: the Lease is the node's own (the
+// admission policy lets no one else write it), so what it says about the
+// node's kubelet is the node's word. Other annotations are kept.
+func PublishGracefulShutdown(ctx context.Context, client kubernetes.Interface, ns, node string, g vocab.GracefulShutdown) error {
+	leases := client.CoordinationV1().Leases(ns)
+	for attempt := 0; ; attempt++ {
+		l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
+		if err == nil {
+			if l.Annotations[AnnotationGracefulShutdown] == string(g) {
+				return nil
+			}
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations[AnnotationGracefulShutdown] = string(g)
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("publishing %s=%s on Lease %s/%s: %w", AnnotationGracefulShutdown, g, ns, LeaseName(node), err)
+		}
+		return nil
+	}
+}
+
+// GracefulShutdownOf reads what a node's key Lease says of its kubelet's
+// graceful node shutdown: the node it is about (its holder, which the
+// admission policy ties to the writer), and the word — GracefulUnknown
+// when absent or not one of the words. ok is false for a Lease that is
+// not an agent's key Lease.
+func GracefulShutdownOf(l *coordinationv1.Lease) (node string, g vocab.GracefulShutdown, ok bool) {
+	if !strings.HasPrefix(l.Name, LeasePrefix) || len(l.Name) == len(LeasePrefix) {
+		return "", "", false
+	}
+	node = l.Name[len(LeasePrefix):]
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node {
+		return "", "", false
+	}
+	g = vocab.GracefulShutdown(l.Annotations[AnnotationGracefulShutdown])
+	if !g.Valid() {
+		g = vocab.GracefulUnknown
+	}
+	return node, g, true
 }
 
 // ErrPolicyNotInForce is wrapped by PolicyInForce when the admission

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 func TestPublishAndRead(t *testing.T) {
@@ -113,5 +114,60 @@ func TestPolicyInForce(t *testing.T) {
 				t.Fatalf("err = %v, want ErrPolicyNotInForce mentioning %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPublishGracefulShutdown: the word rides on the key Lease, survives a
+// key re-publish, and reads back; a Lease that is not a node's own key
+// Lease says nothing; before the key is published there is no Lease to
+// write on.
+func TestPublishGracefulShutdown(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	if err := PublishGracefulShutdown(ctx, client, "fenced-system", "node-a", vocab.GracefulNone); err == nil {
+		t.Fatal("published on a Lease that does not exist")
+	}
+	k, _ := identity.NewKey()
+	if err := Publish(ctx, client, "fenced-system", "node-a", "boot-1", k.Public(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (string, vocab.GracefulShutdown, bool) {
+		t.Helper()
+		l, err := client.CoordinationV1().Leases("fenced-system").Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return GracefulShutdownOf(l)
+	}
+	if n, g, ok := read(); !ok || n != "node-a" || g != vocab.GracefulUnknown {
+		t.Fatalf("before any check: %s %s %v, want node-a unknown", n, g, ok)
+	}
+	for _, g := range []vocab.GracefulShutdown{vocab.GracefulNone, vocab.GracefulKubeletDelayLock, vocab.GracefulNone} {
+		if err := PublishGracefulShutdown(ctx, client, "fenced-system", "node-a", g); err != nil {
+			t.Fatal(err)
+		}
+		if n, got, ok := read(); !ok || n != "node-a" || got != g {
+			t.Fatalf("published %s, read %s %s %v", g, n, got, ok)
+		}
+	}
+	if err := Publish(ctx, client, "fenced-system", "node-a", "boot-2", k.Public(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, g, _ := read(); g != vocab.GracefulNone {
+		t.Fatalf("after re-publishing the key: %s, want none kept", g)
+	}
+	for _, l := range []*coordinationv1.Lease{
+		{ObjectMeta: metav1.ObjectMeta{Name: "fenced-power-node-a"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: LeaseName("node-a"), Annotations: map[string]string{AnnotationGracefulShutdown: "none"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-b")}},
+	} {
+		if n, g, ok := GracefulShutdownOf(l); ok {
+			t.Errorf("Lease %s held by %v: %s %s, want nothing", l.Name, *l.Spec.HolderIdentity, n, g)
+		}
+	}
+	bad := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName("node-a"), Annotations: map[string]string{AnnotationGracefulShutdown: "maybe"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")}}
+	if _, g, ok := GracefulShutdownOf(bad); !ok || g != vocab.GracefulUnknown {
+		t.Errorf("a word not in the vocabulary: %s %v, want unknown", g, ok)
 	}
 }

@@ -1,0 +1,976 @@
+package stale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/diagnose"
+	"fenced.io/fenced/pkg/metrics"
+)
+
+// Event reasons.
+const (
+	// ReasonStale is the Warning Event on a pod waiting for a volume that
+	// a stale VolumeAttachment holds (or on the VolumeAttachment when no
+	// pod waits).
+	ReasonStale = "StaleVolumeAttachment"
+	// ReasonDeleted is the Event on a stale VolumeAttachment the fencer
+	// deleted (policy.deleteStaleVolumeAttachments), and on the pods that
+	// waited for it.
+	ReasonDeleted = "StaleVolumeAttachmentDeleted"
+	// ReasonReleased is the Event on a stale VolumeAttachment stuck in
+	// deletion whose finalizers the fencer removed
+	// (policy.deleteStaleVolumeAttachments), and on the pods that waited
+	// for it.
+	ReasonReleased = "StaleVolumeAttachmentReleased"
+)
+
+// Decision is the `decision` of the Reporter's log lines, one per
+// decision about a VolumeAttachment.
+type Decision string
+
+// Decisions.
+const (
+	// DecisionHolding: the rule finds nothing against the attachment; the
+	// grace period starts (again).
+	DecisionHolding Decision = "holding"
+	// DecisionReported: stale for the whole grace period: counted and
+	// reported.
+	DecisionReported Decision = "reported"
+	// DecisionCleared: a held or reported attachment is no longer stale
+	// (the reason says why), or it is gone.
+	DecisionCleared Decision = "cleared"
+	// DecisionDeleted: deleted after the re-check on fresh objects.
+	DecisionDeleted Decision = "deleted"
+	// DecisionReleased: stuck in deletion (its detach never finished);
+	// its finalizers removed after the re-check on fresh objects.
+	DecisionReleased Decision = "released"
+	// DecisionKept: the switch is on, but the re-check refused, could
+	// not be made, or the object changed before the delete.
+	DecisionKept Decision = "kept"
+)
+
+// How often Events about one object repeat while the attachment stays
+// stale, and how many the Reporter sends in all: after a mass failure
+// hundreds of attachments can turn stale at once, and client-go's budget
+// is per object (pkg/kube/recorder.go), not per sender.
+const (
+	eventRepeat = 30 * time.Minute
+	eventBurst  = 25
+	eventRate   = rate.Limit(1.0 / 5) // one every 5 s once the burst is spent
+	// eventRetry is when an attachment whose Events the budget held back
+	// is looked at again.
+	eventRetry = 10 * time.Second
+)
+
+// Index names. Distinct from pkg/fencer's ("byNode" on VolumeAttachments):
+// the informers are shared.
+const (
+	byNode   = "stale.byNode"
+	byVolume = "stale.byVolume"
+	byClaim  = "stale.byClaim"
+)
+
+// Informers are what the Reporter watches.
+type Informers struct {
+	Nodes             coreinformers.NodeInformer
+	VolumeAttachments storageinformers.VolumeAttachmentInformer
+	Pods              coreinformers.PodInformer
+	Volumes           coreinformers.PersistentVolumeInformer
+	Claims            coreinformers.PersistentVolumeClaimInformer
+}
+
+// NewInformers takes the Reporter's informers from cluster, the agent's
+// one factory for cluster-scoped objects (Nodes and VolumeAttachments are
+// the fencer's too; Pods and claims are listed across all namespaces).
+// The caller starts and shuts the factory down. New trims the Pods that
+// informer caches to what the report reads (trimPod): a component that
+// needs whole pods needs a factory of its own.
+func NewInformers(cluster informers.SharedInformerFactory) Informers {
+	return Informers{
+		Nodes:             cluster.Core().V1().Nodes(),
+		VolumeAttachments: cluster.Storage().V1().VolumeAttachments(),
+		Pods:              cluster.Core().V1().Pods(),
+		Volumes:           cluster.Core().V1().PersistentVolumes(),
+		Claims:            cluster.Core().V1().PersistentVolumeClaims(),
+	}
+}
+
+// Config wires a Reporter.
+type Config struct {
+	// Client re-reads and deletes (only with Delete).
+	Client    kubernetes.Interface
+	Informers Informers
+	Recorder  record.EventRecorder
+	// Grace is how long an attachment must look stale without a break
+	// (policy.staleAttachmentGrace; default config.DefaultStaleAttachmentGrace).
+	Grace time.Duration
+	// Delete deletes reported attachments after a re-check, and releases
+	// (removes the finalizers of) reported attachments stuck in deletion
+	// (policy.deleteStaleVolumeAttachments).
+	Delete bool
+	// Held, when set, says whether the operator's switches hold back
+	// effects on node n (n nil: the node does not exist): dry-run, the
+	// cluster-wide pause, the node's exclusion label (the fencer's
+	// HoldsEffects). Held: the attachment is reported, never deleted.
+	Held    func(n *corev1.Node) (held bool, why string)
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+
+	// Test hooks, called with the attachment's name: checked after every
+	// check on the informers' objects, beforeRecheck before the fresh
+	// reads of the delete path, beforeDelete between the re-check and the
+	// delete (or the finalizers' removal).
+	checked       func(va string, refusals []diagnose.Refusal)
+	beforeRecheck func(ctx context.Context, va string)
+	beforeDelete  func(ctx context.Context, va string)
+}
+
+// Metrics are the Reporter's.
+type Metrics struct {
+	// Stale is fenced_stale_volume_attachments.
+	Stale prometheus.Gauge
+	// Deleted is fenced_stale_volume_attachments_deleted_total.
+	Deleted prometheus.Counter
+}
+
+// NewMetrics registers the Reporter's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.StaleAttachmentsMetric,
+			Help: "VolumeAttachments this fencer holds for stale: their Node is Ready and nothing there uses the volume, or the Node is gone, for policy.staleAttachmentGrace. Every fencer counts them: alert on max().",
+		}),
+		Deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.StaleAttachmentsDeletedMetric,
+			Help: "Stale VolumeAttachments this fencer deleted after re-checking them, and stale ones stuck in deletion whose finalizers it removed (policy.deleteStaleVolumeAttachments).",
+		}),
+	}
+	reg.MustRegister(m.Stale, m.Deleted)
+	return m
+}
+
+// Reporter watches VolumeAttachments and reports (and optionally deletes)
+// the stale ones. Inputs arrive through informers; the only timers are
+// the grace period's and the Events' requeues.
+type Reporter struct {
+	cfg   Config
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	nodes   corelisters.NodeLister
+	vas     storagelisters.VolumeAttachmentLister
+	vaIdx   cache.Indexer
+	podIdx  cache.Indexer
+	volumes corelisters.PersistentVolumeLister
+	claims  corelisters.PersistentVolumeClaimLister
+	claimIx cache.Indexer
+	synced  []cache.InformerSynced
+	events  *rate.Limiter
+
+	mu   sync.Mutex
+	held map[string]*held
+}
+
+// held is an attachment the rule found nothing against, since when.
+type held struct {
+	// uid and rv are the VolumeAttachment the grace runs for: a new object
+	// or any change to it starts the grace again — except while it is
+	// being deleted (deleting), when only the deletion starting restarts
+	// it: the external-attacher rewrites status.detachError on every
+	// failed retry.
+	uid      types.UID
+	rv       string
+	deleting bool
+	since    time.Time
+	reported bool
+	// sent is when an Event last went to each object (pod/ns/name or
+	// volumeattachment/name).
+	sent map[string]time.Time
+}
+
+// New builds a Reporter and registers its indexers and handlers on
+// cfg.Informers, which must not have started yet.
+func New(cfg Config) (*Reporter, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = config.DefaultStaleAttachmentGrace
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if cfg.Recorder == nil {
+		return nil, errors.New("stale: no event recorder")
+	}
+	r := &Reporter{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		events: rate.NewLimiter(eventRate, eventBurst),
+		held:   map[string]*held{},
+	}
+	if err := r.watch(cfg.Informers); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Reporter) watch(inf Informers) error {
+	vaInf, nodeInf, podInf, pvInf, pvcInf := inf.VolumeAttachments.Informer(), inf.Nodes.Informer(),
+		inf.Pods.Informer(), inf.Volumes.Informer(), inf.Claims.Informer()
+	if err := vaInf.AddIndexers(cache.Indexers{
+		byNode: func(o any) ([]string, error) { return []string{o.(*storagev1.VolumeAttachment).Spec.NodeName}, nil },
+		byVolume: func(o any) ([]string, error) {
+			if pv := o.(*storagev1.VolumeAttachment).Spec.Source.PersistentVolumeName; pv != nil {
+				return []string{*pv}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return err
+	}
+	// Every pod of the cluster is cached: keep only what the rule and the
+	// Events read of them.
+	if err := podInf.SetTransform(trimPod); err != nil {
+		return err
+	}
+	if err := podInf.AddIndexers(cache.Indexers{
+		byNode: func(o any) ([]string, error) { return []string{o.(*corev1.Pod).Spec.NodeName}, nil },
+		byClaim: func(o any) ([]string, error) {
+			p := o.(*corev1.Pod)
+			var keys []string
+			for _, v := range p.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					keys = append(keys, p.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+			return keys, nil
+		},
+	}); err != nil {
+		return err
+	}
+	if err := pvcInf.AddIndexers(cache.Indexers{
+		byVolume: func(o any) ([]string, error) { return []string{o.(*corev1.PersistentVolumeClaim).Spec.VolumeName}, nil },
+	}); err != nil {
+		return err
+	}
+	r.vaIdx, r.podIdx, r.claimIx = vaInf.GetIndexer(), podInf.GetIndexer(), pvcInf.GetIndexer()
+	r.nodes, r.vas = inf.Nodes.Lister(), inf.VolumeAttachments.Lister()
+	r.volumes, r.claims = inf.Volumes.Lister(), inf.Claims.Lister()
+
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		// queue queues the attachments a change of o (old, new) concerns.
+		queue func(o any)
+		// changed filters updates (nil: every update).
+		changed func(old, new any) bool
+	}{
+		{vaInf, func(o any) {
+			if va, ok := unwrap(o).(*storagev1.VolumeAttachment); ok {
+				r.queue.Add(va.Name)
+			}
+		}, nil},
+		{nodeInf, func(o any) {
+			if n, ok := unwrap(o).(*corev1.Node); ok {
+				r.queueBy(byNode, n.Name)
+			}
+		}, nodeChanged},
+		{podInf, func(o any) {
+			if p, ok := unwrap(o).(*corev1.Pod); ok {
+				r.queuePod(p)
+			}
+		}, nil},
+		{pvInf, func(o any) {
+			if pv, ok := unwrap(o).(*corev1.PersistentVolume); ok {
+				r.queueBy(byVolume, pv.Name)
+			}
+		}, nil},
+		{pvcInf, func(o any) {
+			if c, ok := unwrap(o).(*corev1.PersistentVolumeClaim); ok {
+				r.queueClaim(c)
+			}
+		}, nil},
+	}
+	for _, h := range handlers {
+		queue, changed := h.queue, h.changed
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: queue,
+			UpdateFunc: func(old, o any) {
+				if changed == nil || changed(old, o) {
+					queue(old)
+					queue(o)
+				}
+			},
+			DeleteFunc: queue,
+		}); err != nil {
+			return err
+		}
+		r.synced = append(r.synced, h.inf.HasSynced)
+	}
+	return nil
+}
+
+// trimPod is the Pod informer's transform: a fencer caches every pod of
+// the cluster for this report, and needs of each only its identity (for
+// the Events), its node, its claims and its phase. Anything else passes
+// through unchanged.
+func trimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	t := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{Name: v.Name,
+				VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+		}
+	}
+	return t, nil
+}
+
+// nodeChanged reports whether a Node update changes what the rule reads
+// of it: its Ready condition and volumesInUse (kubelets update their
+// Node's status often; most of it does not matter here).
+func nodeChanged(old, o any) bool {
+	a, ok1 := old.(*corev1.Node)
+	b, ok2 := o.(*corev1.Node)
+	return !ok1 || !ok2 || diagnose.NodeReady(a) != diagnose.NodeReady(b) ||
+		!slices.Equal(a.Status.VolumesInUse, b.Status.VolumesInUse)
+}
+
+// queueBy queues the attachments in the VolumeAttachment index idx under
+// key.
+func (r *Reporter) queueBy(idx, key string) {
+	if key == "" {
+		return
+	}
+	objs, _ := r.vaIdx.ByIndex(idx, key)
+	for _, o := range objs {
+		r.queue.Add(o.(*storagev1.VolumeAttachment).Name)
+	}
+}
+
+// queuePod queues what a pod with claims concerns: the attachments of its
+// node (it may keep them in use) and those of its claims' volumes (it may
+// wait for them). Pods without claims do not matter to the rule.
+func (r *Reporter) queuePod(p *corev1.Pod) {
+	has := false
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		has = true
+		if c, err := r.claims.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName); err == nil {
+			r.queueBy(byVolume, c.Spec.VolumeName)
+		}
+	}
+	if has {
+		r.queueBy(byNode, p.Spec.NodeName)
+	}
+}
+
+// queueClaim queues the attachments of the claim's volume and those of
+// the nodes of the pods using it (a claim that appears or goes changes
+// whether their pods' use can be resolved).
+func (r *Reporter) queueClaim(c *corev1.PersistentVolumeClaim) {
+	r.queueBy(byVolume, c.Spec.VolumeName)
+	pods, _ := r.podIdx.ByIndex(byClaim, c.Namespace+"/"+c.Name)
+	for _, o := range pods {
+		r.queueBy(byNode, o.(*corev1.Pod).Spec.NodeName)
+	}
+}
+
+// Run waits for the informers (started by their owner) to sync, then
+// works the queue until ctx ends.
+func (r *Reporter) Run(ctx context.Context) error {
+	defer r.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
+		return errors.New("stale: informer caches did not sync")
+	}
+	r.log.Info("stale volumeattachment report started", "grace", r.cfg.Grace, "delete", r.cfg.Delete)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for r.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	r.queue.ShutDown()
+	<-done
+	return nil
+}
+
+func (r *Reporter) processNext(ctx context.Context) bool {
+	name, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(name)
+	if err := r.sync(ctx, name); err != nil {
+		r.log.Warn("stale volumeattachment: check failed, will retry", "va", name, "err", err)
+		r.queue.AddRateLimited(name)
+		return true
+	}
+	r.queue.Forget(name)
+	return true
+}
+
+// sync checks one attachment on the informers' objects and moves it
+// through holding → reported (→ deleted), or drops it.
+func (r *Reporter) sync(ctx context.Context, name string) error {
+	va, err := r.vas.Get(name)
+	if apierrors.IsNotFound(err) {
+		r.drop(name, nil, "", "it is gone")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	a, err := r.cached(va)
+	if err != nil {
+		return err
+	}
+	refusals := diagnose.StaleAttachment(a)
+	if r.cfg.checked != nil {
+		r.cfg.checked(name, refusals)
+	}
+	if len(refusals) > 0 {
+		r.drop(name, va, volumeOf(va), diagnose.Refusals(refusals))
+		return nil
+	}
+
+	now := r.cfg.Now()
+	deleting := va.DeletionTimestamp != nil
+	r.mu.Lock()
+	h := r.held[name]
+	restarted := h == nil || h.uid != va.UID || h.deleting != deleting || (!deleting && h.rv != va.ResourceVersion)
+	wasReported := h != nil && h.reported
+	if restarted {
+		h = &held{uid: va.UID, rv: va.ResourceVersion, deleting: deleting, since: now, sent: map[string]time.Time{}}
+		r.held[name] = h
+	}
+	r.setGauge()
+	// wait is how long until the attachment is reported: the rule must
+	// hold for the grace without a break, and one being deleted must have
+	// been deleted for the grace too (before that it is detaching
+	// normally). The deletionTimestamp is the API server's clock: a skew
+	// only moves the second condition, never the first.
+	wait := r.cfg.Grace - now.Sub(h.since)
+	if deleting {
+		wait = max(wait, r.cfg.Grace-now.Sub(va.DeletionTimestamp.Time))
+	}
+	first := wait <= 0 && !h.reported
+	if first {
+		h.reported = true
+		r.setGauge()
+	}
+	reported := h.reported
+	r.mu.Unlock()
+
+	if restarted {
+		// Debug for a first look: a pod that ends leaves its attachment
+		// looking stale for the seconds until the attach/detach controller
+		// detaches it, every time.
+		why, level := "the attachment is new to this fencer", slog.LevelDebug
+		switch {
+		case deleting && wasReported:
+			why, level = "it is being deleted (detaching)", slog.LevelInfo
+		case deleting:
+			why = "it is being deleted (detaching)"
+		case wasReported:
+			why, level = "the VolumeAttachment changed", slog.LevelInfo
+		}
+		r.decisionAt(level, DecisionHolding, va, staleReason(a, now), "grace", r.cfg.Grace, "why", why)
+	}
+	if !reported {
+		r.queue.AddAfter(name, wait)
+		return nil
+	}
+	waiting := r.waiting(va)
+	if first {
+		r.decision(DecisionReported, va, staleReason(a, now), "since", h.since, "waiting", podNames(waiting))
+	}
+	r.queue.AddAfter(name, r.report(va, a, h, waiting, now))
+	if !r.cfg.Delete {
+		return nil
+	}
+	if deleting {
+		return r.releaseStale(ctx, va, h, waiting)
+	}
+	return r.deleteStale(ctx, va, h, waiting)
+}
+
+// drop forgets an attachment the rule refuses (or that is gone); a held
+// or reported one gets a log line saying why.
+func (r *Reporter) drop(name string, va *storagev1.VolumeAttachment, volume, why string) {
+	was, reported := r.forget(name)
+	if !was {
+		return
+	}
+	node, level := "", slog.LevelDebug
+	if va != nil {
+		node = va.Spec.NodeName
+	}
+	if reported {
+		level = slog.LevelInfo
+	}
+	r.log.Log(context.Background(), level, "stale volumeattachment", "decision", DecisionCleared, "va", name, "node", node, "volume", volume, "reason", why)
+}
+
+// forget drops name's state and reports whether there was any, and
+// whether it had been reported.
+func (r *Reporter) forget(name string) (was, reported bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, was := r.held[name]
+	delete(r.held, name)
+	r.setGauge()
+	return was, was && h.reported
+}
+
+// setGauge sets fenced_stale_volume_attachments; r.mu is held.
+func (r *Reporter) setGauge() {
+	n := 0
+	for _, h := range r.held {
+		if h.reported {
+			n++
+		}
+	}
+	r.cfg.Metrics.Stale.Set(float64(n))
+}
+
+// decision logs one decision about va: a warning when it is reported or
+// deleted, else information.
+func (r *Reporter) decision(d Decision, va *storagev1.VolumeAttachment, reason string, attrs ...any) {
+	level := slog.LevelInfo
+	if d == DecisionReported || d == DecisionDeleted || d == DecisionReleased {
+		level = slog.LevelWarn
+	}
+	r.decisionAt(level, d, va, reason, attrs...)
+}
+
+func (r *Reporter) decisionAt(level slog.Level, d Decision, va *storagev1.VolumeAttachment, reason string, attrs ...any) {
+	r.log.Log(context.Background(), level, "stale volumeattachment",
+		append([]any{"decision", d, "va", va.Name, "node", va.Spec.NodeName, "volume", volumeOf(va), "reason", reason}, attrs...)...)
+}
+
+// cached gathers the rule's inputs from the informers: the Node (nil when
+// it does not exist), the PersistentVolume (nil when unknown), the pods
+// bound to the node and the claims they use that the informer has.
+func (r *Reporter) cached(va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
+	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
+	n, err := r.nodes.Get(va.Spec.NodeName)
+	switch {
+	case err == nil:
+		a.Node = n
+	case !apierrors.IsNotFound(err):
+		return a, err
+	}
+	if pv := volumeOf(va); pv != "" {
+		v, err := r.volumes.Get(pv)
+		switch {
+		case err == nil:
+			a.Volume = v
+		case !apierrors.IsNotFound(err):
+			return a, err
+		}
+	}
+	objs, err := r.podIdx.ByIndex(byNode, va.Spec.NodeName)
+	if err != nil {
+		return a, err
+	}
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		a.Pods = append(a.Pods, p)
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			if c, err := r.claims.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName); err == nil {
+				a.Claims[p.Namespace+"/"+c.Name] = c
+			}
+		}
+	}
+	return a, nil
+}
+
+// fresh gathers the rule's inputs from the API server, for the check
+// right before a delete. An error means no check: the attachment stays.
+func (r *Reporter) fresh(ctx context.Context, va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
+	c := r.cfg.Client
+	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
+	n, err := c.CoreV1().Nodes().Get(ctx, va.Spec.NodeName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		a.Node = n
+	case apierrors.IsNotFound(err):
+		return a, nil // a deleted Node's attachment: nothing else to check
+	default:
+		return a, fmt.Errorf("node/%s: %w", va.Spec.NodeName, err)
+	}
+	if pv := volumeOf(va); pv != "" {
+		v, err := c.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			a.Volume = v
+		case !apierrors.IsNotFound(err):
+			return a, fmt.Errorf("persistentvolume/%s: %w", pv, err)
+		}
+	}
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", va.Spec.NodeName).String()})
+	if err != nil {
+		return a, fmt.Errorf("pods on node/%s: %w", va.Spec.NodeName, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		a.Pods = append(a.Pods, p)
+		if diagnose.Finished(p) {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			key := p.Namespace + "/" + v.PersistentVolumeClaim.ClaimName
+			if _, ok := a.Claims[key]; ok {
+				continue
+			}
+			cl, err := c.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				a.Claims[key] = cl
+			case !apierrors.IsNotFound(err): // not found: the rule refuses (claim-unknown)
+				return a, fmt.Errorf("persistentvolumeclaim/%s: %w", key, err)
+			}
+		}
+	}
+	return a, nil
+}
+
+// waiting are the pods that wait for the attachment's volume: not
+// finished, not Running, bound to another node, using a claim bound to
+// the volume.
+func (r *Reporter) waiting(va *storagev1.VolumeAttachment) []*corev1.Pod {
+	pv := volumeOf(va)
+	if pv == "" {
+		return nil
+	}
+	var out []*corev1.Pod
+	claims, _ := r.claimIx.ByIndex(byVolume, pv)
+	for _, o := range claims {
+		c := o.(*corev1.PersistentVolumeClaim)
+		pods, _ := r.podIdx.ByIndex(byClaim, c.Namespace+"/"+c.Name)
+		for _, po := range pods {
+			p := po.(*corev1.Pod)
+			if p.Spec.NodeName != "" && p.Spec.NodeName != va.Spec.NodeName && !diagnose.Finished(p) && p.Status.Phase != corev1.PodRunning {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return out
+}
+
+// report sends the Events of a reported attachment: one on each waiting
+// pod, or one on the attachment when none waits; each object gets one
+// every eventRepeat at most, all of them within the Reporter's budget. It
+// returns when to look again (to repeat, or to send what the budget held
+// back).
+func (r *Reporter) report(va *storagev1.VolumeAttachment, a diagnose.Attachment, h *held, waiting []*corev1.Pod, now time.Time) time.Duration {
+	type target struct {
+		key string
+		obj runtime.Object
+		msg string
+	}
+	var targets []target
+	for _, p := range waiting {
+		targets = append(targets, target{"pod/" + p.Namespace + "/" + p.Name, p,
+			fmt.Sprintf("volume %s is held by VolumeAttachment %s on node %s: %s. %s", volumeOf(va), va.Name, va.Spec.NodeName, staleReason(a, now), r.cure(va))})
+	}
+	if len(targets) == 0 {
+		targets = append(targets, target{"volumeattachment/" + va.Name, va,
+			fmt.Sprintf("%s (no pod waits for volume %s). %s", staleReason(a, now), volumeOf(va), r.cure(va))})
+	}
+	next := eventRepeat
+	for _, t := range targets {
+		r.mu.Lock()
+		last, sent := h.sent[t.key]
+		r.mu.Unlock()
+		if sent && now.Sub(last) < eventRepeat {
+			next = min(next, eventRepeat-now.Sub(last))
+			continue
+		}
+		if !r.events.Allow() {
+			next = min(next, eventRetry)
+			continue
+		}
+		r.cfg.Recorder.Event(t.obj, corev1.EventTypeWarning, ReasonStale, t.msg)
+		r.mu.Lock()
+		h.sent[t.key] = now
+		r.mu.Unlock()
+	}
+	return next
+}
+
+// cure says what happens next, for the Events.
+func (r *Reporter) cure(va *storagev1.VolumeAttachment) string {
+	if va.DeletionTimestamp != nil {
+		if r.cfg.Delete {
+			return "fenced removes its finalizers after checking again (policy.deleteStaleVolumeAttachments)"
+		}
+		return "Deleting it again does nothing: the CSI driver must detach it, or, after checking with `fenced diagnose`, remove its finalizers: `kubectl patch volumeattachment " + va.Name + ` --type=merge -p '{"metadata":{"finalizers":null}}'` + "`"
+	}
+	if r.cfg.Delete {
+		return "fenced deletes it after checking again (policy.deleteStaleVolumeAttachments)"
+	}
+	return "Check with `fenced diagnose`; delete it with `fenced diagnose --fix` or `kubectl delete volumeattachment " + va.Name + "`"
+}
+
+// deleteStale is the switch's cure: the rule again, on objects read from
+// the API server now, then a delete that the API server refuses if the
+// VolumeAttachment changed since it was read.
+func (r *Reporter) deleteStale(ctx context.Context, cached *storagev1.VolumeAttachment, h *held, waiting []*corev1.Pod) error {
+	name := cached.Name
+	va, a, ok, err := r.recheck(ctx, cached, h)
+	if !ok {
+		return err
+	}
+	err = r.cfg.Client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &va.UID, ResourceVersion: &va.ResourceVersion}})
+	switch {
+	case apierrors.IsConflict(err):
+		r.forget(name)
+		r.decision(DecisionKept, va, "it changed between the check and the delete (precondition failed)")
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		r.decision(DecisionKept, va, "delete failed: "+err.Error())
+		return err
+	}
+	r.cfg.Metrics.Deleted.Inc()
+	r.forget(name)
+	reason := staleReason(a, r.cfg.Now())
+	r.decision(DecisionDeleted, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion, "waiting", podNames(waiting))
+	msg := fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)", name, volumeOf(va), va.Spec.NodeName, reason)
+	r.record(va, waiting, ReasonDeleted, msg)
+	return nil
+}
+
+// releaseStale is the switch's cure for a stale attachment stuck in
+// deletion (seed 000 on a real attach/detach controller: it deleted the
+// VolumeAttachment, the CSI driver cannot detach, the external-attacher's
+// finalizer keeps it). Deleting it again does nothing; removing its
+// finalizers does what a finished detach would. The rule again, on
+// objects read from the API server now, then an update with the
+// finalizers emptied that carries the resourceVersion re-checked: the API
+// server refuses it (Conflict) if the VolumeAttachment changed since.
+// A conflict is not retried here: the attachment is held again, for the
+// whole grace, before the next try.
+func (r *Reporter) releaseStale(ctx context.Context, cached *storagev1.VolumeAttachment, h *held, waiting []*corev1.Pod) error {
+	name := cached.Name
+	va, a, ok, err := r.recheck(ctx, cached, h)
+	if !ok {
+		return err
+	}
+	finalizers := va.Finalizers
+	update := va.DeepCopy()
+	update.Finalizers = nil
+	_, err = r.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, update, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		r.forget(name)
+		r.decision(DecisionKept, va, "it changed between the check and the finalizers' removal (conflict on resourceVersion "+va.ResourceVersion+")")
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // detached meanwhile
+	case err != nil:
+		r.decision(DecisionKept, va, "removing its finalizers failed: "+err.Error())
+		return err
+	}
+	r.cfg.Metrics.Deleted.Inc()
+	r.forget(name)
+	reason := staleReason(a, r.cfg.Now())
+	r.decision(DecisionReleased, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion,
+		"finalizers", strings.Join(finalizers, ","), "waiting", podNames(waiting))
+	msg := fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
+		strings.Join(finalizers, ", "), name, volumeOf(va), va.Spec.NodeName, reason)
+	r.record(va, waiting, ReasonReleased, msg)
+	return nil
+}
+
+// recheck is what deleteStale and releaseStale do before they write: read
+// the VolumeAttachment again (it must still be the one held: same UID;
+// for a delete the same resourceVersion and not being deleted; for a
+// release being deleted, with finalizers), gather the rule's inputs from
+// the API server, run the rule, and keep it for a deleted Node and when
+// the operator's switches hold effects. ok says the caller may write
+// va (with its resourceVersion as the precondition); err is for a retry.
+func (r *Reporter) recheck(ctx context.Context, cached *storagev1.VolumeAttachment, h *held) (va *storagev1.VolumeAttachment, a diagnose.Attachment, ok bool, err error) {
+	name := cached.Name
+	if r.cfg.beforeRecheck != nil {
+		r.cfg.beforeRecheck(ctx, name)
+	}
+	va, err = r.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, a, false, nil // gone; the informer tells
+	}
+	if err != nil {
+		r.decision(DecisionKept, cached, "cannot read it again: "+err.Error())
+		return nil, a, false, err
+	}
+	changed := va.UID != h.uid
+	if h.deleting {
+		changed = changed || va.DeletionTimestamp == nil
+	} else {
+		changed = changed || va.ResourceVersion != h.rv || va.DeletionTimestamp != nil
+	}
+	if changed {
+		// The informer has not shown the change yet; when it does, the
+		// grace starts again.
+		r.decision(DecisionKept, va, "it changed since it was held for stale")
+		return nil, a, false, nil
+	}
+	if h.deleting && len(va.Finalizers) == 0 {
+		return nil, a, false, nil // nothing keeps it: it goes on its own
+	}
+	a, err = r.fresh(ctx, va)
+	if err != nil {
+		r.decision(DecisionKept, va, "cannot check it again: "+err.Error())
+		return nil, a, false, err
+	}
+	if refusals := diagnose.StaleAttachment(a); len(refusals) > 0 {
+		// The API server knows better than the informers: the grace starts
+		// again once they agree it is stale.
+		r.forget(name)
+		r.decision(DecisionKept, va, diagnose.Refusals(refusals))
+		return nil, a, false, nil
+	}
+	if a.Node == nil {
+		// The rule lets a person delete it (fenced diagnose --fix asks),
+		// but a deleted Node is no evidence that the machine is off: its
+		// kubelet may still have the volume mounted. No automatic delete,
+		// and no automatic release.
+		how := "fenced diagnose --fix"
+		if va.DeletionTimestamp != nil {
+			how = "removing its finalizers by hand"
+		}
+		r.decision(DecisionKept, va, fmt.Sprintf("node/%s no longer exists, which says nothing about the machine: a person decides (%s)", va.Spec.NodeName, how))
+		return nil, a, false, nil
+	}
+	if r.cfg.Held != nil {
+		if held, why := r.cfg.Held(a.Node); held {
+			r.decision(DecisionKept, va, "held: "+why)
+			return nil, a, false, nil
+		}
+	}
+	if r.cfg.beforeDelete != nil {
+		r.cfg.beforeDelete(ctx, name)
+	}
+	return va, a, true, nil
+}
+
+// record sends the Normal Event of a deletion or release on the
+// VolumeAttachment and on the pods that waited for it.
+func (r *Reporter) record(va *storagev1.VolumeAttachment, waiting []*corev1.Pod, reason, msg string) {
+	r.cfg.Recorder.Event(va, corev1.EventTypeNormal, reason, msg)
+	for _, p := range waiting {
+		r.cfg.Recorder.Event(p, corev1.EventTypeNormal, reason, msg)
+	}
+}
+
+// staleReason says why the rule holds the attachment for stale, and, for
+// one being deleted at now, that its detach is stuck.
+func staleReason(a diagnose.Attachment, now time.Time) string {
+	var s string
+	if a.Node == nil {
+		s = fmt.Sprintf("node/%s no longer exists", a.VA.Spec.NodeName)
+	} else {
+		s = fmt.Sprintf("node/%s is Ready, no pod there uses volume %s and its kubelet does not list it in volumesInUse", a.Node.Name, volumeOf(a.VA))
+	}
+	return s + stuckDetach(a.VA, now)
+}
+
+// stuckDetach is what staleReason adds for a VolumeAttachment being
+// deleted: since when, what keeps it (its finalizers) and the CSI
+// driver's last detach error; empty when it is not being deleted.
+func stuckDetach(va *storagev1.VolumeAttachment, now time.Time) string {
+	if va == nil || va.DeletionTimestamp == nil {
+		return ""
+	}
+	s := fmt.Sprintf("; its detach is stuck: deleted %s ago", now.Sub(va.DeletionTimestamp.Time).Round(time.Second))
+	if len(va.Finalizers) > 0 {
+		s += ", kept by finalizer " + strings.Join(va.Finalizers, ", ")
+	}
+	if e := va.Status.DetachError; e != nil && e.Message != "" {
+		s += fmt.Sprintf(", detachError: %q", e.Message)
+	} else {
+		s += ", no detachError"
+	}
+	return s
+}
+
+func volumeOf(va *storagev1.VolumeAttachment) string {
+	if va == nil || va.Spec.Source.PersistentVolumeName == nil {
+		return ""
+	}
+	return *va.Spec.Source.PersistentVolumeName
+}
+
+func podNames(ps []*corev1.Pod) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.Namespace + "/" + p.Name
+	}
+	return strings.Join(s, ",")
+}
+
+func unwrap(o any) any {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
+}
