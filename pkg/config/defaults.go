@@ -132,6 +132,11 @@ const (
 	// milliseconds; an older one means the write was held up (an API
 	// server outage), and the node may be back since.
 	DefaultMaxEvidenceAge = 10 * time.Second
+	// DefaultKubeletLeaseReadTimeout: before each power request the
+	// fencer reads the node's kubelet Lease from the API server (the
+	// renewal a later sign of life must beat); an API server that does not
+	// answer within this must not delay the reading.
+	DefaultKubeletLeaseReadTimeout = 2 * time.Second
 )
 
 // Limits enforced by validation.

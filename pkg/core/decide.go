@@ -846,6 +846,28 @@ func LifeAfter(ev *Evidence, o Observation) string {
 	return ""
 }
 
+// lateRenewal reports whether the one sign of life LifeAfter finds is a
+// renewal of the kubelet's Lease stamped, by the kubelet's clock, before
+// the reading was asked for. Most likely the renewal came before the
+// reading and the fencer had not seen it when it read: its informer lags
+// the API server after an outage, and the reading's baseline comes from it
+// when the API server cannot be asked. Such a renewal still voids the
+// reading (a clock far behind could hide a real one: the safe side), but it
+// is no contradiction of the device — no safety alarm, no long pause; the
+// power is read again at once.
+func lateRenewal(ev *Evidence, o Observation) bool {
+	if ev.BMC == nil || !o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt) {
+		return false
+	}
+	asked := ev.BMC.SentAt
+	if asked.IsZero() {
+		asked = ev.BMC.At
+	}
+	without := o
+	without.Node.KubeletRenew = ev.BMC.KubeletLeaseRenewedAt
+	return LifeAfter(ev, without) == "" && o.Node.KubeletRenew.Before(asked)
+}
+
 // newBoot returns how the node is known to run another boot than the one
 // ev is about, or "": it was switched off and came back, which is no
 // contradiction of the evidence.
@@ -921,8 +943,13 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 func (d *decider) void(ev *Evidence, why string) {
 	o, t, p := d.o, d.t, d.p
 	at := evidenceTime(ev)
-	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == ""
+	late := lateRenewal(ev, o)
+	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" && !late
 	switch {
+	case late:
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
+			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	case contradiction && t.contradicted:
 		// Said once for this suspicion; the same device saying it again
 		// is no news, and a stream of alarms would drown the first.
@@ -1103,7 +1130,11 @@ func (d *decider) fenced() {
 	// fencer restart nothing of it is lost.
 	// (A held step is reported once and not redone: nothing to retry.)
 	done := true
-	if o.Node.Ready != ReadyFalse && d.do(Action{Kind: ActMarkNotReady}) {
+	// Ready=True (or no condition) keeps the pod GC from acting on the
+	// taint; False and Unknown both mean not ready, and the node lifecycle
+	// controller turns False into Unknown after every write once the
+	// kubelet is silent, so Unknown is left alone (no write war).
+	if o.Node.Ready != ReadyFalse && o.Node.Ready != ReadyUnknown && d.do(Action{Kind: ActMarkNotReady}) {
 		done = false
 	}
 	if p.ForceDeletePods && !o.Node.PodsForceDeleted && d.do(Action{Kind: ActForceDeletePods}) {

@@ -172,6 +172,15 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	if d = tgt.Step(o, testPolicy(ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) || has(d.Actions, ActForceDeletePods) {
 		t.Fatalf("fast path redone when done: %v", kinds(d.Actions))
 	}
+	// The node lifecycle controller turns False into Unknown once the
+	// kubelet has been silent for its grace period, and again after every
+	// write: Unknown is not ready too, so the fencer leaves it (writing
+	// False again would be a write war for as long as the node is off).
+	o.Node.Ready = ReadyUnknown
+	o.Now = o.Now.Add(time.Minute)
+	if d = tgt.Step(o, testPolicy(ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) {
+		t.Fatalf("fights the node lifecycle controller over Unknown: %v", kinds(d.Actions))
+	}
 
 	// The recorded evidence says what was seen.
 	ev := tgt.fence
@@ -580,8 +589,10 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
 			o.BMC.Reading.PoweredOffByFenced = true
 		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}},
+		// Ready is Unknown already (the node lifecycle controller's): not
+		// ready, nothing to mark.
 		{name: "taint seen", at: 90100 * time.Millisecond, change: func(o *Observation) { o.Node.TaintedByFenced = true },
-			phase: PhaseFenced, want: []ActionKind{ActMarkNotReady, ActForceDeletePods}, event: ReasonFenced},
+			phase: PhaseFenced, want: []ActionKind{ActForceDeletePods}, notWant: []ActionKind{ActMarkNotReady}, event: ReasonFenced},
 	}
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
 	if ev := tgt.fence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
@@ -1118,6 +1129,10 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		}, false},
 		{"the API reports a new boot", func(o *Observation) { o.Node.BootID = "boot-2" }, false},
 		{"its kubelet renews its Lease", func(o *Observation) { o.Node.KubeletRenew = t0.Add(14 * time.Second) }, true},
+		// A renewal stamped before the reading that the fencer's view had
+		// not shown when it read (it lags after an API outage): void, but
+		// no contradiction of the device.
+		{"a renewal stamped before the reading, seen late", func(o *Observation) { o.Node.KubeletRenew = t0.Add(5 * time.Second) }, false},
 		{"its agent answers a challenge", func(o *Observation) { o.Agent.LastProof = t0.Add(15 * time.Second) }, true},
 	}
 	for _, l := range lives {
@@ -1158,6 +1173,27 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		o.Agent = AgentObs{SilentSince: t0.Add(12 * time.Second), LastSilent: t0.Add(12 * time.Second)}
 		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
 			t.Fatalf("agent silent, reading 6 s old: %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+	})
+	t.Run("a renewal stamped before the reading, seen late: read again at once, then fence", func(t *testing.T) {
+		tgt, o := pending()
+		o.Now = t0.Add(9 * time.Second)
+		o.Node.KubeletRenew = t0.Add(5 * time.Second)
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActApplyTaint) || has(d.Actions, ActSafetyAlarm) {
+			t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
+		}
+		if !has(d.Actions, ActReadPower) {
+			o.Now = o.Now.Add(100 * time.Millisecond)
+			if d = tgt.Step(o, p); !has(d.Actions, ActReadPower) {
+				t.Fatalf("not read again at once: %v (reason %q)", kinds(d.Actions), d.Reason)
+			}
+		}
+		o.Now = o.Now.Add(100 * time.Millisecond)
+		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading.KubeletLeaseRenewedAt = t0.Add(5 * time.Second)
+		if d = tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
+			t.Fatalf("fresh reading with the renewal as its baseline: %v (reason %q)", kinds(d.Actions), d.Reason)
 		}
 	})
 	t.Run("too old: read again, then fence on the fresh reading", func(t *testing.T) {

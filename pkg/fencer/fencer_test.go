@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/core"
 )
@@ -17,8 +18,16 @@ import (
 // starts the informers and runs the fencer until the test ends.
 func startFencer(t *testing.T, cfg Config) *Fencer {
 	t.Helper()
-	cluster := informers.NewSharedInformerFactory(cfg.Client, 0)
-	inf, leaseFactories := NewInformers(cfg.Client, cluster, cfg.LeaseNamespace)
+	return startFencerWatching(t, cfg, cfg.Client)
+}
+
+// startFencerWatching starts a fencer whose informers watch watched, which
+// may be another client than the one it writes with: an informer that lags
+// the API server.
+func startFencerWatching(t *testing.T, cfg Config, watched kubernetes.Interface) *Fencer {
+	t.Helper()
+	cluster := informers.NewSharedInformerFactory(watched, 0)
+	inf, leaseFactories := NewInformers(watched, cluster, cfg.LeaseNamespace)
 	cfg.Informers = inf
 	f, err := New(cfg)
 	if err != nil {

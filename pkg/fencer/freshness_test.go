@@ -3,6 +3,7 @@ package fencer
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,58 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	if err := f.evidenceCheck(context.Background(), "victim", &core.Evidence{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
 		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
 		t.Fatalf("new boot: %v", err)
+	}
+}
+
+// TestLaggingInformerIsNoSignOfLife: after an API outage the fencer's
+// informers can lag the API server by a minute. A kubelet renewal from
+// before the power reading that the informer had not yet seen is no sign
+// of life after it: the reading's baseline comes from the API server, so
+// the node is tainted and no contradiction is raised. (Found on the
+// harness: the baseline came from the lagging informer, the write-time
+// check read the newer renewal from the API, voided the reading as
+// "renewed after the reading", raised PowerReadingContradicted, and held
+// the fence back 77 s.)
+func TestLaggingInformerIsNoSignOfLife(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a fencer")
+	}
+	now := time.Now()
+	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
+	// The API server has the kubelet's last renewal (15 s ago, before it
+	// lost power); the informer still has the one before it.
+	api := fake.NewClientset(victim, kubeletLease("victim", now.Add(-15*time.Second)))
+	lagging := fake.NewClientset(victim.DeepCopy(), kubeletLease("victim", now.Add(-25*time.Second)))
+	recorder := record.NewFakeRecorder(1000)
+	startFencerWatching(t, Config{
+		Identity: "fencer", Client: api,
+		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": newCountingBMC(core.PowerOff)}, map[string]string{"victim": "test://victim"}),
+		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: now}},
+		Tainter:   kube.NewTainter(api, "fencer", nil), Recorder: recorder,
+		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
+	}, lagging)
+	var ev core.Evidence
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := api.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, ok, _ := kube.EvidenceOf(n); ok && kube.HasTaint(n) {
+			ev = e
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not tainted: the renewal the informer had not seen was taken for a sign of life")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ev.BMC == nil || !ev.BMC.KubeletLeaseRenewedAt.Equal(now.Add(-15*time.Second)) {
+		t.Fatalf("evidence %+v: want the reading stamped with the API server's renewal (%s)", ev.BMC, now.Add(-15*time.Second))
+	}
+	for len(recorder.Events) > 0 {
+		if e := <-recorder.Events; strings.Contains(e, core.ReasonPowerReadingContradicted) {
+			t.Fatalf("a contradiction was raised: %s", e)
+		}
 	}
 }

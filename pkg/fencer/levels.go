@@ -5,6 +5,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
 )
@@ -82,13 +85,38 @@ func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]devi
 }
 
 // onLevel runs do on every plug of one level (device.OnLevel), stamping
-// each reading with the kubelet heartbeat known when it came and counting
-// each request.
+// each reading with the kubelet heartbeat known before it was asked for
+// and counting each request.
 func (f *Fencer) onLevel(ctx context.Context, name string, level int, plugs []device.Plug, op string, do device.PlugOp) core.LevelRead {
+	renewed := f.kubeletRenewBefore(ctx, name)
 	return device.OnLevel(ctx, level, plugs, op, do, f.cfg.Now, func(_ device.Plug, r *core.Reading, err error, elapsed time.Duration) {
 		if r != nil {
-			r.KubeletLeaseRenewedAt = f.kubeletRenew(name)
+			r.KubeletLeaseRenewedAt = renewed
 		}
 		f.cfg.Metrics.bmcRequest(op, err, elapsed)
 	})
+}
+
+// kubeletRenewBefore is the renew time of node's kubelet Lease as the API
+// server has it now, before a power request: the line a later renewal must
+// cross to void the reading (core.LifeAfter). It is read from the API, not
+// the informer, because an informer can lag by a minute after an API
+// outage (client-go's reflector backs off up to 30 s, with jitter): a
+// renewal from before the reading that the informer had not seen yet would
+// look like a sign of life after it — a false contradiction, and a fence
+// held back for nothing. Taken before the request, so a renewal during it
+// counts as life (the safe side). When the API server cannot be asked, the
+// informer's value stands in (at worst a reading voided for nothing).
+func (f *Fencer) kubeletRenewBefore(ctx context.Context, node string) time.Time {
+	known := f.kubeletRenew(node)
+	if f.cfg.Client == nil {
+		return known
+	}
+	ctx, cancel := context.WithTimeout(ctx, config.DefaultKubeletLeaseReadTimeout)
+	defer cancel()
+	l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+	if err != nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(known) {
+		return known
+	}
+	return l.Spec.RenewTime.Time
 }
