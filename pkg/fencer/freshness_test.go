@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -65,6 +66,26 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	return f, client
 }
 
+// waitTaintEvidence waits (20 s at most) for the victim's taint and
+// returns its evidence; it fails the test with notTainted otherwise.
+func waitTaintEvidence(t *testing.T, client kubernetes.Interface, notTainted string) core.Evidence {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, ok, _ := kube.EvidenceOf(n); ok && kube.HasTaint(n) {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(notTainted)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestEvidenceIsDatedWithTheAnswer: a BMC that answers late gives evidence
 // dated when the answer came, with the request's time beside it.
 func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
@@ -74,22 +95,7 @@ func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
 	b := &slowBMC{delay: 1500 * time.Millisecond}
 	b.power.Store(core.PowerOff)
 	_, client := runFencer(t, b)
-	var ev core.Evidence
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e, ok, _ := kube.EvidenceOf(n); ok && kube.HasTaint(n) {
-			ev = e
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no taint")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ev := waitTaintEvidence(t, client, "no taint")
 	if ev.BMC == nil || ev.BMC.SentAt.IsZero() || ev.BMC.At.Sub(ev.BMC.SentAt) < b.delay {
 		t.Fatalf("reading sent %s, answered %s: want the answer's time, %s after the request", ev.BMC.SentAt, ev.BMC.At, b.delay)
 	}
@@ -159,22 +165,7 @@ func TestLaggingInformerIsNoSignOfLife(t *testing.T) {
 		Tainter:   kube.NewTainter(api, "fencer", nil), Recorder: recorder,
 		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
 	}, lagging)
-	var ev core.Evidence
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		n, err := api.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e, ok, _ := kube.EvidenceOf(n); ok && kube.HasTaint(n) {
-			ev = e
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not tainted: the renewal the informer had not seen was taken for a sign of life")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ev := waitTaintEvidence(t, api, "not tainted: the renewal the informer had not seen was taken for a sign of life")
 	if ev.BMC == nil || !ev.BMC.KubeletLeaseRenewedAt.Equal(now.Add(-15*time.Second)) {
 		t.Fatalf("evidence %+v: want the reading stamped with the API server's renewal (%s)", ev.BMC, now.Add(-15*time.Second))
 	}
