@@ -310,23 +310,3 @@ func TestScriptsParse(t *testing.T) {
 		})
 	}
 }
-
-// TestKindDockerfile: a multi-stage build of ./cmd/fenced onto distroless
-// static, the base the DaemonSets' uid 65532 comes from.
-func TestKindDockerfile(t *testing.T) {
-	data := string(readFile(t, "test/kind/Dockerfile"))
-	var stages []string
-	for _, line := range strings.Split(data, "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && strings.EqualFold(f[0], "FROM") {
-			stages = append(stages, f[1])
-		}
-	}
-	if len(stages) != 2 || !strings.HasPrefix(stages[0], "golang:") || !strings.HasPrefix(stages[1], "gcr.io/distroless/static") {
-		t.Errorf("FROM lines %v; want a golang build stage and a distroless/static final stage", stages)
-	}
-	for _, want := range []string{"./cmd/fenced", "CGO_ENABLED=0", "USER 65532:65532"} {
-		if !strings.Contains(data, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-}

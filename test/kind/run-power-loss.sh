@@ -172,9 +172,9 @@ mapfile -t workers < <(kc get nodes -l '!node-role.kubernetes.io/control-plane' 
 ((${#workers[@]} == 3)) || die "want 3 workers, kind made ${#workers[@]}"
 
 # --- 2. image ---------------------------------------------------------------
-log "2. building $image from test/kind/Dockerfile and loading it into the nodes"
-docker build -f "$here/Dockerfile" -t "$image" "$repo"
-kind load docker-image "$image" --name "$cluster"
+log "2. building $image (make image) and loading it into the nodes"
+make -C "$repo" --no-print-directory image IMAGE_TAG="$image" IMAGE_ARCHIVE="$repo/bin/fenced-kind.tar"
+kind load image-archive "$repo/bin/fenced-kind.tar" --name "$cluster"
 
 # --- 3. one simulated BMC per worker ----------------------------------------
 # On the host, at the gateway of kind's Docker network: the fencer (on the
