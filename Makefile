@@ -52,7 +52,7 @@ test: deps kube-binaries ## the full suite: unit, integration (BMC simulators), 
 	$(GO) vet ./...
 	@mkdir -p bin && rm -f bin/test.json
 	$(GO) build -o bin/testsummary ./hack/testsummary
-	@echo "running every package's tests; each test is printed as it finishes, what still runs every 30 s (the end-to-end scenarios take ~20 min)"
+	@echo "running every package's tests; each test is printed as it finishes, what still runs every 30 s (the end-to-end scenarios take ~30 min on 2 cores)"
 	bin/testsummary -watch 30s bin/test.json & watcher=$$!; trap 'kill $$watcher 2>/dev/null' EXIT; \
 	  $(GO) run $(GOTESTSUM) --format testname --format-hide-empty-pkg --jsonfile bin/test.json -- -count=1 -timeout $(TEST_TIMEOUT) ./...; \
 	  rc=$$?; kill $$watcher 2>/dev/null; bin/testsummary bin/test.json; exit $$rc
