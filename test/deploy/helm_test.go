@@ -28,21 +28,21 @@ var (
 	helmErr  error
 )
 
-// helmPath returns the pinned helm, installed once into the user's cache
-// (outside the repository; minutes the first time, like the Kubernetes
-// binaries).
+// helmPath returns the pinned helm, installed once into fenced's cache
+// beside the Kubernetes binaries (outside the repository; minutes the first
+// time).
 func helmPath(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds helm from the Go module proxy (minutes the first time); skipped with -short")
 	}
 	helmOnce.Do(func() {
-		cache, err := os.UserCacheDir()
+		cache, err := cluster.CacheDir() // the Kubernetes binaries' cache
 		if err != nil {
 			helmErr = err
 			return
 		}
-		dir := filepath.Join(cache, "fenced", "tools", strings.ReplaceAll(strings.TrimPrefix(helmModule, "helm.sh/helm/v3/cmd/"), "@", "-"))
+		dir := filepath.Join(cache, "tools", strings.ReplaceAll(strings.TrimPrefix(helmModule, "helm.sh/helm/v3/cmd/"), "@", "-"))
 		helmBin = filepath.Join(dir, "helm")
 		if _, err := os.Stat(helmBin); err == nil {
 			return
