@@ -183,6 +183,12 @@ func TestDeployedSecretVolumesPassCheck(t *testing.T) {
 		if err != nil || d.IsDir() || (filepath.Ext(path) != ".yaml" && filepath.Ext(path) != ".yml") {
 			return err
 		}
+		if filepath.Base(filepath.Dir(path)) == "templates" && strings.Contains(path, "/helm/") {
+			// Helm templates are not YAML until rendered; the chart's
+			// render is the kustomize base (test/deploy TestHelmChart),
+			// Secret volumes included.
+			return nil
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
