@@ -42,7 +42,7 @@ image: ## the container image, built offline (no base image pulled): an OCI arch
 man: ## man pages for every command, generated from the commands, into bin/man
 	$(GO) run ./cmd/fenced man bin/man
 
-deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd, dbus-daemon, snmpd, snmp, fence-agents)
+deps: ## install the Debian packages the tests need (openipmi, ipmitool, etcd-server, iproute2, systemd, dbus-daemon, snmpd, snmp, fence-agents, containerd, runc, containernetworking-plugins)
 	./hack/install-deps.sh
 
 kube-binaries: ## build the pinned Kubernetes binaries and kubectl once (cached outside the repo, ~6-9 min cold)

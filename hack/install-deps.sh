@@ -11,13 +11,16 @@
 #   snmp         net-snmp's client tools (snmpget, snmpset), cross-checks the PDUs
 #   fence-agents ClusterLabs' fence agents (fence_apc_snmp, fence_ipmilan), run by
 #                pkg/device's fence-agent driver in its integration tests
+#   containerd, runc, containernetworking-plugins
+#                the container runtime of the real node (internal/testbed/realnode):
+#                fenced's image run as pods by a real kubelet (test/realpod)
 #
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
-readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents)
+readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents containerd runc containernetworking-plugins)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

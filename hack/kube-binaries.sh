@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kube-binaries.sh — build kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubemark and kubectl at a pinned version from the Go module
+# kube-scheduler, kubemark, kubelet, kube-proxy and kubectl at a pinned version from the Go module
 # proxy, and cache them by version outside the repository.
 #
 # Usage: hack/kube-binaries.sh            (KUBE_VERSION defaults to v1.34.4)
@@ -25,7 +25,11 @@ set -euo pipefail
 # Upstream commands, built from k8s.io/kubernetes as they are. kubectl is
 # there for test/deploy (kustomize rendering, --dry-run=server, auth can-i):
 # tests must not depend on whatever kubectl a machine may or may not have.
-readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubectl)
+# kubelet and kube-proxy are the real node's (internal/testbed/realnode), for
+# the scenario that runs fenced as pods on a real container runtime
+# (test/realpod); they share nearly all their packages with kubemark, so
+# they cost little more than a link each.
+readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubelet kube-proxy kubectl)
 # Our hollow kubelet (internal/testbed/hollow-kubelet/main.go), cached under a name that
 # carries a hash of its source, so that editing it rebuilds just that binary.
 # internal/testbed/cluster computes the same name.
@@ -170,6 +174,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubemark"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 EOF

@@ -232,7 +232,9 @@ func (b build) files() ([]file, error) {
 		{name: "etc/ssl/certs/", mode: 0o755, dir: true},
 		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, body: ca},
 		{name: "home/", mode: 0o755, dir: true},
-		{name: "home/nonroot/", mode: 0o700, dir: true, own: uid},
+		// 0755: the DaemonSets run as uid 0 without capabilities (the system
+		// bus knows no 65532), and client-go looks for ~/.kube/config here.
+		{name: "home/nonroot/", mode: 0o755, dir: true, own: uid},
 		{name: "tmp/", mode: 0o1777, dir: true},
 		{name: "usr/", mode: 0o755, dir: true},
 		{name: "usr/local/", mode: 0o755, dir: true},

@@ -44,12 +44,27 @@ type dbusLogind struct {
 	signals chan bool
 }
 
+// SystemBusSocket is the system bus's socket: where dbus-daemon listens on
+// every systemd host, and where the DaemonSet mounts the host's /run/dbus.
+const SystemBusSocket = "/run/dbus/system_bus_socket"
+
+// systemBusAddress is $DBUS_SYSTEM_BUS_ADDRESS, else SystemBusSocket.
+// godbus's own default, /var/run/dbus/system_bus_socket, is the same file
+// on a host (/var/run links to /run) but nothing in fenced's image, which
+// has no /var/run: there the agent found no logind (test/realpod).
+func systemBusAddress() string {
+	if a := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"); a != "" {
+		return a
+	}
+	return "unix:path=" + SystemBusSocket
+}
+
 // DialLogind connects to logind on the D-Bus system bus
 // ($DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket) and
 // subscribes to PrepareForShutdown. It uses a private connection, so that
 // closing it touches nothing else in the process.
 func DialLogind() (Logind, error) {
-	conn, err := dbus.SystemBusPrivate()
+	conn, err := dbus.Dial(systemBusAddress())
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the D-Bus system bus: %w", err)
 	}

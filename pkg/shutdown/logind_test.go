@@ -142,3 +142,18 @@ func TestWatcherWithLogind(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 }
+
+// TestSystemBusAddress: the bus is found at /run/dbus, where the
+// DaemonSet mounts it, unless the environment names another; godbus's
+// default (/var/run/...) does not exist in fenced's image.
+func TestSystemBusAddress(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", "unix:path=/run/dbus/system_bus_socket"},
+		{"unix:path=/tmp/bus", "unix:path=/tmp/bus"},
+	} {
+		t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", tc.env)
+		if got := systemBusAddress(); got != tc.want {
+			t.Errorf("DBUS_SYSTEM_BUS_ADDRESS=%q: %q, want %q", tc.env, got, tc.want)
+		}
+	}
+}

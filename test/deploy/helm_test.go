@@ -3,12 +3,10 @@ package deploy
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -16,52 +14,22 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 )
 
-// helmModule is Helm, pinned, built from the Go module proxy.
-const helmModule = "helm.sh/helm/v3/cmd/helm@v3.22.0"
-
 // chartDir is the Helm chart, relative to the repository root.
 const chartDir = "deploy/helm/fenced"
 
-var (
-	helmOnce sync.Once
-	helmBin  string
-	helmErr  error
-)
-
-// helmPath returns the pinned helm, installed once into fenced's cache
-// beside the Kubernetes binaries (outside the repository; minutes the first
-// time).
+// helmPath returns the pinned helm (cluster.HelmModule), installed once
+// into fenced's cache beside the Kubernetes binaries (outside the
+// repository; minutes the first time).
 func helmPath(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds helm from the Go module proxy (minutes the first time); skipped with -short")
 	}
-	helmOnce.Do(func() {
-		cache, err := cluster.CacheDir() // the Kubernetes binaries' cache
-		if err != nil {
-			helmErr = err
-			return
-		}
-		dir := filepath.Join(cache, "tools", strings.ReplaceAll(strings.TrimPrefix(helmModule, "helm.sh/helm/v3/cmd/"), "@", "-"))
-		helmBin = filepath.Join(dir, "helm")
-		if _, err := os.Stat(helmBin); err == nil {
-			return
-		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			helmErr = err
-			return
-		}
-		cmd := exec.Command(goTool, "install", helmModule)
-		cmd.Env = append(os.Environ(), "GOBIN="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			helmErr = fmt.Errorf("go install %s: %v\n%s", helmModule, err, out)
-		}
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
+	helm, err := cluster.InstallTool(cluster.HelmModule)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return helmBin
+	return helm
 }
 
 // helmTemplate renders the chart in the agents' namespace with values (a

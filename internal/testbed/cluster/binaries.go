@@ -27,7 +27,7 @@ const DefaultKubeVersion = "v1.34.4"
 
 // Binaries are the upstream Kubernetes programs hack/kube-binaries.sh builds
 // and caches. It also builds our hollow kubelet, see HollowKubeletName.
-var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark", "kubectl"}
+var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark", "kubelet", "kube-proxy", "kubectl"}
 
 // HollowKubeletSource is the hollow kubelet's source, from the repository's
 // top; hack/kube-binaries.sh builds it inside the Kubernetes tree.

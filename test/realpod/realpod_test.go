@@ -1,0 +1,494 @@
+// Package realpod runs fenced as Kubernetes runs it: the image of make
+// image, the Helm chart, on a real kubelet with a real container runtime
+// (internal/testbed/realnode), beside the harness's hollow machines, whose
+// agents are processes. It is the proof that the DaemonSet's pieces —
+// hostNetwork, the /run/dbus and /var/lib/kubelet mounts with
+// HostToContainer propagation, a read-only root, no capabilities, seccomp,
+// the probes — work together, and that an agent in a pod is a member of
+// the same ring as the others and a fencer in a pod fences.
+package realpod
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/realnode"
+	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	// imageTag is what the chart's values name; the kubelet asks
+	// containerd for docker.io/library/fenced:realpod, the name the
+	// archive carries (hack/image).
+	imageRepository = "fenced"
+	imageTag        = "realpod"
+	// realNodeLabel keeps the chart's observers off the hollow machines:
+	// their kubelets would only pretend to run them, and they run their
+	// agents as processes already.
+	realNodeLabel = "fenced.io/test-real-node"
+	// fencerLabel is the chart's fencer node selector: a label a kubelet
+	// cannot set on its own Node (NodeRestriction), so the test sets it.
+	fencerLabel = "node-restriction.kubernetes.io/fenced-fencer"
+	// Generous: a loaded CI machine.
+	podReadyTimeout = 3 * time.Minute
+	fenceTimeout    = 2 * time.Minute
+)
+
+// TestAgentsAsPods installs the chart on a cluster of three hollow
+// machines (agents as processes, observers) and one real node, and shows:
+//  1. the observer pod Running and Ready on the real node — its /readyz
+//     answered through the kubelet's probe — without any capability, on a
+//     read-only root, under the runtime's default seccomp profile;
+//  2. it is a member of the ring: it sees the hollow machines' agents
+//     alive, and they see it;
+//  3. it holds its logind shutdown delay lock through the mounted
+//     /run/dbus, beside the real kubelet's;
+//  4. its metrics answer on the node's address;
+//  5. then, the chart's fencer enabled on that node: the fencer pod takes
+//     over, and when a hollow machine loses power it reads the machine's
+//     BMC and taints it out-of-service, with the evidence on the Node.
+func TestAgentsAsPods(t *testing.T) {
+	if testing.Short() {
+		t.Skip(harness.SkipShortMessage)
+	}
+	ctx, h := harness.StartForTest(t, harness.Options{
+		Machines: []string{"node-a", "node-b", "node-c"},
+		Fencing:  &harness.Fencing{},
+	})
+	image := buildImage(t)
+	node := realnode.Start(ctx, t, h, realnode.Options{
+		Images: []string{image},
+		Logind: true,
+		Labels: map[string]string{realNodeLabel: "true"},
+	})
+	helm, kubectl := tools(t)
+	client := h.Cluster.Client()
+
+	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-gossip-key"},
+		Data:       map[string][]byte{"key": gossipKey},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	observerValues := fmt.Sprintf(`
+image: {repository: %s, tag: %s, pullPolicy: Never}
+observer:
+  nodeSelector: {%s: "true"}
+  config:
+    apiVersion: fenced.io/v1alpha1
+    kind: FencedConfiguration
+    clusterName: %s
+    gossip: {port: %d, keyFile: /etc/fenced/gossip/key}
+    fencer: {leaseNamespace: %s}
+metrics: {service: {enabled: true}}
+`, imageRepository, imageTag, realNodeLabel, harness.ClusterName, harness.GossipPort, harness.LeaseNamespace)
+	install(t, helm, kubectl, h, observerValues)
+
+	// 1. Running and Ready through the kubelet's readiness probe.
+	pod := waitPodReady(ctx, t, h, "observer", node)
+	t.Logf("observer pod %s Ready on %s %s after it was created", pod.Name, node.Name,
+		readySince(pod).Sub(pod.CreationTimestamp.Time).Round(time.Second))
+	requireHardened(t, pod)
+	requireUnprivileged(t, node, pod)
+
+	// 2. In the ring with the hollow machines' agents, both ways.
+	members := len(h.Machines) + 1
+	alive := fmt.Sprintf(`fenced_members{state="alive"} %d`, members)
+	waitMetrics(ctx, t, "the pod's own view", func() (string, error) { return scrape(node.Host.Addr.String()) }, alive)
+	for _, m := range h.Machines {
+		waitMetrics(ctx, t, m.Name+"'s agent", m.Metrics, alive)
+	}
+	t.Logf("ring: the pod and the %d hollow machines' agents each see %d members alive", len(h.Machines), members)
+
+	// 3. logind through the mounted /run/dbus: the agent's delay lock,
+	// beside the kubelet's (graceful node shutdown).
+	waitInhibitors(ctx, t, node)
+	logs, err := node.ContainerLog(pod, "fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"holding a logind shutdown delay lock", "the kubelet has graceful node shutdown"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the agent's log (from the kubelet's log file) lacks %q:\n%s", want, logs)
+		}
+	}
+
+	// 4. Metrics, as a Prometheus scrape of the node's address would get
+	// them (the chart's headless Service selects the same port).
+	text, err := scrape(node.Host.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fenced_members", "fenced_kubelet_graceful_shutdown", "process_resident_memory_bytes"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics of the pod lack %s", want)
+		}
+	}
+
+	// 5. The fencer as a pod: the chart's fencers on the real node, with
+	// the harness's BMC inventory and passwords as the chart takes them.
+	fencerValues := observerValues + fencerSection(ctx, t, h)
+	if err := retryNodeUpdate(ctx, h, node.Name, func(n *corev1.Node) { n.Labels[fencerLabel] = "true" }); err != nil {
+		t.Fatal(err)
+	}
+	install(t, helm, kubectl, h, fencerValues)
+	fencer := waitPodReady(ctx, t, h, "fencer", node)
+	t.Logf("fencer pod %s Ready on %s", fencer.Name, node.Name)
+	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return scrape(node.Host.Addr.String()) }, alive)
+
+	victim := h.Machine("node-c")
+	lost := time.Now()
+	if err := victim.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitTainted(ctx, t, h, victim.Name)
+	t.Logf("%s lost power; tainted %s later by %q on %s evidence (BMC read %s at %s)", victim.Name,
+		time.Since(lost).Round(100*time.Millisecond), ev.By, ev.Method, ev.BMC.Power, ev.At.Format(time.RFC3339Nano))
+	if ev.Method != vocab.EvidenceBMCPowerOff || !strings.Contains(ev.By, node.Name) {
+		t.Fatalf("evidence %+v: want %s by the fencer on %s", ev, vocab.EvidenceBMCPowerOff, node.Name)
+	}
+}
+
+// buildImage runs make image into a temporary archive.
+func buildImage(t *testing.T) string {
+	t.Helper()
+	root, err := cluster.RepoFile(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "fenced-image.tar")
+	cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_TAG="+imageRepository+":"+imageTag)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, b)
+	}
+	return out
+}
+
+// tools returns the pinned helm and the harness's kubectl.
+func tools(t *testing.T) (helm, kubectl string) {
+	t.Helper()
+	helm, err := cluster.InstallTool(cluster.HelmModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := cluster.BinDir(cluster.KubeVersion())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return helm, filepath.Join(dir, "kubectl")
+}
+
+// install renders the chart with values and applies it, as
+// `helm template | kubectl apply` does. Server-side and forced: the
+// harness installed the same agent-identity policy from the same file.
+func install(t *testing.T, helm, kubectl string, h *harness.Harness, values string) {
+	t.Helper()
+	chart, err := cluster.RepoFile("deploy/helm/fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	render, err := exec.Command(helm, "template", "fenced", chart, "--namespace", harness.LeaseNamespace,
+		"--kube-version", cluster.KubeVersion(), "--values", valuesFile).Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderrOf(err))
+	}
+	apply := exec.Command(kubectl, "--kubeconfig", h.Cluster.Kubeconfig, "apply", "--server-side", "--force-conflicts",
+		"--field-manager", "realpod-test", "-f", "-")
+	apply.Stdin = strings.NewReader(string(render))
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// fencerSection is the values' fencers section: the harness's own fencer
+// configuration (its BMC inventory) with the paths the chart mounts, and
+// the BMC passwords as the credentials Secret.
+func fencerSection(ctx context.Context, t *testing.T, h *harness.Harness) string {
+	t.Helper()
+	raw, err := os.ReadFile(h.FencerConfigFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config map[string]any
+	if err := yaml.Unmarshal(raw, &config); err != nil {
+		t.Fatal(err)
+	}
+	config["gossip"].(map[string]any)["keyFile"] = "/etc/fenced/gossip/key"
+	passwords := map[string][]byte{}
+	for _, n := range config["bmc"].(map[string]any)["nodes"].([]any) {
+		entry := n.(map[string]any)
+		name := entry["name"].(string)
+		pw, err := os.ReadFile(entry["passwordFile"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		passwords[name] = pw
+		entry["passwordFile"] = "/etc/fenced/bmc/" + name
+	}
+	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-bmc"},
+		Data:       passwords,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	section, err := yaml.Marshal(map[string]any{"fencers": map[string]any{"enabled": true, "config": config}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(section)
+}
+
+// waitPodReady waits for the pod of the chart's DaemonSet role on node to be
+// Running and Ready, and returns it.
+func waitPodReady(ctx context.Context, t *testing.T, h *harness.Harness, role string, node *realnode.Node) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(podReadyTimeout)
+	var last string
+	var lastPod *corev1.Pod
+	for {
+		pods, err := h.Cluster.Client().CoreV1().Pods(harness.LeaseNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=" + role,
+			FieldSelector: "spec.nodeName=" + node.Name,
+		})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && !readySince(p).IsZero() {
+					return p
+				}
+				last, lastPod = describe(p), p
+			}
+		}
+		if time.Now().After(deadline) {
+			logs := "(no pod)"
+			if lastPod != nil {
+				logs, _ = node.ContainerLog(lastPod, "fenced")
+			}
+			t.Fatalf("no Ready %s pod on %s after %s; last: %s\nits log:\n%s", role, node.Name, podReadyTimeout, last, lastLines(logs, 40))
+		}
+		sleep(ctx, t, time.Second)
+	}
+}
+
+// readySince is when the pod became Ready, zero if it is not.
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+func describe(p *corev1.Pod) string {
+	s := fmt.Sprintf("%s phase %s", p.Name, p.Status.Phase)
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf(", %s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Terminated != nil:
+			s += fmt.Sprintf(", %s terminated: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
+		case cs.State.Running != nil:
+			s += fmt.Sprintf(", %s running (ready %v, restarts %d)", cs.Name, cs.Ready, cs.RestartCount)
+		}
+	}
+	return s
+}
+
+// requireHardened checks that the pod runs as the chart says, as admitted:
+// the kubelet would refuse to start a container it cannot run this way.
+func requireHardened(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	c := p.Spec.Containers[0]
+	sc, psc := c.SecurityContext, p.Spec.SecurityContext
+	if !p.Spec.HostNetwork || sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Fatalf("pod %s is not run as the chart says (hostNetwork, read-only root, no capabilities, RuntimeDefault seccomp): %+v %+v", p.Name, psc, sc)
+	}
+	for _, v := range []string{"dbus", "kubelet-dir", "boot-id"} {
+		found := false
+		for _, m := range c.VolumeMounts {
+			found = found || m.Name == v
+		}
+		if !found {
+			t.Fatalf("pod %s lacks the %s mount", p.Name, v)
+		}
+	}
+}
+
+// requireUnprivileged checks, from the host, what the runtime made of the
+// chart's securityContext: the agent's process has no capability in any
+// set, cannot gain one, and runs under a seccomp filter.
+func requireUnprivileged(t *testing.T, node *realnode.Node, p *corev1.Pod) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, proc := range procs {
+		cmdline, err := os.ReadFile(proc)
+		if err != nil || !strings.HasPrefix(string(cmdline), "/usr/local/bin/fenced\x00agent\x00") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(proc), "status"))
+		if err != nil {
+			continue
+		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(string(status), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		for _, set := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if fields[set] != "0000000000000000" {
+				t.Errorf("the agent of pod %s has capabilities: %s %s", p.Name, set, fields[set])
+			}
+		}
+		if fields["NoNewPrivs"] != "1" || fields["Seccomp"] != "2" {
+			t.Errorf("the agent of pod %s: NoNewPrivs %s, Seccomp %s; want 1 and 2 (filter)", p.Name, fields["NoNewPrivs"], fields["Seccomp"])
+		}
+		t.Logf("the agent's process %s: uid %s, no capabilities, no new privileges, seccomp filter", filepath.Dir(proc), strings.Fields(fields["Uid"])[0])
+		return
+	}
+	t.Fatalf("no /usr/local/bin/fenced agent process on %s", node.Name)
+}
+
+// scrape gets the agent's metrics on addr, as Prometheus would.
+func scrape(addr string) (string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/metrics", addr, harness.MetricsPort))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func waitMetrics(ctx context.Context, t *testing.T, who string, get func() (string, error), want string) {
+	t.Helper()
+	deadline := time.Now().Add(podReadyTimeout)
+	for {
+		text, err := get()
+		if err == nil && strings.Contains(text, want+"\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q in the metrics after %s (err %v)", who, want, podReadyTimeout, err)
+		}
+		sleep(ctx, t, time.Second)
+	}
+}
+
+// waitInhibitors waits for the node's logind to hold the fenced agent's and
+// the kubelet's shutdown delay locks.
+func waitInhibitors(ctx context.Context, t *testing.T, node *realnode.Node) {
+	t.Helper()
+	deadline := time.Now().Add(podReadyTimeout)
+	for {
+		var fenced, kubelet bool
+		for _, i := range node.Logind.Inhibitors() {
+			fenced = fenced || (strings.Contains(strings.ToLower(i.Who), "fenced") && i.Mode == "delay")
+			kubelet = kubelet || (strings.Contains(strings.ToLower(i.Who), "kubelet") && i.Mode == "delay")
+		}
+		if fenced && kubelet {
+			t.Logf("logind on %s holds: %v", node.Name, node.Logind.Inhibitors())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logind on %s holds %v; want the fenced agent's and the kubelet's delay locks", node.Name, node.Logind.Inhibitors())
+		}
+		sleep(ctx, t, time.Second)
+	}
+}
+
+// waitTainted waits for fenced's out-of-service taint on node and returns
+// the evidence recorded with it.
+func waitTainted(ctx context.Context, t *testing.T, h *harness.Harness, node string) core.Evidence {
+	t.Helper()
+	deadline := time.Now().Add(fenceTimeout)
+	for {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil && kube.HasTaint(n) {
+			ev, ok, err := kube.EvidenceOf(n)
+			if !ok || err != nil {
+				t.Fatalf("%s is tainted without evidence (%v)", node, err)
+			}
+			return ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not tainted out-of-service %s after its power loss", node, fenceTimeout)
+		}
+		sleep(ctx, t, 200*time.Millisecond)
+	}
+}
+
+func retryNodeUpdate(ctx context.Context, h *harness.Harness, name string, change func(*corev1.Node)) error {
+	for {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(n)
+		if _, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(d):
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
