@@ -33,10 +33,13 @@ build: ## build bin/fenced
 # hack/image with go-containerregistry, stamped with the commit's time.
 IMAGE_ARCHIVE ?= bin/fenced-image.tar
 IMAGE_TAG     ?= fenced:$(VERSION)
+# The binary that goes into the image (tests building images at the same
+# time give each its own).
+IMAGE_BINARY  ?= bin/image/fenced
 image: ## the container image, built offline (no base image pulled): an OCI archive, bin/fenced-image.tar
-	@mkdir -p bin/image
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -buildid= $(LDFLAGS)" -o bin/image/fenced ./cmd/fenced
-	$(GO) run ./hack/image -binary bin/image/fenced -out $(IMAGE_ARCHIVE) -tag $(IMAGE_TAG) -version $(VERSION) \
+	@mkdir -p $(dir $(IMAGE_BINARY))
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -buildid= $(LDFLAGS)" -o $(IMAGE_BINARY) ./cmd/fenced
+	$(GO) run ./hack/image -binary $(IMAGE_BINARY) -out $(IMAGE_ARCHIVE) -tag $(IMAGE_TAG) -version $(VERSION) \
 	  -revision "$$(git rev-parse HEAD 2>/dev/null)" -created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
 man: ## man pages for every command, generated from the commands, into bin/man

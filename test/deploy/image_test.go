@@ -32,7 +32,8 @@ func TestImage(t *testing.T) {
 	build := func(name string) string {
 		t.Helper()
 		out := filepath.Join(dir, name)
-		cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_TAG="+tag, "VERSION=image-test")
+		cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_BINARY="+filepath.Join(dir, name+".fenced"),
+			"IMAGE_TAG="+tag, "VERSION=image-test")
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("make image: %v\n%s", err, b)

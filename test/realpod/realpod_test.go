@@ -182,8 +182,11 @@ func buildImage(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "fenced-image.tar")
-	cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_TAG="+imageRepository+":"+imageTag)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "fenced-image.tar")
+	// Its own binary path: test/deploy's TestImage may build at the same time.
+	cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
+		"IMAGE_TAG="+imageRepository+":"+imageTag)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, b)
