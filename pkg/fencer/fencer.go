@@ -565,6 +565,22 @@ func (f *Fencer) kubeletRenew(node string) time.Time {
 	return l.Spec.RenewTime.Time
 }
 
+// kubeletRenewFromAPI reads node's kubelet Lease from the API server, not
+// the informer, which may lag: its renew time, whether it has one, and the
+// read's error. A missing Lease is no error: it has no renew time.
+func (f *Fencer) kubeletRenewFromAPI(ctx context.Context, node string) (renew time.Time, ok bool, err error) {
+	l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, err
+	case l.Spec.RenewTime == nil:
+		return time.Time{}, false, nil
+	}
+	return l.Spec.RenewTime.Time, true, nil
+}
+
 // evidenceCheck is the last check before a taint write, run by the Tainter
 // on the Node it just read: the core's rule (EvidenceHolds) against the
 // freshest view there is — that Node, the kubelet's Lease read from the API
@@ -573,11 +589,11 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 	return func(n *corev1.Node) error {
 		o := core.Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
 		o.Node.KubeletRenew = f.kubeletRenew(name)
-		l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		renew, ok, err := f.kubeletRenewFromAPI(ctx, name)
 		switch {
-		case err == nil && l.Spec.RenewTime != nil:
-			o.Node.KubeletRenew = l.Spec.RenewTime.Time
-		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+		case ok:
+			o.Node.KubeletRenew = renew
+		case err != nil && !apierrors.IsForbidden(err):
 			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
 		}
 		if m, ok := f.cfg.Members.Member(name); ok {

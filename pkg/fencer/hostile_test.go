@@ -394,6 +394,10 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	// hide their own updates from the fencer until memberlist refutes
 	// them: then the fencer asks their BMC, which is safe, just slower.)
 	bystander := b.victims["bystander"]
+	// Reads before now do not count: on a loaded machine the in-process
+	// rings may suspect a member falsely, and the fencer rightly reads
+	// its BMC then.
+	readsBefore := bystander.bmc.reads.Load()
 	for _, s := range []vocab.Announcement{vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete} {
 		if err := bystander.ring.Announce(s); err != nil {
 			t.Fatal(err)
@@ -410,7 +414,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	if tn := b.tainted(); len(tn) != 1 {
 		t.Fatalf("tainted %v, want only the bystander", tn)
 	}
-	if r := bystander.bmc.reads.Load(); r != 0 {
+	if r := bystander.bmc.reads.Load() - readsBefore; r != 0 {
 		t.Fatalf("the bystander's BMC was read %d times during its clean shutdown", r)
 	}
 }

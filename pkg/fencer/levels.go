@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
@@ -114,9 +113,9 @@ func (f *Fencer) kubeletRenewBefore(ctx context.Context, node string) time.Time 
 	}
 	ctx, cancel := context.WithTimeout(ctx, config.DefaultKubeletLeaseReadTimeout)
 	defer cancel()
-	l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
-	if err != nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(known) {
+	renew, ok, err := f.kubeletRenewFromAPI(ctx, node)
+	if err != nil || !ok || renew.Before(known) {
 		return known
 	}
-	return l.Spec.RenewTime.Time
+	return renew
 }

@@ -172,6 +172,10 @@ func (r *Ring) bootIDLocked(n *memberlist.Node) string {
 // left, then unlocks r.mu, calls the OnChange handler and logs the
 // change.
 func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.MemberState, notice LeaveNotice) {
+	if r.stopped { // Shutdown: the view no longer changes
+		r.mu.Unlock()
+		return
+	}
 	now := time.Now()
 	m, known := r.members[name]
 	if !known {

@@ -173,6 +173,9 @@ type Ring struct {
 	proving    chan struct{}
 	localAddr  string
 	selfLeft   bool // set when this agent starts to leave
+	// stopped is set (under mu) at Shutdown: memberlist's suspicion
+	// timers may still fire afterwards, and the view no longer changes.
+	stopped bool
 	// onChange is called with every member change (OnChange).
 	onChange func(Member)
 
@@ -555,6 +558,15 @@ func (r *Ring) shutdownLocked() error {
 	if r.ml.Load() != nil {
 		err = r.ml.Load().Shutdown()
 	}
+	// The view dies with the ring: memberlist's suspicion timers and our
+	// held-back dead verdicts, fired later, would report (and log) members
+	// of a ring that is gone.
+	r.mu.Lock()
+	r.stopped = true
+	for name := range r.pendingDead {
+		r.cancelPendingDeadLocked(name)
+	}
+	r.mu.Unlock()
 	close(r.done)
 	if err != nil {
 		return fmt.Errorf("heartbeat: shutdown: %w", err)

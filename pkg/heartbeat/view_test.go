@@ -272,3 +272,24 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestNoChangeAfterShutdown: memberlist's suspicion timers outlive its
+// Shutdown; a member declared dead by one of them afterwards must not reach
+// the view or OnChange (it did, and logged into finished tests).
+func TestNoChangeAfterShutdown(t *testing.T) {
+	r := newViewRing(t, nil)
+	d := (*delegate)(r)
+	d.NotifyJoin(mlNode(t, "w-1", "boot-1"))
+	var changes int
+	r.OnChange(func(Member) { changes++ })
+	if err := r.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	d.NotifyLeave(mlNode(t, "w-1", "boot-1"))
+	if changes != 0 {
+		t.Fatalf("%d changes reported after Shutdown", changes)
+	}
+	if m, ok := r.Member("w-1"); !ok || m.State != vocab.MemberAlive {
+		t.Fatalf("w-1 is %+v after Shutdown, want alive as it was", m)
+	}
+}
