@@ -109,7 +109,7 @@ soak: deps kube-binaries ## endurance: the e2e fault matrix SOAK_MATRIX_RUNS tim
 	fi; \
 	if [ "$(SOAK_DURATION)" != 0 ]; then \
 	  echo "soak phase 2: random faults for $(SOAK_DURATION) (log: bin/soak-random.log)"; \
-	  SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=bin/soak-random.txt \
+	  SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(CURDIR)/bin/soak-random.txt \
 	    $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/e2e/ 2>&1 | tee bin/soak-random.log | \
 	    grep --line-buffered -e ' soak ' -e '^--- ' -e '^FAIL' -e '^ok'; \
 	  [ "$${PIPESTATUS[0]}" = 0 ] || rc=1; \

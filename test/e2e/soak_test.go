@@ -120,6 +120,7 @@ func TestSoak(t *testing.T) {
 		d.volumes = append(d.volumes, sts.PV)
 	}
 
+	d.start = time.Now() // the faults begin; logs count from here
 	d.background(d.sampleAgents)
 	d.background(func() { d.status(duration) })
 	defer d.stop()
@@ -134,14 +135,17 @@ func TestSoak(t *testing.T) {
 	if smoke {
 		maxFaults = soakSmokeFaults
 	}
-	d.inject(time.Now().Add(warmup), maxFaults)
+	// The faults of the warm-up recover before the levels are read; the
+	// run's faults end duration after the first one, whatever that took.
+	end := d.start.Add(duration)
+	d.inject(d.start.Add(warmup), maxFaults)
 	d.quiesce("warm-up")
 	warm := d.levels()
-	d.inject(time.Now().Add(duration-warmup), maxFaults)
+	d.inject(end, maxFaults)
 	d.quiesce("end")
-	end := d.levels()
+	last := d.levels()
 
-	s := d.summary(seed, duration, warm, end)
+	s := d.summary(seed, duration, warm, last)
 	var b bytes.Buffer
 	s.Write(&b)
 	t.Logf("soak summary:\n%s", b.String())
@@ -303,7 +307,7 @@ func (d *soakDriver) logf(format string, args ...any) {
 func (d *soakDriver) run(f soak.Fault) {
 	m := d.h.Machine(f.Machine)
 	t0 := time.Now()
-	d.logf("inject  %s, hold %s", f, f.Hold.Round(time.Second))
+	d.logf("inject  %s, hold %s", f, f.Hold.Round(time.Second)) // a fencer restart's hold spaces the next one
 	var err error
 	switch f.Kind {
 	case soak.PowerLoss:
@@ -355,6 +359,10 @@ func (d *soakDriver) run(f soak.Fault) {
 		}
 	}
 	d.sleep(f.Hold)
+	if at, ok := d.checker.TaintedAfter(m.Name, t0); ok && f.Kind != soak.PowerLoss && f.Kind != soak.CleanShutdown {
+		// A hung or cut-off machine that fenced switched off.
+		d.logf("tainted %s after %.1f s (fenced switched it off)", f, at.Sub(t0).Seconds())
+	}
 	d.recover(f, m)
 }
 

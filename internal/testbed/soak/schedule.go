@@ -75,7 +75,9 @@ type Scheduler struct {
 	mu   sync.Mutex
 	rng  *rand.Rand
 	busy map[string]Kind // machines faulted now, and how
-	n    int
+	n    int             // faults started
+	// pending is the fault drawn that could not start yet.
+	pending *Fault
 }
 
 // NewScheduler returns a Scheduler for plan, seeded with seed.
@@ -83,55 +85,65 @@ func NewScheduler(plan Plan, seed uint64) *Scheduler {
 	return &Scheduler{plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), busy: map[string]Kind{}}
 }
 
-// Next chooses the next fault and marks its machine busy until Done. ok is
-// false when no kind has a free target now (or the concurrency bound is
-// reached): wait for a Done and ask again.
+// Next returns the next fault and marks its machine busy until Done. ok is
+// false while that fault cannot start (its machine is still faulted, or
+// MaxConcurrent machines are): wait for a Done and ask again — the same
+// fault comes back. So the faults, their machines and holds are a function
+// of the seed alone; only when each starts depends on the recoveries.
 func (s *Scheduler) Next() (f Fault, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.pending == nil {
+		kind, ok := s.drawKind()
+		if !ok {
+			return Fault{}, false
+		}
+		targets := s.plan.Targets[kind]
+		s.pending = &Fault{Seq: s.n + 1, Kind: kind, Machine: targets[s.rng.IntN(len(targets))],
+			Hold: s.duration(s.plan.MinHold, s.plan.MaxHold)}
+	}
+	f = *s.pending
 	faulted := 0
 	for _, k := range s.busy {
 		if k != FencerRestart {
 			faulted++
 		}
 	}
-	type choice struct {
-		kind    Kind
-		targets []string
-	}
-	var choices []choice
-	total := 0
-	for _, k := range Kinds {
-		var free []string
-		for _, m := range s.plan.Targets[k] {
-			if _, busy := s.busy[m]; !busy {
-				free = append(free, m)
-			}
-		}
-		if len(free) == 0 || (k != FencerRestart && faulted >= s.plan.MaxConcurrent) {
-			continue
-		}
-		if s.n < len(s.plan.First) && k != s.plan.First[s.n] {
-			continue
-		}
-		choices = append(choices, choice{k, free})
-		total += s.weight(k)
-	}
-	if total == 0 {
+	if _, busy := s.busy[f.Machine]; busy || (f.Kind != FencerRestart && faulted >= s.plan.MaxConcurrent) {
 		return Fault{}, false
 	}
-	r := s.rng.IntN(total)
-	var c choice
-	for _, c = range choices {
-		if r < s.weight(c.kind) {
-			break
-		}
-		r -= s.weight(c.kind)
-	}
+	s.pending = nil
 	s.n++
-	f = Fault{Seq: s.n, Kind: c.kind, Machine: c.targets[s.rng.IntN(len(c.targets))], Hold: s.duration(s.plan.MinHold, s.plan.MaxHold)}
 	s.busy[f.Machine] = f.Kind
 	return f, true
+}
+
+// drawKind draws a kind that has targets, by weight (Plan.First first).
+func (s *Scheduler) drawKind() (Kind, bool) {
+	if s.n < len(s.plan.First) {
+		k := s.plan.First[s.n]
+		return k, len(s.plan.Targets[k]) > 0
+	}
+	total := 0
+	for _, k := range Kinds {
+		if len(s.plan.Targets[k]) > 0 {
+			total += s.weight(k)
+		}
+	}
+	if total == 0 {
+		return "", false
+	}
+	r := s.rng.IntN(total)
+	for _, k := range Kinds {
+		if len(s.plan.Targets[k]) == 0 {
+			continue
+		}
+		if r < s.weight(k) {
+			return k, true
+		}
+		r -= s.weight(k)
+	}
+	return "", false // not reached: r < total
 }
 
 // Gap is the pause before the next fault.

@@ -90,34 +90,46 @@ func TestSchedulerFirstKinds(t *testing.T) {
 		if !ok || f.Kind != want {
 			t.Fatalf("fault %d: %v (%v), want %s", i+1, f, ok, want)
 		}
+		s.Done(f)
 	}
 }
 
-func TestSchedulerBoundsConcurrentFaults(t *testing.T) {
-	s := NewScheduler(testPlan(), 1)
-	var machineFaults []Fault
-	for range 20 {
-		f, ok := s.Next()
-		if !ok {
-			break
+// TestSchedulerBoundsAndReplays runs schedulers whose faults recover at
+// different paces: none ever has more than MaxConcurrent machines faulted
+// or one machine faulted twice, and with the same seed all start the same
+// faults in the same order.
+func TestSchedulerBoundsAndReplays(t *testing.T) {
+	run := func(recoverEvery int) []Fault {
+		s := NewScheduler(testPlan(), 11)
+		var started, active []Fault
+		for step := 0; len(started) < 40; step++ {
+			if f, ok := s.Next(); ok {
+				started = append(started, f)
+				active = append(active, f)
+			}
+			machines, seen := 0, map[string]bool{}
+			for _, f := range active {
+				if seen[f.Machine] {
+					t.Fatalf("step %d: %s faulted twice: %v", step, f.Machine, active)
+				}
+				seen[f.Machine] = true
+				if f.Kind != FencerRestart {
+					machines++
+				}
+			}
+			if machines > 2 {
+				t.Fatalf("step %d: %d machines faulted, MaxConcurrent 2: %v", step, machines, active)
+			}
+			if step%recoverEvery == 0 && len(active) > 0 {
+				s.Done(active[0])
+				active = active[1:]
+			}
 		}
-		if f.Kind != FencerRestart {
-			machineFaults = append(machineFaults, f)
-		}
+		return started
 	}
-	if len(machineFaults) != 2 {
-		t.Fatalf("%d machine faults at once, want MaxConcurrent 2: %v", len(machineFaults), machineFaults)
-	}
-	if machineFaults[0].Machine == machineFaults[1].Machine {
-		t.Fatalf("two faults on one machine at once: %v", machineFaults)
-	}
-	if busy := s.Busy(); len(busy) != 3 || busy[0] != "cp-2" {
-		t.Fatalf("busy %v, want cp-2 and the two faulted workers", busy)
-	}
-	s.Done(machineFaults[0])
-	f, ok := s.Next()
-	if !ok || f.Kind == FencerRestart {
-		t.Fatalf("after a Done: %v, %v; want a machine fault", f, ok)
+	a, b := run(1), run(5)
+	if !equalFaults(a, b) {
+		t.Fatalf("same seed, other recovery pace, other faults:\n%v\n%v", a, b)
 	}
 }
 
