@@ -20,6 +20,9 @@ FUZZTIME     ?= 1m
 SOAK_MATRIX_RUNS ?= 5
 SOAK_DURATION    ?= 60m
 SOAK_SEED        ?=
+# The tests of the fault matrix (a regexp of names; default every e2e test
+# but the benchmarks and TestSoak).
+SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
@@ -99,7 +102,8 @@ soak: deps kube-binaries ## endurance: the e2e fault matrix SOAK_MATRIX_RUNS tim
 	$(GO) build -o bin/testsummary ./hack/testsummary
 	@rc=0; \
 	if [ "$(SOAK_MATRIX_RUNS)" != 0 ]; then \
-	  tests=$$($(GO) test -list . ./test/e2e/ | grep '^Test' | grep -v -e '^TestSoak$$' -e '^TestRecovery' | paste -sd'|'); \
+	  tests='$(SOAK_TESTS)'; [ -n "$$tests" ] || \
+	    tests=$$($(GO) test -list . ./test/e2e/ | grep '^Test' | grep -v -e '^TestSoak$$' -e '^TestRecovery' | paste -sd'|'); \
 	  echo "soak phase 1: the fault matrix, $(SOAK_MATRIX_RUNS) runs of $$tests (~30 min a run on 2 cores); what still runs every 30 s"; \
 	  bin/testsummary -watch 30s bin/soak-matrix.json & watcher=$$!; \
 	  $(GO) run $(GOTESTSUM) --format testname --jsonfile bin/soak-matrix.json -- \

@@ -131,18 +131,19 @@ func TestSoak(t *testing.T) {
 	if smoke {
 		warmup = 0
 	}
-	maxFaults := 0
+	// rest: at rest before the agents' levels are read.
+	maxFaults, rest := 0, 20*time.Second
 	if smoke {
-		maxFaults = soakSmokeFaults
+		maxFaults, rest = soakSmokeFaults, 5*time.Second
 	}
 	// The faults of the warm-up recover before the levels are read; the
 	// run's faults end duration after the first one, whatever that took.
 	end := d.start.Add(duration)
 	d.inject(d.start.Add(warmup), maxFaults)
-	d.quiesce("warm-up")
+	d.quiesce("warm-up", rest)
 	warm := d.levels()
 	d.inject(end, maxFaults)
-	d.quiesce("end")
+	d.quiesce("end", rest)
 	last := d.levels()
 
 	s := d.summary(seed, duration, warm, last)
@@ -450,15 +451,16 @@ func (d *soakDriver) sleep(dur time.Duration) {
 }
 
 // quiesce waits, with no fault active, until every Node is Ready and
-// untainted and the agents have settled, before a reading of their levels.
-func (d *soakDriver) quiesce(what string) {
-	d.logf("%s: every fault recovered; waiting for all nodes Ready and untainted, then 20 s at rest", what)
+// untainted and the agents have settled for rest, before a reading of
+// their levels.
+func (d *soakDriver) quiesce(what string, rest time.Duration) {
+	d.logf("%s: every fault recovered; waiting for all nodes Ready and untainted, then %s at rest", what, rest)
 	for _, m := range d.h.Machines {
 		if err := d.waitHealthy(m.Name); err != nil {
 			d.checker.Violate(soak.TaintLeftBehind, m.Name, what+": "+err.Error())
 		}
 	}
-	d.sleep(20 * time.Second)
+	d.sleep(rest)
 	d.checkVolumes()
 }
 
