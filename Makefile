@@ -15,10 +15,18 @@ GOTESTSUM    := gotest.tools/gotestsum@v1.13.0
 BENCH_COUNT  ?= 6
 TEST_TIMEOUT ?= 60m
 FUZZTIME     ?= 1m
+# make soak: how often the fault matrix runs, how long random faults are
+# injected (0 skips a phase), and the seed that replays a random phase.
+SOAK_MATRIX_RUNS ?= 5
+SOAK_DURATION    ?= 60m
+SOAK_SEED        ?=
+# The tests of the fault matrix (a regexp of names; default every e2e test
+# but the benchmarks and TestSoak).
+SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench soak demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -85,6 +93,35 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	$(GO) run $(BENCHSTAT) bin/bench.txt
 	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
+
+# Endurance, not part of make test. Phase 1: every end-to-end test but the
+# benchmarks and TestSoak, SOAK_MATRIX_RUNS times (go test -count), pass and
+# fail per run tabled by hack/soakmatrix. Phase 2: TestSoak, random faults
+# on one harness for SOAK_DURATION with the invariants checked throughout
+# (its own deadlines bound it, hence -timeout 0). bin/soak.txt gets both
+# tables; any failure or broken invariant makes the target fail.
+soak: deps kube-binaries ## endurance: the e2e fault matrix SOAK_MATRIX_RUNS times (default 5, ~30 min each), then random faults for SOAK_DURATION (default 60m); tables in bin/soak.txt
+	@mkdir -p bin && rm -f bin/soak.txt bin/soak-matrix.* bin/soak-random.*
+	$(GO) build -o bin/testsummary ./hack/testsummary
+	@rc=0; \
+	if [ "$(SOAK_MATRIX_RUNS)" != 0 ]; then \
+	  tests='$(SOAK_TESTS)'; [ -n "$$tests" ] || \
+	    tests=$$($(GO) test -list . ./test/e2e/ | grep '^Test' | grep -v -e '^TestSoak$$' -e '^TestRecovery' | paste -sd'|'); \
+	  echo "soak phase 1: the fault matrix, $(SOAK_MATRIX_RUNS) runs of $$tests (~30 min a run on 2 cores); what still runs every 30 s"; \
+	  bin/testsummary -watch 30s bin/soak-matrix.json & watcher=$$!; \
+	  $(GO) run $(GOTESTSUM) --format testname --jsonfile bin/soak-matrix.json -- \
+	    -count=$(SOAK_MATRIX_RUNS) -timeout $$(( $(SOAK_MATRIX_RUNS) * 60 ))m -run "^($$tests)$$" ./test/e2e/; \
+	  kill $$watcher 2>/dev/null; \
+	  $(GO) run ./hack/soakmatrix bin/soak-matrix.json > bin/soak-matrix.txt || rc=1; \
+	fi; \
+	if [ "$(SOAK_DURATION)" != 0 ]; then \
+	  echo "soak phase 2: random faults for $(SOAK_DURATION) (log: bin/soak-random.log)"; \
+	  SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(CURDIR)/bin/soak-random.txt \
+	    $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/e2e/ 2>&1 | tee bin/soak-random.log | \
+	    grep --line-buffered -e ' soak ' -e '^--- ' -e '^FAIL' -e '^ok'; \
+	  [ "$${PIPESTATUS[0]}" = 0 ] || rc=1; \
+	fi; \
+	echo; cat bin/soak-matrix.txt bin/soak-random.txt 2>/dev/null | tee bin/soak.txt; exit $$rc
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
 	$(GO) run ./cmd/fenced-demo
