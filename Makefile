@@ -26,7 +26,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench soak demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -93,6 +93,9 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	$(GO) run $(BENCHSTAT) bin/bench.txt
 	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
+
+soak-smoke: deps kube-binaries ## the soak's driver on a few faults (~2 min): what make soak runs for an hour
+	FENCED_SOAK_SMOKE=1 $(GO) test -count=1 -v -run '^TestSoak$$' ./test/e2e/ 2>&1 | grep --line-buffered -e ' soak ' -e '^--- ' -e '^FAIL' -e '^ok'; exit $${PIPESTATUS[0]}
 
 # Endurance, not part of make test. Phase 1: every end-to-end test but the
 # benchmarks and TestSoak, SOAK_MATRIX_RUNS times (go test -count), pass and

@@ -30,10 +30,12 @@ import (
 // The randomized phase of `make soak`: one harness, faults of every kind in
 // random order and overlapping, each followed by its recovery, for
 // SOAK_DURATION, while soak.Checker watches every Node and power Lease.
-// Without SOAK_DURATION it is a smoke run of a few faults (part of the
-// ordinary suite, so the soak code cannot rot). Environment:
+// Without SOAK_DURATION it is a smoke run of a few faults, with
+// FENCED_SOAK_SMOKE=1 (make soak-smoke, ~2 min); otherwise it skips.
+// Environment:
 //
-//	SOAK_DURATION  how long faults are injected (default: the smoke run)
+//	SOAK_DURATION      how long faults are injected (default: the smoke run)
+//	FENCED_SOAK_SMOKE  run the smoke run
 //	SOAK_SEED      the RNG seed, to replay a run (default: from the clock)
 //	SOAK_REPORT    a file for the summary table (default: none)
 
@@ -90,6 +92,12 @@ func TestSoak(t *testing.T) {
 		t.Skip(harness.SkipShortMessage)
 	}
 	duration, smoke := soakSmokeDuration, true
+	if os.Getenv("SOAK_DURATION") == "" && os.Getenv("FENCED_SOAK_SMOKE") == "" {
+		// ~2 min on the serial end-to-end package, the long pole of make
+		// test; the scheduler and the checker are unit-tested in
+		// internal/testbed/soak on every run.
+		t.Skip("the soak's smoke run: make soak-smoke (FENCED_SOAK_SMOKE=1), or make soak")
+	}
 	if v := os.Getenv("SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		must(t, err)
