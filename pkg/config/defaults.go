@@ -105,6 +105,14 @@ const (
 	DefaultMonitorInterval = 5 * time.Minute
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
+	// DefaultMaxConcurrentPowerReads bounds the power reads one fencer has
+	// in flight at once. A rack that goes dark makes forty nodes suspect in
+	// the same second; unbounded, that is forty BMC sessions — or forty
+	// fence agent processes of ~30 MB each for a PDU level — at once.
+	// Sixteen reads a 40-node rack whose BMCs answer in three waves of
+	// milliseconds; dark BMCs hold a slot for their whole timeout
+	// (bmc.timeout × (1 + bmc.retries)), which is what a larger bound buys.
+	DefaultMaxConcurrentPowerReads = 16
 )
 
 // Defaults of the decision core and the fencer that the configuration
@@ -143,6 +151,8 @@ const (
 const (
 	maxBMCTimeout = 5 * time.Minute
 	maxBMCRetries = 10
+	// maxPowerReads bounds fencer.maxConcurrentPowerReads.
+	maxPowerReads = 1024
 )
 
 // maxFenceAgentTimeout bounds fenceDevices[].timeout.
