@@ -18,7 +18,7 @@ FUZZTIME     ?= 1m
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -82,6 +82,14 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	$(GO) run $(BENCHSTAT) bin/bench.txt
 	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
+
+# The fencer in a 1000-Node cluster and a rack of 40 going dark twice (BMCs
+# up, then BMCs dark behind a PDU level): test/scale/fencer at full size.
+# Its 20-Node version runs in every `go test`.
+bench-scale: deps kube-binaries ## one fencer, 1000 Nodes, a rack of 40 goes dark (BMCs up, then dark with a PDU level); table in bin/bench-scale.txt (~6 min)
+	@mkdir -p bin
+	set -o pipefail; FENCED_BENCH_SCALE=1 FENCED_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.txt nice -n 10 $(GO) test -count=1 -timeout 40m -v -run '^TestFencerAtScale$$' ./test/scale/fencer/ 2>&1 \
+	  | tee bin/bench-scale.log | grep --line-buffered -v -e '^=== ' -e '^\s*$$'
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
 	$(GO) run ./cmd/fenced-demo
