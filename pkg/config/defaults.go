@@ -145,6 +145,16 @@ const (
 	// renewal a later sign of life must beat); an API server that does not
 	// answer within this must not delay the reading.
 	DefaultKubeletLeaseReadTimeout = 2 * time.Second
+	// DefaultClientQPS and DefaultClientBurst bound the agent's requests to
+	// the API server. At rest an agent makes none (watches only); a
+	// fencer fencing a node makes about six (the kubelet Lease twice, the
+	// Node, its status, the pods). client-go's own 5 per second serialise
+	// a dark rack of 40 nodes into more than a minute, long enough for
+	// the power readings to age past DefaultMaxEvidenceAge and be read
+	// again (make bench-scale). Fifty a second fences that rack within
+	// seconds; the API server's priority and fairness still protects it.
+	DefaultClientQPS   = 50
+	DefaultClientBurst = 100
 )
 
 // Limits enforced by validation.
