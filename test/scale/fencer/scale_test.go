@@ -64,6 +64,10 @@ var (
 // benchEnv selects the full size.
 const benchEnv = "FENCED_BENCH_SCALE"
 
+// readsEnv sets fencer.maxConcurrentPowerReads (default: the smoke's 2,
+// the full size's config.DefaultMaxConcurrentPowerReads).
+const readsEnv = "FENCED_BENCH_SCALE_READS"
+
 // outEnv names the file the table is written to besides the test log.
 const outEnv = "FENCED_BENCH_SCALE_OUT"
 
@@ -85,6 +89,11 @@ func TestFencerAtScale(t *testing.T) {
 	sz := smoke
 	if os.Getenv(benchEnv) != "" {
 		sz = full
+	}
+	if v := os.Getenv(readsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		must(t, err)
+		sz.readBound = n
 	}
 	for _, bin := range []string{"ipmi_sim", "snmpd", "fence_apc_snmp"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -438,6 +447,7 @@ func (s *scenario) atRest(res *results, auditLog string) {
 func (s *scenario) rackDark(ctx context.Context, label string, rack []string, dark bool, run *rackRun) {
 	t := s.t
 	run.label, run.dark, run.nodes = label, dark, len(rack)
+	alive0 := s.metric(`fenced_members{state="alive"`)
 	status0 := s.metric(`fenced_bmc_requests_total{op="power-status",result="ok"`)
 	fail0 := s.metric(`fenced_bmc_requests_total{op="power-status"`) - status0
 	cpu0 := cpuSeconds(s.pid)
@@ -476,6 +486,9 @@ func (s *scenario) rackDark(ctx context.Context, label string, rack []string, da
 		if time.Now().After(deadline) {
 			t.Errorf("rack %s: %d of %d nodes not tainted after %s", label, left(), len(rack), s.sz.taintTimeout)
 			break
+		}
+		if run.allDead == 0 && alive0-s.metric(`fenced_members{state="alive"`) >= float64(len(rack)) {
+			run.allDead = time.Since(t0)
 		}
 		run.maxInFlight = max(run.maxInFlight, s.metric("fenced_power_reads_in_flight"))
 		run.maxWaiting = max(run.maxWaiting, s.metric("fenced_power_reads_waiting"))
@@ -593,10 +606,12 @@ func (s *scenario) metric(prefix string) float64 {
 
 // rackRun is one rack's figures.
 type rackRun struct {
-	label                   string
-	dark                    bool
-	nodes                   int
-	first, median, last     time.Duration
+	label               string
+	dark                bool
+	nodes               int
+	first, median, last time.Duration
+	// allDead is when the fencer's ring saw the whole rack dead.
+	allDead                 time.Duration
 	maxInFlight, maxWaiting float64
 	maxRSS                  float64
 	cpuSeconds              float64
@@ -637,8 +652,8 @@ func (r *results) print(t *testing.T) {
 	fmt.Fprintf(&b, "| fencer API requests from start to rest | %d (%s), %d watches |\n", r.startRequests, r.startVerbs, r.startWatches)
 	fmt.Fprintf(&b, "| BMC reads at rest | %.0f (device monitor rounds only) |\n", r.restBMC)
 	fmt.Fprintf(&b, "| simulated kubelet Lease renewals over the run | %d (%d failed) |\n\n", r.renewals, r.renewFailures)
-	b.WriteString("| a rack goes dark | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| a rack goes dark | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.runs {
 		what := fmt.Sprintf("rack %s, %d nodes, BMCs up (read off)", run.label, run.nodes)
 		if run.dark {
@@ -648,7 +663,7 @@ func (r *results) print(t *testing.T) {
 		for _, k := range slices.Sorted(maps.Keys(run.evidence)) {
 			ev = append(ev, fmt.Sprintf("%d× %s", run.evidence[k], k))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %d | %.1f MB | %.1f s |  %s |\n", what,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %d | %.1f MB | %.1f s |  %s |\n", what, run.allDead.Round(100*time.Millisecond),
 			run.first.Round(100*time.Millisecond), run.median.Round(100*time.Millisecond), run.last.Round(100*time.Millisecond),
 			run.maxInFlight, run.maxWaiting, run.statusOK, run.statusFailed, run.powerOffs, run.maxPowerLeases, run.maxRSS, run.cpuSeconds, strings.Join(ev, ", "))
 	}
