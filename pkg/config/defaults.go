@@ -108,7 +108,7 @@ const (
 	// DefaultMaxConcurrentPowerReads bounds the power reads one fencer has
 	// in flight at once. A rack that goes dark makes forty nodes suspect in
 	// the same second; unbounded, that is forty BMC sessions — or forty
-	// fence agent processes of ~30 MB each for a PDU level — at once.
+	// fence agent processes (a Python interpreter each) for a PDU level.
 	// Sixteen reads a 40-node rack whose BMCs answer in three waves of
 	// milliseconds; dark BMCs hold a slot for their whole timeout
 	// (bmc.timeout × (1 + bmc.retries)), which is what a larger bound buys.

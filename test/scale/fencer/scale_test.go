@@ -496,7 +496,8 @@ func (s *scenario) rackDark(ctx context.Context, label string, rack []string, da
 			t.Errorf("rack %s: %d of %d nodes not tainted after %s", label, left(), len(rack), s.sz.taintTimeout)
 			break
 		}
-		if run.allDead == 0 && alive0-s.metric(`fenced_members{state="alive"`) >= float64(len(rack)) {
+		// 0 is a failed scrape (the fencer itself is always alive).
+		if alive := s.metric(`fenced_members{state="alive"`); run.allDead == 0 && alive > 0 && alive0-alive >= float64(len(rack)) {
 			run.allDead = time.Since(t0)
 		}
 		run.maxInFlight = max(run.maxInFlight, s.metric("fenced_power_reads_in_flight"))
