@@ -26,7 +26,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -125,6 +125,14 @@ soak: deps kube-binaries ## endurance: the e2e fault matrix SOAK_MATRIX_RUNS tim
 	  [ "$${PIPESTATUS[0]}" = 0 ] || rc=1; \
 	fi; \
 	echo; cat bin/soak-matrix.txt bin/soak-random.txt 2>/dev/null | tee bin/soak.txt; exit $$rc
+
+# The fencer in a 1000-Node cluster and a rack of 40 going dark twice (BMCs
+# up, then BMCs dark behind a PDU level): test/scale/fencer at full size.
+# Its 20-Node version runs in every `go test`.
+bench-scale: deps kube-binaries ## one fencer, 1000 Nodes, a rack of 40 goes dark (BMCs up, then dark with a PDU level); table in bin/bench-scale.txt (~6 min)
+	@mkdir -p bin
+	set -o pipefail; FENCED_BENCH_SCALE=1 FENCED_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.txt nice -n 10 $(GO) test -count=1 -timeout 40m -v -run '^TestFencerAtScale$$' ./test/scale/fencer/ 2>&1 \
+	  | tee bin/bench-scale.log | grep --line-buffered -v -e '^=== ' -e '^\s*$$'
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
 	$(GO) run ./cmd/fenced-demo

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/agent"
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/shutdown"
 )
 
@@ -108,6 +109,9 @@ func runAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	if err != nil {
 		return err
 	}
+	// client-go's default of 5 requests a second is too few for a fencer
+	// in a rack failure (config.DefaultClientQPS says why).
+	rc.QPS, rc.Burst = config.DefaultClientQPS, config.DefaultClientBurst
 	if opts.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}

@@ -263,11 +263,12 @@ func (a *Agent) build() (_ *parts, err error) {
 			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: a.inv, Members: p.ring,
 			Tainter: kube.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
-			LeaseDuration:   o.Config.Fencer.LeaseDuration,
-			Verify:          device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
-			MonitorInterval: o.Config.Fencer.MonitorInterval,
-			GossipPort:      o.Config.Gossip.Port,
-			Metrics:         fencer.NewMetrics(p.reg), Logger: p.log,
+			LeaseDuration:           o.Config.Fencer.LeaseDuration,
+			Verify:                  device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
+			MonitorInterval:         o.Config.Fencer.MonitorInterval,
+			MaxConcurrentPowerReads: o.Config.Fencer.MaxConcurrentPowerReads,
+			GossipPort:              o.Config.Gossip.Port,
+			Metrics:                 fencer.NewMetrics(p.reg), Logger: p.log,
 		})
 		if err != nil {
 			return nil, err

@@ -217,7 +217,8 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
-	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval}) {
+	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval,
+		MaxConcurrentPowerReads: DefaultMaxConcurrentPowerReads}) {
 		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
 	}
 	if !cfg.Shutdown.Announce {
@@ -228,7 +229,7 @@ clusterName: prod
 gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
 policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s,
   staleAttachmentGrace: 30s, deleteStaleVolumeAttachments: true, dryRun: true}
-fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s, monitorInterval: 0s}
+fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s, monitorInterval: 0s, maxConcurrentPowerReads: 4}
 shutdown: {announce: false}
 `), "t")
 	if err != nil {
@@ -242,7 +243,7 @@ shutdown: {announce: false}
 		PowerOnAfterFence: true, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true, DryRun: true}) {
 		t.Errorf("policy %+v", cfg.Policy)
 	}
-	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute}) {
+	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute, MaxConcurrentPowerReads: 4}) {
 		t.Errorf("fencer %+v", cfg.Fencer)
 	}
 	if cfg.Shutdown.Announce {
@@ -263,6 +264,8 @@ func TestSectionErrors(t *testing.T) {
 		"gossip: {suspicionMult: 50}":               "gossip: suspicionMult: 50 is out of range",
 		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
+		"fencer: {maxConcurrentPowerReads: -1}":     "fencer: maxConcurrentPowerReads: -1 is out of range",
+		"fencer: {maxConcurrentPowerReads: 5000}":   "fencer: maxConcurrentPowerReads: 5000 is out of range",
 		"policy: {shutdownWait: 2h}":                "policy: shutdownWait: 2h0m0s is out of range",
 		"shutdown: {announce: yes-please}":          "shutdown.announce",
 		"policy: {staleAttachmentGrace: 1s}":        "policy: staleAttachmentGrace: 1s is out of range",

@@ -105,6 +105,14 @@ const (
 	DefaultMonitorInterval = 5 * time.Minute
 	// DefaultPowerTimeout is fence_ipmilan's power_timeout.
 	DefaultPowerTimeout = 20 * time.Second
+	// DefaultMaxConcurrentPowerReads bounds the power reads one fencer has
+	// in flight at once. A rack that goes dark makes forty nodes suspect in
+	// the same second; unbounded, that is forty BMC sessions — or forty
+	// fence agent processes (a Python interpreter each) for a PDU level.
+	// Sixteen reads a 40-node rack whose BMCs answer in three waves of
+	// milliseconds; dark BMCs hold a slot for their whole timeout
+	// (bmc.timeout × (1 + bmc.retries)), which is what a larger bound buys.
+	DefaultMaxConcurrentPowerReads = 16
 )
 
 // Defaults of the decision core and the fencer that the configuration
@@ -137,12 +145,24 @@ const (
 	// renewal a later sign of life must beat); an API server that does not
 	// answer within this must not delay the reading.
 	DefaultKubeletLeaseReadTimeout = 2 * time.Second
+	// DefaultClientQPS and DefaultClientBurst bound the agent's requests to
+	// the API server. At rest an agent makes none (watches only); a
+	// fencer fencing a node makes about six (the kubelet Lease twice, the
+	// Node, its status, the pods). client-go's own 5 per second serialise
+	// a dark rack of 40 nodes into more than a minute, long enough for
+	// the power readings to age past DefaultMaxEvidenceAge and be read
+	// again (make bench-scale). Fifty a second fences that rack within
+	// seconds; the API server's priority and fairness still protects it.
+	DefaultClientQPS   = 50
+	DefaultClientBurst = 100
 )
 
 // Limits enforced by validation.
 const (
 	maxBMCTimeout = 5 * time.Minute
 	maxBMCRetries = 10
+	// maxPowerReads bounds fencer.maxConcurrentPowerReads.
+	maxPowerReads = 1024
 )
 
 // maxFenceAgentTimeout bounds fenceDevices[].timeout.

@@ -68,6 +68,8 @@ type Fencer struct {
 	LeaseDuration   time.Duration
 	PowerTimeout    time.Duration
 	MonitorInterval time.Duration
+	// MaxConcurrentPowerReads bounds the fencer's power reads in flight.
+	MaxConcurrentPowerReads int
 }
 
 // ResolvedBMC is one node's BMC after inheriting bmc.defaults and the

@@ -109,10 +109,14 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 
 func resolveFencer(fe *fieldErrors, f FencerSpec) Fencer {
 	r := Fencer{
-		LeaseNamespace:  first(f.LeaseNamespace, DefaultLeaseNamespace),
-		LeaseDuration:   duration(f.LeaseDuration, DefaultLeaseDuration),
-		PowerTimeout:    duration(f.PowerTimeout, DefaultPowerTimeout),
-		MonitorInterval: duration(f.MonitorInterval, DefaultMonitorInterval),
+		LeaseNamespace:          first(f.LeaseNamespace, DefaultLeaseNamespace),
+		LeaseDuration:           duration(f.LeaseDuration, DefaultLeaseDuration),
+		PowerTimeout:            duration(f.PowerTimeout, DefaultPowerTimeout),
+		MonitorInterval:         duration(f.MonitorInterval, DefaultMonitorInterval),
+		MaxConcurrentPowerReads: first(f.MaxConcurrentPowerReads, DefaultMaxConcurrentPowerReads),
+	}
+	if r.MaxConcurrentPowerReads < 1 || r.MaxConcurrentPowerReads > maxPowerReads {
+		fe.add("fencer", "maxConcurrentPowerReads", "%d is out of range (1 to %d)", r.MaxConcurrentPowerReads, maxPowerReads)
 	}
 	if r.MonitorInterval != 0 && (r.MonitorInterval < 10*time.Second || r.MonitorInterval > 24*time.Hour) {
 		fe.add("fencer", "monitorInterval", "%s is out of range (0 disables; else 10s to 24h)", r.MonitorInterval)

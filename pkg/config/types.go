@@ -132,6 +132,11 @@ type FencerSpec struct {
 	// or a changed password is found before the outage that needs it.
 	// 0 disables the checks.
 	MonitorInterval *metav1.Duration `json:"monitorInterval,omitempty"`
+	// MaxConcurrentPowerReads bounds the power status reads this fencer
+	// has in flight at once; reads beyond it wait their turn in order.
+	// Power actions are not counted: policy.maxConcurrentPowerActions
+	// bounds them.
+	MaxConcurrentPowerReads int `json:"maxConcurrentPowerReads,omitempty"`
 }
 
 // BMCInventory lists the BMC of every node that fenced may confirm or fence.

@@ -113,8 +113,11 @@ type Config struct {
 	// MonitorInterval is how often every power device is checked
 	// (monitor.go); 0 disables the checks.
 	MonitorInterval time.Duration
-	Metrics         *Metrics
-	Logger          *slog.Logger
+	// MaxConcurrentPowerReads bounds the power reads in flight at once
+	// (readgate.go); 0: config.DefaultMaxConcurrentPowerReads.
+	MaxConcurrentPowerReads int
+	Metrics                 *Metrics
+	Logger                  *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -165,6 +168,9 @@ type Fencer struct {
 	policyOK      atomic.Bool
 	policyChecked bool
 
+	// reads bounds the power reads in flight (readgate.go).
+	reads *readGate
+
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
 
@@ -203,6 +209,9 @@ func New(cfg Config) (*Fencer, error) {
 		// Registered nowhere: a fencer always has its metrics to update.
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	if cfg.MaxConcurrentPowerReads <= 0 {
+		cfg.MaxConcurrentPowerReads = config.DefaultMaxConcurrentPowerReads
+	}
 	f := &Fencer{
 		cfg:         cfg,
 		log:         cfg.Logger,
@@ -218,6 +227,7 @@ func New(cfg Config) (*Fencer, error) {
 		written:     map[string]*corev1.Node{},
 		podsDeleted: map[string]time.Time{},
 		fenceable:   map[string]bool{},
+		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 	}
 	if err := f.watch(cfg.Informers); err != nil {
 		return nil, err
@@ -818,7 +828,16 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		var fail *core.Failure
 		switch op {
 		case core.OpPowerStatus:
+			// The node stays InFlight while it waits for a slot: the core
+			// neither asks again nor decides on an older reading meanwhile.
+			// Its reading is dated when its own request goes out.
+			if !f.reads.acquire(ctx) {
+				fail = &core.Failure{Op: op, Kind: core.KindTimeout, Message: "fencer stopping: read not started", At: f.cfg.Now()}
+				break
+			}
+			start = f.cfg.Now()
 			r, fail = f.readLevels(ctx, name, levels)
+			f.reads.release()
 		case core.OpPowerOff:
 			r, fail = f.powerOffLevels(ctx, name, levels)
 		case core.OpPowerOn:

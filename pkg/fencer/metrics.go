@@ -49,6 +49,13 @@ type Metrics struct {
 	// NodesExcluded is the number of Nodes with an exclusion label
 	// (fenced_nodes_excluded).
 	NodesExcluded prometheus.Gauge
+	// PowerReadsInFlight is the number of power reads running now
+	// (fenced_power_reads_in_flight), at most
+	// fencer.maxConcurrentPowerReads.
+	PowerReadsInFlight prometheus.Gauge
+	// PowerReadsWaiting is the number of power reads waiting for a slot
+	// (fenced_power_reads_waiting).
+	PowerReadsWaiting prometheus.Gauge
 }
 
 // NewMetrics registers the fencer's metrics with reg.
@@ -112,9 +119,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NodesExcludedMetric,
 			Help: "Nodes labelled fenced.io/exclude=true or remediation.medik8s.io/exclude-from-remediation=true: never read, tainted or switched by fenced.",
 		}),
+		PowerReadsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_power_reads_in_flight",
+			Help: "Power reads (a node's fencing levels, in order) running now; at most fencer.maxConcurrentPowerReads.",
+		}),
+		PowerReadsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_power_reads_waiting",
+			Help: "Power reads waiting for a slot under fencer.maxConcurrentPowerReads.",
+		}),
 	}
 	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
-		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded)
+		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.PowerReadsInFlight, m.PowerReadsWaiting)
 	return m
 }
 
