@@ -234,8 +234,8 @@ shutdown: {announce: false}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", ProbeInterval: 500 * time.Millisecond,
-		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}) {
+	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", Profile: GossipProfileLAN, GossipTimings: GossipTimings{ProbeInterval: 500 * time.Millisecond,
+		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}}) {
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
 	if cfg.Policy != (Policy{Mode: "power-off", FenceAfter: 30 * time.Second, MaxUnhealthy: 0.34, MaxConcurrentPowerActions: 2,
@@ -261,6 +261,10 @@ func TestSectionErrors(t *testing.T) {
 		"policy: {fenceAfter: 1m, fenceAfterr: 2m}": `unknown field "fenceAfterr"`,
 		"gossip: {port: 0x10000}":                   "gossip: port: 65536 is not a port",
 		"gossip: {suspicionMult: 50}":               "gossip: suspicionMult: 50 is out of range",
+		"gossip: {profile: wan}":                    `gossip: profile: "wan" is not a profile (lan or fast)`,
+		"gossip: {probeTimeout: 2s}":                "gossip: probeTimeout: 2s must be shorter than probeInterval 1s (profile lan)",
+		"gossip: {profile: fast, probeTimeout: 1s}": "gossip: probeTimeout: 1s must be shorter than probeInterval 300ms (profile fast)",
+		"gossip: {profil: fast}":                    `unknown field "profil"`,
 		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
 		"policy: {shutdownWait: 2h}":                "policy: shutdownWait: 2h0m0s is out of range",
