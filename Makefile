@@ -18,7 +18,7 @@ FUZZTIME     ?= 1m
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench demo cluster-up cluster-down kind-power-loss clean help
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-gossip bench-fast demo cluster-up cluster-down kind-power-loss clean help
 
 all: build
 
@@ -82,6 +82,32 @@ bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery
 	$(GO) run $(BENCHSTAT) bin/bench.txt
 	FENCED_BENCH=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRecoveryBenchmark|TestRecoveryWithoutFencing' ./test/e2e/ > bin/recovery.txt 2>&1; \
 	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/recovery.txt | grep -v '^[IEW][0-9]' ; exit $$rc
+
+# Gossip at scale: rings of the real heartbeat Ring in one process on
+# 127.0.0.1 (test/scale/gossip). GOSSIP_SIZES etc. shorten a trial run.
+GOSSIP_SIZES      ?= 10,100,500,1000
+GOSSIP_FAST_SIZES ?= 10,100
+GOSSIP_KILLS      ?= 20
+GOSSIP_REST       ?= 30s
+bench-gossip: ## gossip at scale: crash detection, false dead reports at rest/with loss/CPU starved, traffic, CPU and RSS per member, rings of 10-1000, LAN and fast profiles (~30 min) -> bin/bench-gossip.txt
+	@mkdir -p bin && rm -f bin/bench-gossip.txt
+	FENCED_BENCH_GOSSIP=1 FENCED_GOSSIP_OUT=$(CURDIR)/bin/bench-gossip.txt FENCED_GOSSIP_SIZES=$(GOSSIP_SIZES) \
+	  FENCED_GOSSIP_KILLS=$(GOSSIP_KILLS) FENCED_GOSSIP_REST=$(GOSSIP_REST) FENCED_GOSSIP_PROFILE=lan \
+	  $(GO) test -count=1 -timeout 90m -v -run TestGossipAtScale ./test/scale/gossip/
+	FENCED_BENCH_GOSSIP=1 FENCED_GOSSIP_OUT=$(CURDIR)/bin/bench-gossip.txt FENCED_GOSSIP_SIZES=$(GOSSIP_FAST_SIZES) \
+	  FENCED_GOSSIP_KILLS=$(GOSSIP_KILLS) FENCED_GOSSIP_REST=$(GOSSIP_REST) FENCED_GOSSIP_PROFILE=fast \
+	  $(GO) test -count=1 -timeout 90m -v -run TestGossipAtScale ./test/scale/gossip/
+	@cat bin/bench-gossip.txt
+
+# The fast gossip profile on the harness: power-loss recoveries and BMC
+# reads at rest, under a CPU hog and with 2 % packet loss on one machine.
+FAST_ROUNDS ?= 10
+FAST_REST   ?= 3m
+bench-fast: deps kube-binaries ## gossip.profile fast on the harness: FAST_ROUNDS power losses, false suspicions at rest/CPU hog/2 % loss (~30 min) -> bin/bench-fast.txt
+	@mkdir -p bin
+	FENCED_BENCH=1 FENCED_BENCH_ROUNDS=$(FAST_ROUNDS) FENCED_BENCH_REST=$(FAST_REST) $(GO) test -count=1 -timeout 60m -v \
+	  -run 'TestRecoveryBenchmarkFast' ./test/e2e/ > bin/bench-fast.txt 2>&1; \
+	  rc=$$?; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/bench-fast.txt | grep -v '^[IEW][0-9]' ; exit $$rc
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
 	$(GO) run ./cmd/fenced-demo
