@@ -281,3 +281,32 @@ func TestSectionErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestGossipProfiles(t *testing.T) {
+	fast := GossipProfiles[GossipProfileFast]
+	cases := []struct {
+		name, yaml string
+		want       Gossip
+	}{
+		{"default is lan", "", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"lan", "gossip: {profile: lan}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"fast", "gossip: {profile: fast}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast,
+			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}}},
+		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(header+tc.yaml+"\n"), "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Gossip != tc.want {
+				t.Errorf("gossip %+v, want %+v", cfg.Gossip, tc.want)
+			}
+		})
+	}
+	if fast.ProbeTimeout >= fast.ProbeInterval || fast.SuspicionMult < 1 {
+		t.Errorf("the fast profile is not valid: %+v", fast)
+	}
+}
