@@ -61,6 +61,7 @@ func TestRecoveryBenchmarkFast(t *testing.T) {
 	time.Sleep(20 * time.Second) // start-up traffic settles
 	window("at rest", nil, nil)
 	var hogs []*exec.Cmd
+	var lossNote string
 	window(fmt.Sprintf("CPU hog on %s (2 busy processes in its namespace; the 2 cores are every machine's)", disturbed.Name), func() {
 		for range 2 {
 			c := disturbed.Host.Command("sh", "-c", "while :; do :; done")
@@ -76,9 +77,13 @@ func TestRecoveryBenchmarkFast(t *testing.T) {
 	window(fmt.Sprintf("2 %% packet loss on %s (each way, iptables statistic)", disturbed.Name), func() {
 		must(t, disturbed.Host.Lose(0.02))
 	}, func() {
+		dropped, err := disturbed.Host.LossDropped()
+		must(t, err)
+		t.Logf("packets dropped on %s: %d", disturbed.Name, dropped)
+		lossNote = fmt.Sprintf("%d packets dropped on %s in the loss window (all its traffic, gossip and Kubernetes)", dropped, disturbed.Name)
 		must(t, disturbed.Host.Lose(0))
 	})
-	suspicions := "| fast profile, 5 nodes | node-hours | BMC power reads | per node-hour | taints |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") + "\n"
+	suspicions := "| fast profile, 5 nodes | node-hours | BMC power reads | per node-hour | taints |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") + "\n\n" + lossNote + "\n"
 
 	var runs []harness.Recovery
 	for i := range rounds {

@@ -241,6 +241,28 @@ func (h *Host) Lose(loss float64) error {
 	return nil
 }
 
+// LossDropped is how many packets the loss set by Lose has dropped, both
+// ways (iptables' counters of its rules).
+func (h *Host) LossDropped() (int64, error) {
+	var n int64
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		out, err := exec.Command("ip", "netns", "exec", h.Namespace, "iptables", "-w", "-L", chain, "-v", "-x", "-n").CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("netns: iptables counters of %s: %v: %s", h.Name, err, out)
+		}
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == "DROP" && strings.Contains(line, "statistic") {
+				v, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("netns: iptables counters of %s: %q: %v", h.Name, line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
 func lossRule(chain string, loss float64) []string {
 	dir := "-i"
 	if chain == "OUTPUT" {
