@@ -85,17 +85,7 @@ func TestRecoveryBenchmarkFast(t *testing.T) {
 	})
 	suspicions := "| fast profile, 5 nodes | node-hours | BMC power reads | per node-hour | taints |\n|---|---|---|---|---|\n" + strings.Join(lines, "\n") + "\n\n" + lossNote + "\n"
 
-	var runs []harness.Recovery
-	for i := range rounds {
-		victim, spare := "w-1", "w-2"
-		if i%2 == 1 {
-			victim, spare = spare, victim
-		}
-		r := measure(ctx, t, h, fmt.Sprintf("bench-fast-%d", i), victim, spare, 5*time.Minute)
-		must(t, h.PowerOnRecovery(ctx, &r, victim, time.Now().Add(-r.PodRunning), podTimeout))
-		runs = append(runs, r)
-		t.Logf("round %d of %d: %+v", i+1, rounds, r)
-	}
+	runs := powerLossRounds(ctx, t, h, "bench-fast", rounds)
 	table := header() + row(fmt.Sprintf("fast (%d runs)", len(runs)), runs)
 	t.Logf("recovery after power loss, gossip.profile fast:\n%s", table)
 	fmt.Printf("\nrecovery after power loss, confirm-only mode, gossip.profile fast, %d runs, times from the power loss:\n%s\n", len(runs), table)
