@@ -34,6 +34,9 @@ type Options struct {
 	// Settle is how long the formed ring is left alone before the first
 	// window, for the join's gossip to die down.
 	Settle time.Duration
+	// BuildTimeout bounds the forming of the ring (0: 10 minutes): where
+	// the process cannot host Size members, Run says how far it got.
+	BuildTimeout time.Duration
 	// Progress receives a line every few seconds.
 	Progress func(format string, args ...any)
 }
@@ -81,22 +84,30 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer c.Close()
 
 	start := time.Now()
+	buildTimeout := o.BuildTimeout
+	if buildTimeout == 0 {
+		buildTimeout = 10 * time.Minute
+	}
 	// The first members join one by one, so that the later ones have
 	// several seeds; then many at once.
 	if err := c.Grow(ctx, min(o.Size, 3), 1); err != nil {
 		return res, err
 	}
 	for c.Size() < o.Size {
+		if time.Since(start) > buildTimeout {
+			ok, of := c.Converged()
+			return res, fmt.Errorf("this process could not form a ring of %d in %s: %d members started, %d of them see all alive", o.Size, buildTimeout, of, ok)
+		}
 		batch := min(o.Size-c.Size(), 50)
 		if err := c.Grow(ctx, batch, 16); err != nil {
 			return res, err
 		}
-		o.Progress("N=%d %s: %d members started (%s)", o.Size, o.Profile, c.Size(), time.Since(start).Round(time.Second))
+		o.Progress("N=%d %s: %d members started (%s, process CPU %s so far)", o.Size, o.Profile, c.Size(), time.Since(start).Round(time.Second), cpuTime().Round(time.Second))
 	}
-	if err := c.WaitConverged(ctx, 10*time.Minute, func(ok, of int) {
+	if err := c.WaitConverged(ctx, max(time.Minute, buildTimeout-time.Since(start)), func(ok, of int) {
 		o.Progress("N=%d %s: %d of %d members see all alive (%s)", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second))
 	}); err != nil {
-		return res, err
+		return res, fmt.Errorf("this process could not form a ring of %d: %w", o.Size, err)
 	}
 	res.Build = time.Since(start)
 	o.Progress("N=%d %s: ring formed in %s", o.Size, o.Profile, res.Build.Round(100*time.Millisecond))
