@@ -26,6 +26,7 @@ func Report(results []Result) string {
 			missed, secs(s), secs(6*s), secs(r.Build))
 	}
 	b.WriteString("\nAt rest: false \"dead\" reports (a member seeing a member dead that was never killed; each would cost one BMC read), traffic and cost:\n\n")
+	b.WriteString("CPU / member includes the busy goroutines in the CPU-starved window. Bytes include TCP push/pull (every 30 s, more in big rings), so short windows are noisy.\n\n")
 	b.WriteString("| N | profile | window | member-hours | false dead reports | per member-hour | members seen dead | packets / member / s | bytes / member / s | process CPU | CPU / member | sched p99 |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
@@ -37,6 +38,18 @@ func Report(results []Result) string {
 				r.Size, r.Profile, w.Name, mh, w.FalseReports, float64(w.FalseReports)/mh, w.FalseSubjects,
 				perMember(w.Traffic.Packets), perMember(w.Traffic.PacketBytes+w.Traffic.StreamBytes),
 				100*cpu, 1000*cpu/float64(r.Size), w.SchedP99.Round(10*time.Microsecond))
+		}
+	}
+	for _, r := range results {
+		for _, w := range r.Windows {
+			if w.Unsettled != "" {
+				fmt.Fprintf(&b, "\nN=%d %s, after %q: %s.\n", r.Size, r.Profile, w.Name, w.Unsettled)
+			} else if w.Recovery > 5*time.Second {
+				fmt.Fprintf(&b, "\nN=%d %s, after %q: every member saw every other alive again %s later.\n", r.Size, r.Profile, w.Name, secs(w.Recovery))
+			}
+		}
+		if r.Unsettled > 0 {
+			fmt.Fprintf(&b, "\nN=%d %s: after %d kill batches the ring had not settled within 2 minutes; the next crashes hit a ring still flapping.\n", r.Size, r.Profile, r.Unsettled)
 		}
 	}
 	b.WriteString("\nMemory: process RSS with the ring formed, at rest, divided by the members (one process: the Go runtime's own few MB are shared):\n\n")
