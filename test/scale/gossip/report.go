@@ -37,7 +37,7 @@ func Report(results []Result) string {
 			fmt.Fprintf(&b, "| %d | %s | %s | %.1f | %d | %.2f | %d | %.1f | %.0f | %.0f %% | %.2f ms/s | %s |\n",
 				r.Size, r.Profile, w.Name, mh, w.FalseReports, float64(w.FalseReports)/mh, w.FalseSubjects,
 				perMember(w.Traffic.Packets), perMember(w.Traffic.PacketBytes+w.Traffic.StreamBytes),
-				100*cpu, 1000*cpu/float64(r.Size), w.SchedP99.Round(10*time.Microsecond))
+				100*cpu, 1000*cpu/float64(r.Size), latency(w.SchedP99))
 		}
 	}
 	for _, r := range results {
@@ -58,6 +58,14 @@ func Report(results []Result) string {
 		fmt.Fprintf(&b, "| %d | %s | %.0f MiB | %.0f KiB |\n", r.Size, r.Profile, float64(r.RSS)/(1<<20), float64(r.RSS)/1024/float64(r.Size))
 	}
 	return b.String()
+}
+
+// latency rounds a scheduling latency for the table.
+func latency(d time.Duration) string {
+	if d < 10*time.Microsecond {
+		return "<10µs"
+	}
+	return d.Round(10 * time.Microsecond).String()
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
