@@ -53,7 +53,7 @@ type Result struct {
 	// RSS is the process's resident memory with the ring formed, at rest.
 	RSS uint64
 	// Unsettled counts the kill batches after which the ring had not
-	// settled (every member seeing every other alive) in 2 minutes.
+	// settled (every member seeing every other alive) in settleWait.
 	Unsettled int
 }
 
@@ -142,7 +142,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		// that before the next window. A ring that keeps flapping (the
 		// process starved by the machine) is noted and measured on.
 		settled := time.Now()
-		if err := c.WaitConverged(ctx, 2*time.Minute, func(ok, of int) {
+		if err := c.WaitConverged(ctx, settleWait, func(ok, of int) {
 			o.Progress("N=%d %s: after %q, %d of %d members see all alive", o.Size, o.Profile, w.Name, ok, of)
 		}); err != nil {
 			w.Unsettled = err.Error()
@@ -169,7 +169,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err := c.Grow(ctx, n, n); err != nil {
 			return res, err
 		}
-		if err := c.WaitConverged(ctx, 2*time.Minute, func(ok, of int) {
+		if err := c.WaitConverged(ctx, settleWait, func(ok, of int) {
 			o.Progress("N=%d %s: replacing the crashed: %d of %d members see all alive", o.Size, o.Profile, ok, of)
 		}); err != nil {
 			res.Unsettled++
@@ -178,6 +178,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	return res, nil
 }
+
+// settleWait bounds the wait for a ring to settle after a window or a
+// kill batch: a ring that has not settled by then keeps flapping, and
+// waiting longer only stretches the run.
+const settleWait = time.Minute
 
 // measureWindow runs the ring for d under w's conditions.
 func measureWindow(ctx context.Context, c *Cluster, w *Window, d time.Duration) error {

@@ -49,7 +49,7 @@ func Report(results []Result) string {
 			}
 		}
 		if r.Unsettled > 0 {
-			fmt.Fprintf(&b, "\nN=%d %s: after %d kill batches the ring had not settled within 2 minutes; the next crashes hit a ring still flapping.\n", r.Size, r.Profile, r.Unsettled)
+			fmt.Fprintf(&b, "\nN=%d %s: after %d kill batches the ring had not settled within %s; the next crashes hit a ring still flapping.\n", r.Size, r.Profile, r.Unsettled, settleWait)
 		}
 	}
 	b.WriteString("\nMemory: process RSS with the ring formed, at rest, divided by the members (one process: the Go runtime's own few MB are shared):\n\n")
