@@ -110,6 +110,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, err
 		}
 		o.Progress("N=%d %s: %d members started (%s, process CPU %s so far)", o.Size, o.Profile, c.Size(), time.Since(start).Round(time.Second), cpuTime().Round(time.Second))
+		// Each batch settles before the next joins, as nodes of a real
+		// cluster come up over minutes: hundreds of joins at once in one
+		// process starve it into a ring that never settles.
+		if err := c.WaitConverged(ctx, max(time.Second, buildTimeout-time.Since(start)), func(ok, of int) {
+			o.Progress("N=%d %s: %d of %d members see all alive (%s)", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second))
+		}); err != nil {
+			return res, fmt.Errorf("this process could not form a ring of %d: %w", o.Size, err)
+		}
 	}
 	if err := c.WaitConverged(ctx, max(time.Minute, buildTimeout-time.Since(start)), func(ok, of int) {
 		o.Progress("N=%d %s: %d of %d members see all alive (%s)", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second))
