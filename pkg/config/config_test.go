@@ -235,8 +235,8 @@ shutdown: {announce: false}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", ProbeInterval: 500 * time.Millisecond,
-		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}) {
+	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", Profile: GossipProfileLAN, GossipTimings: GossipTimings{ProbeInterval: 500 * time.Millisecond,
+		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}}) {
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
 	if cfg.Policy != (Policy{Mode: "power-off", FenceAfter: 30 * time.Second, MaxUnhealthy: 0.34, MaxConcurrentPowerActions: 2,
@@ -262,6 +262,10 @@ func TestSectionErrors(t *testing.T) {
 		"policy: {fenceAfter: 1m, fenceAfterr: 2m}": `unknown field "fenceAfterr"`,
 		"gossip: {port: 0x10000}":                   "gossip: port: 65536 is not a port",
 		"gossip: {suspicionMult: 50}":               "gossip: suspicionMult: 50 is out of range",
+		"gossip: {profile: wan}":                    `gossip: profile: "wan" is not a profile (lan or fast)`,
+		"gossip: {probeTimeout: 2s}":                "gossip: probeTimeout: 2s must be shorter than probeInterval 1s (profile lan)",
+		"gossip: {profile: fast, probeTimeout: 1s}": "gossip: probeTimeout: 1s must be shorter than probeInterval 300ms (profile fast)",
+		"gossip: {profil: fast}":                    `unknown field "profil"`,
 		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
 		"fencer: {maxConcurrentPowerReads: -1}":     "fencer: maxConcurrentPowerReads: -1 is out of range",
@@ -278,5 +282,34 @@ func TestSectionErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", yaml, err, want)
 		}
+	}
+}
+
+func TestGossipProfiles(t *testing.T) {
+	fast := GossipProfiles[GossipProfileFast]
+	cases := []struct {
+		name, yaml string
+		want       Gossip
+	}{
+		{"default is lan", "", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"lan", "gossip: {profile: lan}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"fast", "gossip: {profile: fast}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast,
+			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}}},
+		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(header+tc.yaml+"\n"), "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Gossip != tc.want {
+				t.Errorf("gossip %+v, want %+v", cfg.Gossip, tc.want)
+			}
+		})
+	}
+	if fast.ProbeTimeout >= fast.ProbeInterval || fast.SuspicionMult < 1 {
+		t.Errorf("the fast profile is not valid: %+v", fast)
 	}
 }

@@ -32,12 +32,12 @@ type Config struct {
 // Gossip is the resolved gossip section. Zero durations and multipliers
 // mean memberlist's LAN defaults (pkg/heartbeat documents them).
 type Gossip struct {
-	Port           int
-	KeyFile        string
-	ProbeInterval  time.Duration
-	ProbeTimeout   time.Duration
-	SuspicionMult  int
-	GossipInterval time.Duration
+	Port    int
+	KeyFile string
+	// Profile is the profile the timings started from; the explicit
+	// fields of the section are applied over it.
+	Profile GossipProfile
+	GossipTimings
 }
 
 // Policy is the resolved policy section.

@@ -26,13 +26,23 @@ func duration(d *metav1.Duration, def time.Duration) time.Duration {
 }
 
 func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
+	profile := first(g.Profile, DefaultGossipProfile)
+	base, ok := GossipProfiles[profile]
+	if !ok {
+		fe.add("gossip", "profile", "%q is not a profile (lan or fast)", profile)
+		base = GossipProfiles[DefaultGossipProfile]
+	}
+	// 0 in a field means the profile's value, as leaving it out does.
 	r := Gossip{
-		Port:           first(g.Port, DefaultGossipPort),
-		KeyFile:        g.KeyFile,
-		ProbeInterval:  duration(g.ProbeInterval, DefaultGossipProbeInterval),
-		ProbeTimeout:   duration(g.ProbeTimeout, DefaultGossipProbeTimeout),
-		SuspicionMult:  orInt(g.SuspicionMult, DefaultGossipSuspicionMult),
-		GossipInterval: duration(g.GossipInterval, DefaultGossipInterval),
+		Port:    first(g.Port, DefaultGossipPort),
+		KeyFile: g.KeyFile,
+		Profile: profile,
+		GossipTimings: GossipTimings{
+			ProbeInterval:  first(duration(g.ProbeInterval, 0), base.ProbeInterval),
+			ProbeTimeout:   first(duration(g.ProbeTimeout, 0), base.ProbeTimeout),
+			SuspicionMult:  orInt(g.SuspicionMult, base.SuspicionMult),
+			GossipInterval: first(duration(g.GossipInterval, 0), base.GossipInterval),
+		},
 	}
 	if r.Port < 1 || r.Port > 65535 {
 		fe.add("gossip", "port", "%d is not a port (1-65535)", r.Port)
@@ -44,6 +54,11 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 	}
 	if r.SuspicionMult < 0 || r.SuspicionMult > 20 {
 		fe.add("gossip", "suspicionMult", "%d is out of range (0 for the default, at most 20)", r.SuspicionMult)
+	}
+	// memberlist sends the indirect probes in what is left of the interval
+	// after the direct probe's timeout: none would go out.
+	if r.ProbeTimeout > 0 && r.ProbeInterval > 0 && r.ProbeTimeout >= r.ProbeInterval {
+		fe.add("gossip", "probeTimeout", "%s must be shorter than probeInterval %s (profile %s)", r.ProbeTimeout, r.ProbeInterval, profile)
 	}
 	return r
 }

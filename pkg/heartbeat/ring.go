@@ -132,6 +132,13 @@ type Options struct {
 	// is signed, and fencers take none of this agent's word (tests, and
 	// agents that could not publish a key).
 	Key *identity.Key
+	// Transport, when set, carries the ring's packets and streams instead
+	// of the UDP and TCP listeners memberlist would open on
+	// BindAddr:BindPort (which must then be where it listens). The agent
+	// leaves it nil; benchmarks wrap memberlist's NetTransport to count
+	// or drop packets (test/scale/gossip). Encryption and the label are
+	// applied above it, so it carries what the network would.
+	Transport memberlist.NodeAwareTransport
 }
 
 // Ring is this agent's membership in the gossip ring.
@@ -236,6 +243,9 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	mc.Alive = d
 	mc.Delegate = d
 	mc.Logger = memberlistLogger(base)
+	if opts.Transport != nil {
+		mc.Transport = opts.Transport
+	}
 	r.mc = mc
 	return r, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -340,4 +342,30 @@ func TestDetectionTimeLANDefaults(t *testing.T) {
 		slowest = max(slowest, d)
 	}
 	t.Logf("LAN defaults, 5 members: Shutdown → dead at all others after %s", slowest.Round(10*time.Millisecond))
+}
+
+// countingTransport counts the packets memberlist hands it.
+type countingTransport struct {
+	*memberlist.NetTransport
+	packets atomic.Int64
+}
+
+func (c *countingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+	c.packets.Add(1)
+	return c.NetTransport.WriteToAddress(b, addr)
+}
+
+func TestTransportOptionCarriesTheRing(t *testing.T) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &countingTransport{NetTransport: nt}
+	a := start(t, fastConfig(t, "a", 0), Options{})
+	b := start(t, fastConfig(t, "b", nt.GetAutoBindPort()), Options{Transport: tr, Seeds: seedsOf(a.LocalAddr())})
+	waitFor(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
+	if b.LocalAddr() != "127.0.0.1:"+strconv.Itoa(nt.GetAutoBindPort()) {
+		t.Errorf("b is at %s, its transport at port %d", b.LocalAddr(), nt.GetAutoBindPort())
+	}
+	waitFor(t, settle, "b's probes go through its transport", func() bool { return tr.packets.Load() > 0 })
 }

@@ -41,19 +41,26 @@ func TestRecoveryBenchmark(t *testing.T) {
 	})
 	steadyState(ctx, t, h, audit.log)
 
+	report(t, powerLossRounds(ctx, t, h, "bench", benchRounds))
+}
+
+// powerLossRounds pulls the plug of w-1 and w-2 in turn, rounds times,
+// measuring each recovery (namespaces prefix-0, prefix-1…).
+func powerLossRounds(ctx context.Context, t *testing.T, h *harness.Harness, prefix string, rounds int) []harness.Recovery {
+	t.Helper()
 	var runs []harness.Recovery
-	for i := range benchRounds {
+	for i := range rounds {
 		victim, spare := "w-1", "w-2"
 		if i%2 == 1 {
 			victim, spare = spare, victim
 		}
-		r := measure(ctx, t, h, fmt.Sprintf("bench-%d", i), victim, spare, 5*time.Minute)
+		r := measure(ctx, t, h, fmt.Sprintf("%s-%d", prefix, i), victim, spare, 5*time.Minute)
 		// Back to a clean state: power on, wait for the taint to go.
 		must(t, h.PowerOnRecovery(ctx, &r, victim, time.Now().Add(-r.PodRunning), podTimeout))
 		runs = append(runs, r)
-		t.Logf("round %d: %+v", i+1, r)
+		t.Logf("round %d of %d: %+v", i+1, rounds, r)
 	}
-	report(t, runs)
+	return runs
 }
 
 // TestRecoveryBenchmarkBMCDark is the power loss that takes the BMC down

@@ -70,6 +70,9 @@ type Fencing struct {
 	FenceAgentTimeout time.Duration
 	// MonitorInterval is fencer.monitorInterval (default: the built-in).
 	MonitorInterval time.Duration
+	// Gossip is added to every agent's gossip section in YAML flow style,
+	// e.g. "profile: fast" (default: nothing, the built-in profile).
+	Gossip string
 }
 
 // IPMILanDevice is the name of machine's fence_ipmilan device
@@ -265,8 +268,12 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if f.MonitorInterval > 0 {
 		fencerSection += ", monitorInterval: " + f.MonitorInterval.String()
 	}
+	gossipSection := fmt.Sprintf("port: %d, keyFile: %s", GossipPort, keyFile)
+	if f.Gossip != "" {
+		gossipSection += ", " + f.Gossip
+	}
 	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: %s\n"+
-		"gossip: {port: %d, keyFile: %s}\nfencer: {%s}\n", ClusterName, GossipPort, keyFile, fencerSection)
+		"gossip: {%s}\nfencer: {%s}\n", ClusterName, gossipSection, fencerSection)
 	if f.Policy != "" {
 		common += "policy: " + f.Policy + "\n"
 	}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -50,6 +51,7 @@ type Host struct {
 
 	mu         sync.Mutex
 	blackholes map[netip.Addr]bool
+	loss       float64 // the fraction Lose set
 }
 
 // New creates a bridge with subnet (a /24 inside 198.18.0.0/15, e.g.
@@ -210,6 +212,67 @@ func (h *Host) Heal() error {
 		errs = append(errs, p.unblock(h.Addr))
 	}
 	return errors.Join(errs...)
+}
+
+// Lose drops the fraction loss (0 to 1) of the packets the host sends and
+// of those it receives on its link to the bridge, at random (iptables'
+// statistic match: this kernel has no netem). 0 removes the loss.
+func (h *Host) Lose(loss float64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	chains := []string{"INPUT", "OUTPUT"}
+	if h.loss > 0 {
+		for _, chain := range chains {
+			if out, err := h.iptables("-D", chain, lossRule(chain, h.loss)...); err != nil {
+				return fmt.Errorf("netns: remove the packet loss on %s: %v: %s", h.Name, err, out)
+			}
+		}
+		h.loss = 0
+	}
+	if loss <= 0 {
+		return nil
+	}
+	for _, chain := range chains {
+		if out, err := h.iptables("-A", chain, lossRule(chain, loss)...); err != nil {
+			return fmt.Errorf("netns: packet loss on %s: %v: %s", h.Name, err, out)
+		}
+	}
+	h.loss = loss
+	return nil
+}
+
+// LossDropped is how many packets the loss set by Lose has dropped, both
+// ways (iptables' counters of its rules).
+func (h *Host) LossDropped() (int64, error) {
+	var n int64
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		out, err := exec.Command("ip", "netns", "exec", h.Namespace, "iptables", "-w", "-L", chain, "-v", "-x", "-n").CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("netns: iptables counters of %s: %v: %s", h.Name, err, out)
+		}
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == "DROP" && strings.Contains(line, "statistic") {
+				v, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("netns: iptables counters of %s: %q: %v", h.Name, line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
+func lossRule(chain string, loss float64) []string {
+	dir := "-i"
+	if chain == "OUTPUT" {
+		dir = "-o"
+	}
+	return []string{dir, "eth0", "-m", "statistic", "--mode", "random", "--probability", strconv.FormatFloat(loss, 'f', -1, 64), "-j", "DROP"}
+}
+
+func (h *Host) iptables(op, chain string, rule ...string) ([]byte, error) {
+	return exec.Command("ip", append([]string{"netns", "exec", h.Namespace, "iptables", "-w", op, chain}, rule...)...).CombinedOutput()
 }
 
 func (h *Host) block(addr netip.Addr) error {
