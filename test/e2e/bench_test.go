@@ -15,6 +15,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/procstat"
 )
 
 // The recovery benchmark is what `make bench` runs (FENCED_BENCH=1); it is
@@ -195,7 +196,7 @@ func steadyState(ctx context.Context, t *testing.T, h *harness.Harness, auditLog
 	pids := agentPIDs(t)
 	cpu0 := map[int]float64{}
 	for _, p := range pids {
-		cpu0[p] = cpuSeconds(p)
+		cpu0[p] = procstat.CPUSeconds(p)
 	}
 	bmc0 := metricValue(t, h.Machine("cp-1"), `fenced_bmc_requests_total{op="power-status",result="ok"}`)
 	start := time.Now()
@@ -204,8 +205,8 @@ func steadyState(ctx context.Context, t *testing.T, h *harness.Harness, auditLog
 	var rss []float64
 	var cpu []float64
 	for _, p := range pids {
-		rss = append(rss, rssMB(p))
-		cpu = append(cpu, 100*(cpuSeconds(p)-cpu0[p])/window.Seconds())
+		rss = append(rss, procstat.RSSMB(p))
+		cpu = append(cpu, 100*(procstat.CPUSeconds(p)-cpu0[p])/window.Seconds())
 	}
 	bmc := metricValue(t, h.Machine("cp-1"), `fenced_bmc_requests_total{op="power-status",result="ok"}`) - bmc0
 	requests, watches := auditCounts(t, auditLog, start, start.Add(window))
@@ -240,28 +241,6 @@ func agentPIDs(t *testing.T) []int {
 		}
 	}
 	return pids
-}
-
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // USER_HZ
-}
-
-func rssMB(pid int) float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // auditCounts counts, per user, requests completed in [from, to) and
