@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
