@@ -316,6 +316,10 @@ type Target struct {
 	stormAlarmed  bool      // the clean-shutdown storm alarm was raised
 	taintSeen     bool      // our taint has been observed on the Node
 	taintSent     time.Time // when ApplyTaint was last returned
+	// switchedOff is the boot ID fenced switched off in power-off mode
+	// when that reading was void (the node lived until the switch-off): a
+	// fence of the same boot on a later reading is still its power-off.
+	switchedOff string
 	// voidedUpTo: power readings up to this answer time were contradicted
 	// by a sign of life and are no evidence.
 	voidedUpTo time.Time
@@ -552,9 +556,17 @@ func (d *decider) detect() {
 			source(bad), bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
-		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		ev := Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
-				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())})
+				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())}
+		if t.switchedOff != "" && t.switchedOff == ev.BootID && !r.PoweredOffByFenced {
+			// fenced switched this boot off before (that reading was void):
+			// the fence is its power-off, as the evidence says.
+			own := *r
+			own.PoweredOffByFenced = true
+			ev.BMC = &own
+		}
+		d.fenceIfStillTrue(ev)
 	case o.BMC.InFlight:
 		d.enter(PhaseConfirming, "BMC request in flight")
 	case failedSince:
@@ -860,7 +872,14 @@ func lateRenewal(ev *Evidence, o Observation) bool {
 		return false
 	}
 	asked := ev.BMC.SentAt
-	if asked.IsZero() {
+	if asked.IsZero() || ev.BMC.PoweredOffByFenced {
+		// After fenced's own power-off, the off reading is when the
+		// switch-off was confirmed: a node that came back to life (a hang
+		// that ended) after the fence delay, just as fenced switched it
+		// off, renewed its Lease until then. The reading is still void —
+		// read again — but it contradicts nothing (soak seed
+		// 1795470187429725287 raised a false alarm on it). A mislabelled
+		// plug is caught on the next reading: the node lives on after it.
 		asked = ev.BMC.At
 	}
 	without := o
@@ -970,8 +989,15 @@ func (d *decider) void(ev *Evidence, why string) {
 	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
 		t.voidedUpTo = ev.BMC.At
 	}
+	switchedOff := t.switchedOff
+	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+		// The reading is void as evidence, but fenced did switch this
+		// boot off: a later reading's fence is still fenced's power-off
+		// (afterFence: on must switch it on again).
+		switchedOff = ev.BootID
+	}
 	voidedUpTo, suspectSince, contradicted := t.voidedUpTo, t.suspectSince, t.contradicted || contradiction
-	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo, contradicted: contradicted}
+	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo, contradicted: contradicted, switchedOff: switchedOff}
 	if d.unresponsive() {
 		// Still suspect: start over from a fresh reading — after the
 		// longest pause when the device contradicted the node.

@@ -566,9 +566,10 @@ func hung(at time.Duration) Observation {
 	return o
 }
 
-func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
-	p := testPolicy(ModePowerOff)
-	steps := []step{
+// stepsToPowerOff: power-off mode, a hung node, from the suspicion to the
+// power-off request in flight (at 88 s; sent at 87.5 s).
+func stepsToPowerOff() []step {
+	return []step{
 		{name: "gossip dead", at: 6 * time.Second, phase: PhaseConfirming, want: []ActionKind{ActReadPower}},
 		{name: "suspect, on, too early", at: 51 * time.Second, change: func(o *Observation) { *o = hung(51 * time.Second) },
 			phase: PhaseConfirming, notWant: []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint}, event: ReasonUnresponsiveButPoweredOn},
@@ -584,6 +585,12 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 		}, phase: PhasePoweringOff, want: []ActionKind{ActPowerOff}, notWant: []ActionKind{ActApplyTaint}},
 		{name: "power-off running", at: 88 * time.Second, change: func(o *Observation) { o.BMC.InFlight = true },
 			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
+	}
+}
+
+func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	steps := append(stepsToPowerOff(), []step{
 		{name: "confirmed off", at: 90 * time.Second, change: func(o *Observation) {
 			o.BMC.InFlight = false
 			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
@@ -593,7 +600,7 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 		// ready, nothing to mark.
 		{name: "taint seen", at: 90100 * time.Millisecond, change: func(o *Observation) { o.Node.TaintedByFenced = true },
 			phase: PhaseFenced, want: []ActionKind{ActForceDeletePods}, notWant: []ActionKind{ActMarkNotReady}, event: ReasonFenced},
-	}
+	}...)
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
 	if ev := tgt.fence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
 		t.Fatalf("evidence %+v", ev)
@@ -1230,4 +1237,63 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 	if !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseHealthy {
 		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
+}
+
+// TestNodeBackAsItIsSwitchedOff is what the soak found (seed
+// 1795470187429725287): a hung node resumed just as the fence delay ended
+// and fenced switched it off; its kubelet renewed its Lease between the
+// power-off request and the off reading. The reading is void all the same
+// (the node lived after the baseline), but that is fenced's own switch-off
+// at work, not a power device contradicting the node: no safety alarm, a
+// new reading at once, the fence on it, and — being fenced's power-off —
+// the node is switched on again once its volumes are released
+// (afterFence: on). A renewal after the off reading is still a
+// contradiction: the plug is not this node's.
+func TestNodeBackAsItIsSwitchedOff(t *testing.T) {
+	p := testPolicy(ModePowerOff)
+	p.PowerOnAfterFence = true
+	offRead := func(renew time.Duration) func(o *Observation) {
+		return func(o *Observation) {
+			o.BMC.InFlight = false
+			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+			o.BMC.Reading.PoweredOffByFenced = true
+			o.BMC.Reading.SentAt = t0.Add(87500 * time.Millisecond)
+			o.BMC.Reading.KubeletLeaseRenewedAt = t0.Add(40 * time.Second)
+			o.Node.KubeletRenew = t0.Add(renew)
+		}
+	}
+	t.Run("renewed while being switched off", func(t *testing.T) {
+		steps := append(stepsToPowerOff(), []step{
+			{name: "off, renewed at 89 s between request and reading", at: 90 * time.Second, change: offRead(89 * time.Second),
+				phase: PhaseSuspect, notWant: []ActionKind{ActSafetyAlarm, ActApplyTaint}, event: ReasonEvidenceVoided},
+			{name: "read again at once", at: 90100 * time.Millisecond,
+				phase: PhaseConfirming, want: []ActionKind{ActReadPower}, notWant: []ActionKind{ActSafetyAlarm, ActApplyTaint}},
+			{name: "off again, nothing since", at: 91 * time.Second, change: func(o *Observation) {
+				o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+				o.BMC.Reading.KubeletLeaseRenewedAt = o.Node.KubeletRenew
+			}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint}, notWant: []ActionKind{ActSafetyAlarm}},
+		}...)
+		tgt, o := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
+		if ev := tgt.fence; ev == nil || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.BootID != "boot-1" {
+			t.Fatalf("evidence %+v: want the new reading, marked as fenced's own power-off of boot-1", ev)
+		}
+		o.Now = t0.Add(95 * time.Second)
+		o.Node.TaintedByFenced, o.Node.Evidence, o.Node.VolumeAttachments = true, tgt.fence, 0
+		on := false
+		for range 3 {
+			o.Now = o.Now.Add(time.Second)
+			on = on || has(tgt.Step(o, p).Actions, ActPowerOn)
+		}
+		if !on {
+			t.Fatal("not switched on again once the volumes were released (afterFence: on)")
+		}
+	})
+	t.Run("renewed after the off reading", func(t *testing.T) {
+		steps := append(stepsToPowerOff(),
+			step{name: "off, renewed at 91 s, after the reading at 90 s", at: 92 * time.Second, change: func(o *Observation) {
+				offRead(91 * time.Second)(o)
+				o.BMC.Reading.At = t0.Add(90 * time.Second)
+			}, phase: PhaseSuspect, want: []ActionKind{ActSafetyAlarm}, notWant: []ActionKind{ActApplyTaint}})
+		runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
+	})
 }
