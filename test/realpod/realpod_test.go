@@ -11,8 +11,6 @@ package realpod
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +20,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -120,7 +120,7 @@ metrics: {service: {enabled: true}}
 	// 2. In the ring with the hollow machines' agents, both ways.
 	members := len(h.Machines) + 1
 	alive := fmt.Sprintf(`fenced_members{state="alive"} %d`, members)
-	waitMetrics(ctx, t, "the pod's own view", func() (string, error) { return scrape(node.Host.Addr.String()) }, alive)
+	waitMetrics(ctx, t, "the pod's own view", func() (string, error) { return harness.Scrape(node.Host.Addr) }, alive)
 	for _, m := range h.Machines {
 		waitMetrics(ctx, t, m.Name+"'s agent", m.Metrics, alive)
 	}
@@ -141,7 +141,7 @@ metrics: {service: {enabled: true}}
 
 	// 4. Metrics, as a Prometheus scrape of the node's address would get
 	// them (the chart's headless Service selects the same port).
-	text, err := scrape(node.Host.Addr.String())
+	text, err := harness.Scrape(node.Host.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,21 @@ metrics: {service: {enabled: true}}
 	// 5. The fencer as a pod: the chart's fencers on the real node, with
 	// the harness's BMC inventory and passwords as the chart takes them.
 	fencerValues := observerValues + fencerSection(ctx, t, h)
-	if err := retryNodeUpdate(ctx, h, node.Name, func(n *corev1.Node) { n.Labels[fencerLabel] = "true" }); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[fencerLabel] = "true"
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	install(t, helm, kubectl, h, fencerValues)
 	fencer := waitPodReady(ctx, t, h, "fencer", node)
 	t.Logf("fencer pod %s Ready on %s", fencer.Name, node.Name)
-	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return scrape(node.Host.Addr.String()) }, alive)
+	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, alive)
 
 	victim := h.Machine("node-c")
 	lost := time.Now()
@@ -283,32 +291,16 @@ func fencerSection(ctx context.Context, t *testing.T, h *harness.Harness) string
 // Running and Ready, and returns it.
 func waitPodReady(ctx context.Context, t *testing.T, h *harness.Harness, role string, node *realnode.Node) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(podReadyTimeout)
-	var last string
-	var lastPod *corev1.Pod
-	for {
-		pods, err := h.Cluster.Client().CoreV1().Pods(harness.LeaseNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/component=" + role,
-			FieldSelector: "spec.nodeName=" + node.Name,
-		})
-		if err == nil {
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && !readySince(p).IsZero() {
-					return p
-				}
-				last, lastPod = describe(p), p
-			}
-		}
-		if time.Now().After(deadline) {
-			logs := "(no pod)"
-			if lastPod != nil {
-				logs, _ = node.ContainerLog(lastPod, "fenced")
-			}
-			t.Fatalf("no Ready %s pod on %s after %s; last: %s\nits log:\n%s", role, node.Name, podReadyTimeout, last, lastLines(logs, 40))
-		}
-		sleep(ctx, t, time.Second)
+	pod, err := h.WaitPodOn(ctx, harness.LeaseNamespace, "app.kubernetes.io/component="+role, node.Name, "", podReadyTimeout)
+	if err != nil {
+		t.Fatal(err)
 	}
+	ready, err := h.WaitPodReady(ctx, harness.LeaseNamespace, pod.Name, node.Name, podReadyTimeout)
+	if err != nil {
+		logs, _ := node.ContainerLog(pod, "fenced")
+		t.Fatalf("%v\nits log:\n%s", err, lastLines(logs, 40))
+	}
+	return ready
 }
 
 // readySince is when the pod became Ready, zero if it is not.
@@ -319,21 +311,6 @@ func readySince(p *corev1.Pod) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-func describe(p *corev1.Pod) string {
-	s := fmt.Sprintf("%s phase %s", p.Name, p.Status.Phase)
-	for _, cs := range p.Status.ContainerStatuses {
-		switch {
-		case cs.State.Waiting != nil:
-			s += fmt.Sprintf(", %s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		case cs.State.Terminated != nil:
-			s += fmt.Sprintf(", %s terminated: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
-		case cs.State.Running != nil:
-			s += fmt.Sprintf(", %s running (ready %v, restarts %d)", cs.Name, cs.Ready, cs.RestartCount)
-		}
-	}
-	return s
 }
 
 // requireHardened checks that the pod runs as the chart says, as admitted:
@@ -393,30 +370,15 @@ func requireUnprivileged(t *testing.T, node *realnode.Node, p *corev1.Pod) {
 	t.Fatalf("no /usr/local/bin/fenced agent process on %s", node.Name)
 }
 
-// scrape gets the agent's metrics on addr, as Prometheus would.
-func scrape(addr string) (string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://%s:%d/metrics", addr, harness.MetricsPort))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
 func waitMetrics(ctx context.Context, t *testing.T, who string, get func() (string, error), want string) {
 	t.Helper()
-	deadline := time.Now().Add(podReadyTimeout)
-	for {
-		text, err := get()
-		if err == nil && strings.Contains(text, want+"\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q in the metrics after %s (err %v)", who, want, podReadyTimeout, err)
-		}
-		sleep(ctx, t, time.Second)
+	var err error
+	if wait.PollUntilContextTimeout(ctx, time.Second, podReadyTimeout, true, func(context.Context) (bool, error) {
+		var text string
+		text, err = get()
+		return err == nil && strings.Contains(text, want+"\n"), nil
+	}) != nil {
+		t.Fatalf("%s: no %q in the metrics after %s (err %v)", who, want, podReadyTimeout, err)
 	}
 }
 
@@ -424,68 +386,38 @@ func waitMetrics(ctx context.Context, t *testing.T, who string, get func() (stri
 // the kubelet's shutdown delay locks.
 func waitInhibitors(ctx context.Context, t *testing.T, node *realnode.Node) {
 	t.Helper()
-	deadline := time.Now().Add(podReadyTimeout)
-	for {
+	if wait.PollUntilContextTimeout(ctx, time.Second, podReadyTimeout, true, func(context.Context) (bool, error) {
 		var fenced, kubelet bool
 		for _, i := range node.Logind.Inhibitors() {
 			fenced = fenced || (strings.Contains(strings.ToLower(i.Who), "fenced") && i.Mode == "delay")
 			kubelet = kubelet || (strings.Contains(strings.ToLower(i.Who), "kubelet") && i.Mode == "delay")
 		}
-		if fenced && kubelet {
-			t.Logf("logind on %s holds: %v", node.Name, node.Logind.Inhibitors())
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logind on %s holds %v; want the fenced agent's and the kubelet's delay locks", node.Name, node.Logind.Inhibitors())
-		}
-		sleep(ctx, t, time.Second)
+		return fenced && kubelet, nil
+	}) != nil {
+		t.Fatalf("logind on %s holds %v; want the fenced agent's and the kubelet's delay locks", node.Name, node.Logind.Inhibitors())
 	}
+	t.Logf("logind on %s holds: %v", node.Name, node.Logind.Inhibitors())
 }
 
 // waitTainted waits for fenced's out-of-service taint on node and returns
 // the evidence recorded with it.
 func waitTainted(ctx context.Context, t *testing.T, h *harness.Harness, node string) core.Evidence {
 	t.Helper()
-	deadline := time.Now().Add(fenceTimeout)
-	for {
+	var tainted *corev1.Node
+	if wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, fenceTimeout, true, func(ctx context.Context) (bool, error) {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil && kube.HasTaint(n) {
-			ev, ok, err := kube.EvidenceOf(n)
-			if !ok || err != nil {
-				t.Fatalf("%s is tainted without evidence (%v)", node, err)
-			}
-			return ev
+			tainted = n
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not tainted out-of-service %s after its power loss", node, fenceTimeout)
-		}
-		sleep(ctx, t, 200*time.Millisecond)
+		return tainted != nil, nil
+	}) != nil {
+		t.Fatalf("%s not tainted out-of-service %s after its power loss", node, fenceTimeout)
 	}
-}
-
-func retryNodeUpdate(ctx context.Context, h *harness.Harness, name string, change func(*corev1.Node)) error {
-	for {
-		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		change(n)
-		if _, err = h.Cluster.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
+	ev, ok, err := kube.EvidenceOf(tainted)
+	if !ok || err != nil {
+		t.Fatalf("%s is tainted without evidence (%v)", node, err)
 	}
-}
-
-func sleep(ctx context.Context, t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	case <-time.After(d):
-	}
+	return ev
 }
 
 func lastLines(s string, n int) string {

@@ -110,12 +110,12 @@ func (p *process) stop(grace time.Duration) {
 }
 
 // tail returns the last n lines of the log file.
-func (p *process) tail(n int) string { return tailFile(p.logPath, n) }
+func (p *process) tail(n int) string { return TailFile(p.logPath, n) }
 
-// tailFile returns the last n lines of the file at path, or a note saying why
+// TailFile returns the last n lines of the file at path, or a note saying why
 // it cannot. It reads at most the last 256 KiB: enough for n lines of any
 // sane log, and bounded for a component that logged a flood.
-func tailFile(path string, n int) string {
+func TailFile(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Sprintf("(cannot read log: %v)", err)

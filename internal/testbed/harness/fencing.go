@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -400,9 +401,13 @@ func (h *Harness) markControlPlane(ctx context.Context, name string) error {
 }
 
 // Metrics returns the machine's agent's /metrics text.
-func (m *Machine) Metrics() (string, error) {
+func (m *Machine) Metrics() (string, error) { return Scrape(m.Host.Addr) }
+
+// Scrape gets the metrics of the agent at addr (port MetricsPort), as
+// Prometheus would.
+func Scrape(addr netip.Addr) (string, error) {
 	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://%s:%d/metrics", m.Host.Addr, MetricsPort))
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/metrics", addr, MetricsPort))
 	if err != nil {
 		return "", err
 	}

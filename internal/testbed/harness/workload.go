@@ -106,6 +106,16 @@ func (h *Harness) CreatePodOn(ctx context.Context, ns, name, node, pvc string) e
 // WaitPodRunning waits until pod ns/name is Running on node ("" = any) and
 // returns it. A pod that is being deleted does not count.
 func (h *Harness) WaitPodRunning(ctx context.Context, ns, name, node string, timeout time.Duration) (*corev1.Pod, error) {
+	return h.waitPod(ctx, ns, name, node, false, timeout)
+}
+
+// WaitPodReady is WaitPodRunning that also waits for the Ready condition:
+// on a real kubelet, the pod's readiness probe passing.
+func (h *Harness) WaitPodReady(ctx context.Context, ns, name, node string, timeout time.Duration) (*corev1.Pod, error) {
+	return h.waitPod(ctx, ns, name, node, true, timeout)
+}
+
+func (h *Harness) waitPod(ctx context.Context, ns, name, node string, ready bool, timeout time.Duration) (*corev1.Pod, error) {
 	var last *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := h.Cluster.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -113,12 +123,27 @@ func (h *Harness) WaitPodRunning(ctx context.Context, ns, name, node string, tim
 			return false, nil
 		}
 		last = p
-		return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && (node == "" || p.Spec.NodeName == node), nil
+		return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && (node == "" || p.Spec.NodeName == node) &&
+			(!ready || podReady(p)), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pod %s/%s not Running on %q after %s: %s", ns, name, node, timeout, describePod(last))
+		want := "Running"
+		if ready {
+			want = "Running and Ready"
+		}
+		return nil, fmt.Errorf("pod %s/%s not %s on %q after %s: %s", ns, name, want, node, timeout, describePod(last))
 	}
 	return last, nil
+}
+
+// podReady reports whether p's Ready condition is True.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // WaitPodGone waits until the pod with uid is deleted (a new pod of the same
@@ -214,6 +239,18 @@ func describePod(p *corev1.Pod) string {
 	s := fmt.Sprintf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
 	if p.DeletionTimestamp != nil {
 		s += ", terminating"
+	}
+	// What a real kubelet says of the containers (hollow kubelets say
+	// little): why one waits or ended, its restarts.
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf(", %s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Terminated != nil:
+			s += fmt.Sprintf(", %s terminated: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
+		case cs.RestartCount > 0 || !cs.Ready:
+			s += fmt.Sprintf(", %s running (ready %v, restarts %d)", cs.Name, cs.Ready, cs.RestartCount)
+		}
 	}
 	return s
 }

@@ -171,6 +171,15 @@ func (h *Host) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", h.Namespace, name}, args...)...)
 }
 
+// NetCommand returns a command that enters only the host's network
+// namespace (nsenter --net). Command's `ip netns exec` also gives it a
+// mount namespace with /sys remounted for the network namespace, which
+// hides the host's cgroup hierarchies: the kubelet and containerd of a
+// real node (package realnode) need them.
+func (h *Host) NetCommand(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.Namespace, "--", name}, args...)...)
+}
+
 // Wrap returns argv prefixed so that it runs inside the namespace, for
 // places that take a command line (such as ipmi_sim's startcmd).
 func (h *Host) Wrap(argv ...string) []string {

@@ -167,7 +167,7 @@ func Start(ctx context.Context, t testing.TB, h *harness.Harness, o Options) *No
 		t.Fatalf("realnode: %v", err)
 	}
 	if err := h.WaitNodeReady(ctx, n.Name, 3*time.Minute); err != nil {
-		t.Fatalf("realnode: %v\nkubelet log:\n%s", err, tail(n.KubeletLog(), 40))
+		t.Fatalf("realnode: %v\nkubelet log:\n%s", err, cluster.TailFile(n.logPath("kubelet"), 40))
 	}
 	t.Logf("realnode: %s Ready after %s (kubelet %s, containerd and runc from Debian)", n.Name, time.Since(start).Round(time.Millisecond), h.Cluster.Version)
 	return n
@@ -286,7 +286,7 @@ state = %[2]q
 		return err
 	}
 	var err error
-	if n.containerd, err = n.startInNetns("containerd.log", "containerd", "--config", configFile); err != nil {
+	if n.containerd, err = n.startInNetns("containerd", "containerd", "--config", configFile); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -295,7 +295,7 @@ state = %[2]q
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("containerd did not answer within 30s; its log:\n%s", tail(readFile(filepath.Join(n.Dir, "containerd.log")), 30))
+			return fmt.Errorf("containerd did not answer within 30s; its log:\n%s", cluster.TailFile(n.logPath("containerd"), 30))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -390,7 +390,7 @@ imageGCLowThresholdPercent: 99
 		slices.Sort(labels)
 		args = append(args, "--node-labels="+strings.Join(labels, ","))
 	}
-	n.kubelet, err = n.startInNetns("kubelet.log", args...)
+	n.kubelet, err = n.startInNetns("kubelet", args...)
 	return err
 }
 
@@ -427,7 +427,7 @@ healthzBindAddress: 127.0.0.1:10256
 	if err != nil {
 		return err
 	}
-	n.kubeProxy, err = n.startInNetns("kube-proxy.log", filepath.Join(binDir, "kube-proxy"), "--config="+configFile, "--v=2")
+	n.kubeProxy, err = n.startInNetns("kube-proxy", filepath.Join(binDir, "kube-proxy"), "--config="+configFile, "--v=2")
 	return err
 }
 
@@ -460,18 +460,19 @@ func (n *Node) publishAPIServerEndpoint(ctx context.Context) error {
 func ptr[T any](v T) *T { return &v }
 
 // startInNetns starts argv in the node's network namespace only (see the
-// package comment), in a process group of its own, logging to Dir/logName.
-func (n *Node) startInNetns(logName string, argv ...string) (*exec.Cmd, error) {
-	log, err := os.Create(filepath.Join(n.Dir, logName))
+// package comment), in a process group of its own, logging to
+// logPath(component).
+func (n *Node) startInNetns(component string, argv ...string) (*exec.Cmd, error) {
+	log, err := os.Create(n.logPath(component))
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.Host.Namespace, "--"}, argv...)...)
+	cmd := n.Host.NetCommand(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", filepath.Base(argv[0]), err)
+		return nil, fmt.Errorf("starting %s: %w", component, err)
 	}
 	return cmd, nil
 }
@@ -485,11 +486,9 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-// KubeletLog is the kubelet's log so far.
-func (n *Node) KubeletLog() string { return readFile(filepath.Join(n.Dir, "kubelet.log")) }
-
-// ContainerdLog is containerd's log so far.
-func (n *Node) ContainerdLog() string { return readFile(filepath.Join(n.Dir, "containerd.log")) }
+// logPath is where the node's component (containerd, kubelet,
+// kube-proxy) logs.
+func (n *Node) logPath(component string) string { return filepath.Join(n.Dir, component+".log") }
 
 // ContainerLog returns the log the kubelet keeps of a container of a pod
 // (the newest attempt): what kubectl logs would show.
@@ -504,7 +503,12 @@ func (n *Node) ContainerLog(pod *corev1.Pod, container string) (string, error) {
 	}
 	// The kubelet's CRI log format: time, stream, tag, then the line.
 	var b strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(readFile(filepath.Join(dir, entries[len(entries)-1].Name()))))
+	f, err := os.Open(filepath.Join(dir, entries[len(entries)-1].Name()))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if f := strings.SplitN(sc.Text(), " ", 4); len(f) == 4 {
@@ -643,21 +647,10 @@ func removeCgroups(name string) {
 
 func (n *Node) dumpLogs(t testing.TB) {
 	t.Helper()
-	t.Logf("realnode: kubelet log (tail):\n%s", tail(n.KubeletLog(), 60))
-	t.Logf("realnode: containerd log (tail):\n%s", tail(n.ContainerdLog(), 30))
-	t.Logf("realnode: kube-proxy log (tail):\n%s", tail(readFile(filepath.Join(n.Dir, "kube-proxy.log")), 20))
-}
-
-func readFile(name string) string {
-	b, _ := os.ReadFile(name)
-	return string(b)
-}
-
-// tail returns the last lines of s.
-func tail(s string, lines int) string {
-	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
+	for _, l := range []struct {
+		name  string
+		lines int
+	}{{"kubelet", 60}, {"containerd", 30}, {"kube-proxy", 20}} {
+		t.Logf("realnode: %s log (tail):\n%s", l.name, cluster.TailFile(n.logPath(l.name), l.lines))
 	}
-	return strings.Join(all, "\n")
 }
