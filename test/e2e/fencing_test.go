@@ -181,14 +181,20 @@ func metricValue(t *testing.T, m *harness.Machine, series string) float64 {
 	t.Helper()
 	text, err := m.Metrics()
 	must(t, err)
+	v, err := seriesValue(text, series)
+	must(t, err)
+	return v
+}
+
+// seriesValue is the value of series in a metrics page, 0 when the page
+// has no such series.
+func seriesValue(text, series string) (float64, error) {
 	for _, line := range strings.Split(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			must(t, err)
-			return v
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 // TestPowerOffFencing runs two fencers in power-off mode on seven nodes.

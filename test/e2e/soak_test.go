@@ -596,17 +596,11 @@ func medianOf(samples []agentSample, f func(agentSample) float64) float64 {
 	for i, s := range samples {
 		v[i] = f(s)
 	}
-	slices.Sort(v)
-	return v[(len(v)-1)/2]
+	return median(v)
 }
 
 // metricIn reads one unlabelled series from a /metrics text (0 if absent).
 func metricIn(text, series string) float64 {
-	for _, line := range strings.Split(text, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v
-		}
-	}
-	return 0
+	v, _ := seriesValue(text, series)
+	return v
 }
