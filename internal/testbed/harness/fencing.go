@@ -422,9 +422,9 @@ func (m *Machine) AgentLog() string {
 	return string(b)
 }
 
-// waitRingConverged waits until every fencer sees every machine alive in
+// WaitRingConverged waits until every fencer sees every machine alive in
 // the gossip ring, so that scenarios start from a complete view.
-func (h *Harness) waitRingConverged(ctx context.Context, timeout time.Duration) error {
+func (h *Harness) WaitRingConverged(ctx context.Context, timeout time.Duration) error {
 	want := fmt.Sprintf(`fenced_members{state="alive"} %d`, len(h.Machines))
 	deadline := time.Now().Add(timeout)
 	for _, m := range h.Machines {

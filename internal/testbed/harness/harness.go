@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -256,7 +257,7 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		}
 	}
 	if o.Fencing != nil {
-		if err := h.waitRingConverged(ctx, 2*time.Minute); err != nil {
+		if err := h.WaitRingConverged(ctx, 2*time.Minute); err != nil {
 			t.Fatalf("harness: %v", err)
 		}
 	}
@@ -459,13 +460,63 @@ func (h *Harness) Machine(name string) *Machine {
 	return nil
 }
 
+// dumpMachineLogs logs what a failed test needs to be understood. CI shows
+// only the start of a failure's output, so it begins with what each fencer
+// last decided about each node, then the agents' logs, and only then the
+// machines' and kubelets' logs (without the kubelet's periodic noise).
 func (h *Harness) dumpMachineLogs() {
 	for _, m := range h.Machines {
-		for _, f := range []string{"machine.log", "kubelet.log", "extra-0-fenced.log"} {
-			h.t.Logf("---- %s %s (last 40 lines)\n%s", m.Name, f, tail(filepath.Join(m.Dir, f), 40))
+		if m.Fencer {
+			h.t.Logf("---- %s: the last decision on each node\n%s", m.Name, lastDecisions(m.AgentLog()))
 		}
 	}
-	h.t.Logf("---- attacher.log (last 40 lines)\n%s", tail(filepath.Join(h.Dir, "attacher.log"), 40))
+	for _, m := range h.Machines {
+		h.t.Logf("---- %s extra-0-fenced.log (last 40 lines)\n%s", m.Name, cluster.TailFile(filepath.Join(m.Dir, "extra-0-fenced.log"), 40))
+	}
+	for _, m := range h.Machines {
+		h.t.Logf("---- %s machine.log (last 20 lines)\n%s", m.Name, cluster.TailFile(filepath.Join(m.Dir, "machine.log"), 20))
+		h.t.Logf("---- %s kubelet.log (last 20 lines that are not periodic noise)\n%s", m.Name, withoutKubeletNoise(cluster.TailFile(filepath.Join(m.Dir, "kubelet.log"), 400), 20))
+	}
+	h.t.Logf("---- attacher.log (last 40 lines)\n%s", cluster.TailFile(filepath.Join(h.Dir, "attacher.log"), 40))
+}
+
+// lastDecisions returns, from a fencer's log, the last "msg=decision" line
+// for each node, in the order of the nodes' names.
+func lastDecisions(log string) string {
+	last := map[string]string{}
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, " msg=decision ") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, " node="); ok {
+			node, _, _ := strings.Cut(rest, " ")
+			last[node] = line
+		}
+	}
+	if len(last) == 0 {
+		return "(no decision logged)"
+	}
+	var out []string
+	for _, node := range slices.Sorted(maps.Keys(last)) {
+		out = append(out, last[node])
+	}
+	return strings.Join(out, "\n")
+}
+
+// kubeletNoise are the hollow kubelet's periodic complaints about image
+// filesystems it does not have: they say nothing about a failure.
+var kubeletNoise = []string{"eviction_manager.go", "imageFs information is unavailable", "imagefs device is not found"}
+
+// withoutKubeletNoise returns the last n lines of text that are not
+// kubeletNoise.
+func withoutKubeletNoise(text string, n int) string {
+	var kept []string
+	for _, line := range strings.Split(text, "\n") {
+		if !slices.ContainsFunc(kubeletNoise, func(noise string) bool { return strings.Contains(line, noise) }) {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept[max(0, len(kept)-n):], "\n")
 }
 
 // built holds the binaries compiled once per test binary, by package.
