@@ -26,7 +26,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-fast
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
 
 all: build
 
@@ -141,6 +141,10 @@ GOSSIP_BIG        ?= 250,500,1000
 GOSSIP_FAST_SIZES ?= 10,100
 GOSSIP_KILLS      ?= 20
 GOSSIP_REST       ?= 30s
+# The big rings run with every memberlist timer stretched GOSSIP_DILATION
+# times (test/scale/gossip Options.Dilation): 2 cores cannot run 500 members
+# at full speed in one process, and the figures come back in the protocol's time.
+GOSSIP_DILATION   ?= 5
 GOSSIP_ENV         = FENCED_BENCH_GOSSIP=1 FENCED_GOSSIP_OUT=$(CURDIR)/bin/bench-gossip.txt FENCED_GOSSIP_KILLS=$(GOSSIP_KILLS) FENCED_GOSSIP_REST=$(GOSSIP_REST)
 # The rings of 250 to 1000 run last: on 2 shared cores they may not form within
 # FENCED_GOSSIP_BUILD_TIMEOUT, and the file then says how far it got.
@@ -150,8 +154,15 @@ bench-gossip: ## gossip at scale: crash detection, false dead reports at rest/wi
 	  $(GO) test -count=1 -timeout 90m -v -run TestGossipAtScale ./test/scale/gossip/
 	$(GOSSIP_ENV) FENCED_GOSSIP_SIZES=$(GOSSIP_FAST_SIZES) FENCED_GOSSIP_PROFILE=fast \
 	  $(GO) test -count=1 -timeout 90m -v -run TestGossipAtScale ./test/scale/gossip/
-	$(GOSSIP_ENV) FENCED_GOSSIP_SIZES=$(GOSSIP_BIG) FENCED_GOSSIP_PROFILE=lan FENCED_GOSSIP_BUILD_TIMEOUT=15m \
-	  $(GO) test -count=1 -timeout 90m -v -run TestGossipAtScale ./test/scale/gossip/
+	$(MAKE) --no-print-directory bench-gossip-big GOSSIP_KEEP=1
+
+# Only the big rings (~20 min each), dilated; the CPU-starved window is left
+# out, since hogs starve a dilated ring k times less than a real one.
+bench-gossip-big: ## gossip rings of GOSSIP_BIG (default 250,500,1000) with every memberlist timer stretched GOSSIP_DILATION (5) times; figures in the protocol's time -> bin/bench-gossip.txt
+	@mkdir -p bin && [ -n "$(GOSSIP_KEEP)" ] || rm -f bin/bench-gossip.txt
+	$(GOSSIP_ENV) FENCED_GOSSIP_SIZES=$(GOSSIP_BIG) FENCED_GOSSIP_PROFILE=lan FENCED_GOSSIP_BUILD_TIMEOUT=30m \
+	  FENCED_GOSSIP_DILATION=$(GOSSIP_DILATION) FENCED_GOSSIP_HOGS=0 \
+	  $(GO) test -count=1 -timeout 150m -v -run TestGossipAtScale ./test/scale/gossip/
 	@cat bin/bench-gossip.txt
 
 # The fast gossip profile on the harness: power-loss recoveries and BMC

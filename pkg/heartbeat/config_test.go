@@ -58,3 +58,28 @@ func TestOverridesAndValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestMemberlistHook: Options.Memberlist sees Config's settings and has
+// the last word (benchmarks stretch the timers Config does not set), and
+// the join backoff follows the probe interval it leaves.
+func TestMemberlistHook(t *testing.T) {
+	cfg := Config{NodeName: "node-a", SecretKey: make([]byte, 32), ProbeInterval: 2 * time.Second}
+	var seen time.Duration
+	r, err := New(cfg, Options{Memberlist: func(mc *memberlist.Config) {
+		seen = mc.ProbeInterval
+		mc.ProbeInterval *= 3
+		mc.PushPullInterval = 5 * time.Minute
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != 2*time.Second {
+		t.Errorf("the hook saw probe interval %s, want Config's 2s", seen)
+	}
+	if r.mc.ProbeInterval != 6*time.Second || r.mc.PushPullInterval != 5*time.Minute {
+		t.Errorf("memberlist config after the hook: probe interval %s, push/pull %s; want 6s and 5m", r.mc.ProbeInterval, r.mc.PushPullInterval)
+	}
+	if r.retryMin != 6*time.Second {
+		t.Errorf("join backoff starts at %s, want the probe interval the hook left (6s)", r.retryMin)
+	}
+}

@@ -37,6 +37,19 @@ type Options struct {
 	// BuildTimeout bounds the forming of the ring (0: 10 minutes): where
 	// the process cannot host Size members, Run says how far it got.
 	BuildTimeout time.Duration
+	// Dilation (>= 1; 0 means 1) stretches every memberlist timer of
+	// every member by this factor — probe interval and timeout, gossip
+	// and push/pull intervals, TCP deadlines — so that the machine does
+	// 1/Dilation of the work per second while the protocol goes through
+	// the same steps in the same order: a ring too big for the machine at
+	// full speed (hundreds of members on 2 cores) can still be measured.
+	// Rest, KillSpacing and Settle are in the protocol's time, and every
+	// figure of the Result but Build is converted back to it: durations
+	// divided by Dilation, packets, bytes and CPU per second multiplied by
+	// it. What it cannot preserve is the ratio of the network's and the
+	// scheduler's latency to the timers (both shrink by Dilation): fine on
+	// a LAN, where they are far below the probe timeout.
+	Dilation float64
 	// Progress receives a line every few seconds.
 	Progress func(format string, args ...any)
 }
@@ -87,7 +100,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("unknown profile %q", o.Profile)
 	}
 	res := Result{Options: o, Timings: timings}
-	c := NewCluster(timings)
+	c := NewCluster(timings, o.Dilation)
 	defer c.Close()
 
 	start := time.Now()
@@ -128,7 +141,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	o.Progress("N=%d %s: ring formed in %s", o.Size, o.Profile, res.Build.Round(100*time.Millisecond))
 
 	// Let the join's gossip die down before measuring the ring at rest.
-	settle(ctx, o.Settle)
+	settle(ctx, c.stretch(o.Settle))
 	res.RSS = rss()
 
 	windows := []Window{{Name: "at rest, 0% loss"}}
@@ -141,22 +154,25 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	for i := range windows {
 		w := &windows[i]
 		o.Progress("N=%d %s: window %q for %s", o.Size, o.Profile, w.Name, o.Rest)
-		if err := measureWindow(ctx, c, w, o.Rest); err != nil {
+		if err := measureWindow(ctx, c, w, c.stretch(o.Rest)); err != nil {
 			return res, err
 		}
+		// In the protocol's time: the same CPU and packets in a window
+		// Dilation times shorter.
+		w.Duration = c.shrink(w.Duration)
 		o.Progress("N=%d %s: %q: %d false dead reports (%d members), %.0f%% CPU, scheduling p99 %s", o.Size, o.Profile, w.Name,
 			w.FalseReports, w.FalseSubjects, 100*w.CPU.Seconds()/w.Duration.Seconds(), w.SchedP99)
 		// Members seen dead by mistake come back (they refute); wait for
 		// that before the next window. A ring that keeps flapping (the
 		// process starved by the machine) is noted and measured on.
 		settled := time.Now()
-		if err := c.WaitConverged(ctx, settleWait, func(ok, of int) {
+		if err := c.WaitConverged(ctx, c.stretch(settleWait), func(ok, of int) {
 			o.Progress("N=%d %s: after %q, %d of %d members see all alive", o.Size, o.Profile, w.Name, ok, of)
 		}); err != nil {
 			w.Unsettled = err.Error()
 			o.Progress("N=%d %s: after %q: %v; measuring on", o.Size, o.Profile, w.Name, err)
 		}
-		w.Recovery = time.Since(settled)
+		w.Recovery = c.shrink(time.Since(settled))
 	}
 	res.Windows = windows
 
@@ -166,9 +182,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	batch := max(1, o.KillBatch)
 	for len(res.Detections) < o.Kills {
 		n := min(batch, o.Kills-len(res.Detections))
-		d, err := c.Kill(ctx, n, o.KillSpacing, wait)
+		d, err := c.Kill(ctx, n, c.stretch(o.KillSpacing), c.stretch(wait))
 		if err != nil {
 			return res, err
+		}
+		for i := range d {
+			d[i].First, d[i].Last = c.shrink(d[i].First), c.shrink(d[i].Last)
 		}
 		res.Detections = append(res.Detections, d...)
 		last := d[len(d)-1]
@@ -177,7 +196,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err := c.Grow(ctx, n, n); err != nil {
 			return res, err
 		}
-		if err := c.WaitConverged(ctx, settleWait, func(ok, of int) {
+		if err := c.WaitConverged(ctx, c.stretch(settleWait), func(ok, of int) {
 			o.Progress("N=%d %s: replacing the crashed: %d of %d members see all alive", o.Size, o.Profile, ok, of)
 		}); err != nil {
 			res.Unsettled++

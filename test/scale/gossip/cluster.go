@@ -25,6 +25,8 @@ import (
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/vocab"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // key is the ring's shared gossip key: the benchmark pays for AES-GCM as
@@ -34,8 +36,11 @@ var key = []byte("fenced-bench-gossip-key-32-bytes")
 // Cluster is a ring of members in this process.
 type Cluster struct {
 	timings config.GossipTimings
-	traffic *Traffic
-	log     *slog.Logger
+	// dilation stretches every memberlist timer of every member (1: none;
+	// see Options.Dilation).
+	dilation float64
+	traffic  *Traffic
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	live    map[string]*member // members not killed
@@ -49,15 +54,16 @@ type member struct {
 	addr string
 }
 
-// NewCluster returns an empty ring with the given timings. Add members
-// with Grow.
-func NewCluster(timings config.GossipTimings) *Cluster {
+// NewCluster returns an empty ring with the given timings, each of
+// memberlist's timers stretched by dilation (>= 1). Add members with Grow.
+func NewCluster(timings config.GossipTimings, dilation float64) *Cluster {
 	return &Cluster{
-		timings: timings,
-		traffic: &Traffic{},
-		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		live:    make(map[string]*member),
-		watcher: newWatcher(),
+		timings:  timings,
+		dilation: max(1, dilation),
+		traffic:  &Traffic{},
+		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		live:     make(map[string]*member),
+		watcher:  newWatcher(),
 	}
 }
 
@@ -114,14 +120,24 @@ func (c *Cluster) add(ctx context.Context) error {
 	}
 	cfg := heartbeat.Config{
 		NodeName: name, BindAddr: "127.0.0.1", BindPort: port, ClusterName: "bench", SecretKey: key,
-		ProbeInterval: c.timings.ProbeInterval, ProbeTimeout: c.timings.ProbeTimeout,
-		SuspicionMult: c.timings.SuspicionMult, GossipInterval: c.timings.GossipInterval,
+		ProbeInterval: c.stretch(c.timings.ProbeInterval), ProbeTimeout: c.stretch(c.timings.ProbeTimeout),
+		SuspicionMult: c.timings.SuspicionMult, GossipInterval: c.stretch(c.timings.GossipInterval),
 	}
 	opts := heartbeat.Options{
 		Meta:      heartbeat.Meta{BootID: "boot-" + name, Role: heartbeat.RoleObserver, Agent: "bench-gossip"},
 		Logger:    c.log,
 		Key:       k,
 		Transport: tr,
+	}
+	if c.dilation > 1 {
+		// The timers Config does not set: push/pull (the O(N) state
+		// exchange, the costliest message), gossip to the dead, and the
+		// TCP deadline of streams and of the fallback ping.
+		opts.Memberlist = func(mc *memberlist.Config) {
+			mc.PushPullInterval = c.stretch(mc.PushPullInterval)
+			mc.GossipToTheDeadTime = c.stretch(mc.GossipToTheDeadTime)
+			mc.TCPTimeout = c.stretch(mc.TCPTimeout)
+		}
 	}
 	if len(seeds) > 0 {
 		opts.Seeds = func() []string { return seeds }
@@ -371,4 +387,16 @@ func (w *watcher) falseDead() (int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.falses, len(w.falsed)
+}
+
+// stretch turns a duration of the protocol's time into the wall time the
+// dilated ring takes for it.
+func (c *Cluster) stretch(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * c.dilation)
+}
+
+// shrink turns a wall time measured on the dilated ring into the
+// protocol's time.
+func (c *Cluster) shrink(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / c.dilation)
 }

@@ -41,6 +41,34 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSmokeDilated runs a ring of 5 with its timers stretched 4×: the
+// crash is still seen by every member, the figures come back in the
+// protocol's time (within the wait the protocol's own timers bound), and
+// the report says the ring was dilated.
+func TestSmokeDilated(t *testing.T) {
+	const dilation = 4
+	res, err := Run(t.Context(), Options{
+		Size: 5, Profile: config.GossipProfileFast, Kills: 1, KillBatch: 1,
+		Rest: 500 * time.Millisecond, Dilation: dilation, Progress: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Detections) != 1 || res.Detections[0].Missed != 0 {
+		t.Fatalf("detections %+v, want one crash seen by all 4 others", res.Detections)
+	}
+	timings := config.GossipProfiles[config.GossipProfileFast]
+	if d, bound := res.Detections[0].Last, 6*suspicionTimeout(timings, 5)+20*timings.ProbeInterval; d <= 0 || d > bound {
+		t.Errorf("crash seen by all after %s in the protocol's time, want within (0, %s]", d, bound)
+	}
+	if w := res.Windows[0]; w.Duration < 400*time.Millisecond || w.Duration > 2*time.Second {
+		t.Errorf("window at rest lasted %s in the protocol's time, want about the 500ms asked for (%s of wall time)", w.Duration, dilation*500*time.Millisecond)
+	}
+	if report := Report([]Result{res}); !strings.Contains(report, "| 5 | fast, timers ×4 | 1 |") {
+		t.Errorf("report does not say the ring was dilated:\n%s", report)
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	v := []time.Duration{5, 1, 4, 2, 3}
 	for _, tc := range []struct {
@@ -61,7 +89,9 @@ func TestPercentile(t *testing.T) {
 // profile FENCED_GOSSIP_PROFILE (default lan), FENCED_GOSSIP_KILLS
 // crashes each (default 20), windows at rest of FENCED_GOSSIP_REST
 // (default 60s) at 0 % loss, at each of FENCED_GOSSIP_LOSSES (default
-// 0.01,0.05) and with FENCED_GOSSIP_HOGS busy goroutines (default 4). The
+// 0.01,0.05) and with FENCED_GOSSIP_HOGS busy goroutines (default 4),
+// every memberlist timer stretched FENCED_GOSSIP_DILATION times (default
+// 1; see Options.Dilation). The
 // tables go to stdout and are appended to FENCED_GOSSIP_OUT.
 func TestGossipAtScale(t *testing.T) {
 	if os.Getenv("FENCED_BENCH_GOSSIP") == "" {
@@ -74,6 +104,7 @@ func TestGossipAtScale(t *testing.T) {
 	rest := envList(t, "FENCED_GOSSIP_REST", "60s", time.ParseDuration)[0]
 	profile := config.GossipProfile(envOr("FENCED_GOSSIP_PROFILE", string(config.GossipProfileLAN)))
 
+	dilation := envList(t, "FENCED_GOSSIP_DILATION", "1", func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })[0]
 	build := envList(t, "FENCED_GOSSIP_BUILD_TIMEOUT", "10m", time.ParseDuration)[0]
 	out := os.Getenv("FENCED_GOSSIP_OUT")
 	header := "make bench-gossip, " + time.Now().UTC().Format(time.DateOnly) + ", profile " + string(profile) + "\n\n"
@@ -87,7 +118,7 @@ func TestGossipAtScale(t *testing.T) {
 			// A few crashes at once in big rings, to bound the run time;
 			// one at a time in small ones, where each is a tenth of it.
 			KillBatch: max(1, min(5, n/50)), KillSpacing: time.Second,
-			Rest: rest, Losses: losses, Hogs: hogs, Settle: 10 * time.Second, BuildTimeout: build,
+			Rest: rest, Losses: losses, Hogs: hogs, Settle: 10 * time.Second, BuildTimeout: build, Dilation: dilation,
 			Progress: t.Logf,
 		})
 		text := Report([]Result{res})

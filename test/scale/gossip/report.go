@@ -10,7 +10,7 @@ import (
 // Report formats results as the README's tables (Markdown).
 func Report(results []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Detection of crashed members (shut down without leaving), seconds from the crash; one process, GOMAXPROCS %d:\n\n", runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&b, "Detection of crashed members (shut down without leaving), seconds from the crash; one process, GOMAXPROCS %d. A ring whose timers were stretched (×k) was measured in wall time and is shown in the protocol's: times ÷ k, rates and CPU per second × k; its \"ring formed in\" is wall time:\n\n", runtime.GOMAXPROCS(0))
 	b.WriteString("| N | profile | kills | first sees dead p50 / p99 | all see dead p50 / p99 | missed | memberlist suspicion min–max | ring formed in |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
@@ -21,7 +21,7 @@ func Report(results []Result) string {
 			missed += d.Missed
 		}
 		s := suspicionTimeout(r.Timings, r.Size)
-		fmt.Fprintf(&b, "| %d | %s | %d | %s / %s | %s / %s | %d | %s–%s | %s |\n", r.Size, r.Profile, len(r.Detections),
+		fmt.Fprintf(&b, "| %d | %s | %d | %s / %s | %s / %s | %d | %s–%s | %s |\n", r.Size, profileLabel(r), len(r.Detections),
 			secs(percentile(first, .5)), secs(percentile(first, .99)), secs(percentile(last, .5)), secs(percentile(last, .99)),
 			missed, secs(s), secs(6*s), secs(r.Build))
 	}
@@ -35,7 +35,7 @@ func Report(results []Result) string {
 			perMember := func(v int64) float64 { return float64(v) / float64(r.Size) / w.Duration.Seconds() }
 			cpu := w.CPU.Seconds() / w.Duration.Seconds()
 			fmt.Fprintf(&b, "| %d | %s | %s | %.1f | %d | %.2f | %d | %.1f | %.0f | %.0f %% | %.2f ms/s | %s |\n",
-				r.Size, r.Profile, w.Name, mh, w.FalseReports, float64(w.FalseReports)/mh, w.FalseSubjects,
+				r.Size, profileLabel(r), w.Name, mh, w.FalseReports, float64(w.FalseReports)/mh, w.FalseSubjects,
 				perMember(w.Traffic.Packets), perMember(w.Traffic.PacketBytes+w.Traffic.StreamBytes),
 				100*cpu, 1000*cpu/float64(r.Size), latency(w.SchedP99))
 		}
@@ -55,9 +55,18 @@ func Report(results []Result) string {
 	b.WriteString("\nMemory: process RSS with the ring formed, at rest, divided by the members (one process: the Go runtime's own few MB are shared):\n\n")
 	b.WriteString("| N | profile | process RSS | per member |\n|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %d | %s | %.0f MiB | %.0f KiB |\n", r.Size, r.Profile, float64(r.RSS)/(1<<20), float64(r.RSS)/1024/float64(r.Size))
+		fmt.Fprintf(&b, "| %d | %s | %.0f MiB | %.0f KiB |\n", r.Size, profileLabel(r), float64(r.RSS)/(1<<20), float64(r.RSS)/1024/float64(r.Size))
 	}
 	return b.String()
+}
+
+// profileLabel names r's profile and, for a dilated ring, the factor its
+// timers were stretched by (its figures are in the protocol's time).
+func profileLabel(r Result) string {
+	if r.Dilation > 1 {
+		return fmt.Sprintf("%s, timers ×%g", r.Profile, r.Dilation)
+	}
+	return string(r.Profile)
 }
 
 // latency rounds a scheduling latency for the table.
