@@ -144,7 +144,7 @@ GOSSIP_REST       ?= 30s
 # The big rings run with every memberlist timer stretched GOSSIP_DILATION
 # times (test/scale/gossip Options.Dilation): 2 cores cannot run 500 members
 # at full speed in one process, and the figures come back in the protocol's time.
-GOSSIP_DILATION   ?= 5
+GOSSIP_DILATION   ?= 2
 GOSSIP_ENV         = FENCED_BENCH_GOSSIP=1 FENCED_GOSSIP_OUT=$(CURDIR)/bin/bench-gossip.txt FENCED_GOSSIP_KILLS=$(GOSSIP_KILLS) FENCED_GOSSIP_REST=$(GOSSIP_REST)
 # The rings of 250 to 1000 run last: on 2 shared cores they may not form within
 # FENCED_GOSSIP_BUILD_TIMEOUT, and the file then says how far it got.
@@ -158,7 +158,7 @@ bench-gossip: ## gossip at scale: crash detection, false dead reports at rest/wi
 
 # Only the big rings (~20 min each), dilated; the CPU-starved window is left
 # out, since hogs starve a dilated ring k times less than a real one.
-bench-gossip-big: ## gossip rings of GOSSIP_BIG (default 250,500,1000) with every memberlist timer stretched GOSSIP_DILATION (5) times; figures in the protocol's time -> bin/bench-gossip.txt
+bench-gossip-big: ## gossip rings of GOSSIP_BIG (default 250,500,1000) with every memberlist timer stretched GOSSIP_DILATION (2) times; figures in the protocol's time -> bin/bench-gossip.txt
 	@mkdir -p bin && [ -n "$(GOSSIP_KEEP)" ] || rm -f bin/bench-gossip.txt
 	$(GOSSIP_ENV) FENCED_GOSSIP_SIZES=$(GOSSIP_BIG) FENCED_GOSSIP_PROFILE=lan FENCED_GOSSIP_BUILD_TIMEOUT=30m \
 	  FENCED_GOSSIP_DILATION=$(GOSSIP_DILATION) FENCED_GOSSIP_HOGS=0 \

@@ -68,6 +68,9 @@ type Result struct {
 	// Unsettled counts the kill batches after which the ring had not
 	// settled (every member seeing every other alive) in settleWait.
 	Unsettled int
+	// Replaced counts the members that missed a join while the ring
+	// formed and were replaced (Cluster.ReplaceLaggards).
+	Replaced int
 }
 
 // Window is a stretch at rest.
@@ -126,8 +129,21 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		// Each batch settles before the next joins, as nodes of a real
 		// cluster come up over minutes: hundreds of joins at once in one
 		// process starve it into a ring that never settles.
-		if err := c.WaitConverged(ctx, max(time.Second, buildTimeout-time.Since(start)), func(ok, of int) {
+		if err := c.WaitConverged(ctx, c.stretch(joinSettle), func(ok, of int) {
 			o.Progress("N=%d %s: %d of %d members see all alive (%s)", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second))
+		}); err == nil {
+			continue
+		}
+		// A few members missed a newcomer: replace them rather than wait
+		// minutes for push/pull (ReplaceLaggards says why).
+		o.Progress("N=%d %s: replacing members that missed a join: %s", o.Size, o.Profile, c.Laggards(3))
+		n, err := c.ReplaceLaggards(ctx, max(1, c.Size()/20))
+		if err != nil {
+			return res, err
+		}
+		res.Replaced += n
+		if err := c.WaitConverged(ctx, max(time.Second, buildTimeout-time.Since(start)), func(ok, of int) {
+			o.Progress("N=%d %s: %d of %d members see all alive (%s): %s", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second), c.Laggards(3))
 		}); err != nil {
 			return res, fmt.Errorf("this process could not form a ring of %d: %w", o.Size, err)
 		}
@@ -205,6 +221,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	return res, nil
 }
+
+// joinSettle is how long, in the protocol's time, a batch of joins has to
+// reach every member by gossip before the members that missed one are
+// replaced.
+const joinSettle = 10 * time.Second
 
 // settleWait bounds the wait for a ring to settle after a window or a
 // kill batch: a ring that has not settled by then keeps flapping, and
@@ -337,4 +358,15 @@ func percentile(v []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// pushPullRepair is memberlist's push/pull interval in a ring of n (its
+// pushPullScale of the LAN default of 30 s): how long a member that missed
+// a gossip message may wait for the full-state exchange that repairs it.
+func pushPullRepair(n int) time.Duration {
+	const interval, threshold = 30 * time.Second, 32
+	if n <= threshold {
+		return interval
+	}
+	return time.Duration(math.Ceil(math.Log2(float64(n))-math.Log2(threshold))+1) * interval
 }

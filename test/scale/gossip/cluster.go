@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,6 +186,71 @@ func (c *Cluster) Converged() (ok, of int) {
 		}
 	}
 	return ok, len(rings)
+}
+
+// Laggards describes up to n live members that do not see every live
+// member alive: how many they see, and what they think of those they miss.
+func (c *Cluster) Laggards(n int) string {
+	c.mu.Lock()
+	live := make(map[string]*member, len(c.live))
+	maps.Copy(live, c.live)
+	c.mu.Unlock()
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(live)) {
+		r := live[name].ring
+		if len(out) == n || r.Alive() == len(live) {
+			continue
+		}
+		var missing []string
+		for _, other := range slices.Sorted(maps.Keys(live)) {
+			m, known := r.Member(other)
+			switch {
+			case !known:
+				missing = append(missing, other+" unknown")
+			case m.State != vocab.MemberAlive:
+				missing = append(missing, fmt.Sprintf("%s %s for %s", other, m.State, time.Since(m.Since).Round(time.Second)))
+			}
+		}
+		if len(missing) > 3 {
+			missing = append(missing[:3], fmt.Sprintf("%d more", len(missing)-3))
+		}
+		out = append(out, fmt.Sprintf("%s sees %d alive, misses %s", name, r.Alive(), strings.Join(missing, ", ")))
+	}
+	return strings.Join(out, "; ")
+}
+
+// ReplaceLaggards makes the members that do not see every live member
+// alive leave the ring (gracefully, and not counted as false dead
+// reports), and starts as many new ones, which learn the whole ring in
+// their join's push/pull. It does so only when they are at most limit, and
+// returns how many it replaced.
+//
+// Why: after a burst of joins a member may miss a newcomer's alive
+// gossip; memberlist's periodic push/pull repairs that, but only every
+// 30 s × (⌈log2(N/32)⌉ + 1) — minutes for a dilated ring of hundreds,
+// per batch. The forming of the ring is not what is measured.
+func (c *Cluster) ReplaceLaggards(ctx context.Context, limit int) (int, error) {
+	c.mu.Lock()
+	var laggards []*member
+	for _, m := range c.live {
+		if m.ring.Alive() != len(c.live) {
+			laggards = append(laggards, m)
+		}
+	}
+	if len(laggards) == 0 || len(laggards) > limit {
+		c.mu.Unlock()
+		return 0, nil
+	}
+	for _, m := range laggards {
+		delete(c.live, m.name)
+	}
+	c.mu.Unlock()
+	for _, m := range laggards {
+		c.watcher.killing(m.name)
+		_ = m.ring.Leave(c.stretch(time.Second))
+		_ = m.ring.Shutdown()
+	}
+	return len(laggards), c.Grow(ctx, len(laggards), len(laggards))
 }
 
 // WaitConverged waits until every live member sees every live member

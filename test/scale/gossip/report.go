@@ -48,6 +48,10 @@ func Report(results []Result) string {
 				fmt.Fprintf(&b, "\nN=%d %s, after %q: every member saw every other alive again %s later.\n", r.Size, r.Profile, w.Name, secs(w.Recovery))
 			}
 		}
+		if r.Replaced > 0 {
+			fmt.Fprintf(&b, "\nN=%d %s: while the ring formed, %d member(s) had missed a newcomer's join %s after its batch and were replaced (memberlist's push/pull would have repaired it within %s).\n",
+				r.Size, profileLabel(r), r.Replaced, secs(joinSettle), secs(pushPullRepair(r.Size)))
+		}
 		if r.Unsettled > 0 {
 			fmt.Fprintf(&b, "\nN=%d %s: after %d kill batches the ring had not settled within %s; the next crashes hit a ring still flapping.\n", r.Size, r.Profile, r.Unsettled, settleWait)
 		}
