@@ -135,13 +135,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			continue
 		}
 		// A few members missed a newcomer: replace them rather than wait
-		// minutes for push/pull (ReplaceLaggards says why).
-		o.Progress("N=%d %s: replacing members that missed a join: %s", o.Size, o.Profile, c.Laggards(3))
-		n, err := c.ReplaceLaggards(ctx, max(1, c.Size()/20))
-		if err != nil {
-			return res, err
+		// minutes for push/pull (ReplaceLaggards says why). Replacements
+		// joining together may miss each other in turn: a few rounds.
+		for range 5 {
+			o.Progress("N=%d %s: replacing members that missed a join: %s", o.Size, o.Profile, c.Laggards(3))
+			n, err := c.ReplaceLaggards(ctx, max(1, c.Size()/20))
+			if err != nil {
+				return res, err
+			}
+			res.Replaced += n
+			if n == 0 || c.WaitConverged(ctx, c.stretch(joinSettle), func(int, int) {}) == nil {
+				break
+			}
 		}
-		res.Replaced += n
 		if err := c.WaitConverged(ctx, max(time.Second, buildTimeout-time.Since(start)), func(ok, of int) {
 			o.Progress("N=%d %s: %d of %d members see all alive (%s): %s", o.Size, o.Profile, ok, of, time.Since(start).Round(time.Second), c.Laggards(3))
 		}); err != nil {

@@ -250,7 +250,7 @@ func (c *Cluster) ReplaceLaggards(ctx context.Context, limit int) (int, error) {
 		_ = m.ring.Leave(c.stretch(time.Second))
 		_ = m.ring.Shutdown()
 	}
-	return len(laggards), c.Grow(ctx, len(laggards), len(laggards))
+	return len(laggards), c.Grow(ctx, len(laggards), 1)
 }
 
 // WaitConverged waits until every live member sees every live member
