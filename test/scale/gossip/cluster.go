@@ -195,14 +195,18 @@ func (c *Cluster) Laggards(n int) string {
 	live := make(map[string]*member, len(c.live))
 	maps.Copy(live, c.live)
 	c.mu.Unlock()
+	names := slices.Sorted(maps.Keys(live))
 	var out []string
-	for _, name := range slices.Sorted(maps.Keys(live)) {
+	for _, name := range names {
+		if len(out) == n {
+			break
+		}
 		r := live[name].ring
-		if len(out) == n || r.Alive() == len(live) {
+		if r.Alive() == len(live) {
 			continue
 		}
 		var missing []string
-		for _, other := range slices.Sorted(maps.Keys(live)) {
+		for _, other := range names {
 			m, known := r.Member(other)
 			switch {
 			case !known:
