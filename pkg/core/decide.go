@@ -287,6 +287,9 @@ const (
 	// of the node answers, or they answer again.
 	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
 	ReasonFenceable      = "FenceDevicesAnswer"
+	// The device monitor: a fencing level of a Ready node reads off while
+	// its agent answers — the inventory is wrong (a safety alarm).
+	ReasonDeviceReadsOffLiveNode = "PowerDeviceReadsOffLiveNode"
 )
 
 // TaintRetry is how long the core waits to see its own taint on the Node

@@ -157,6 +157,9 @@ type Fencer struct {
 	// fenceable is, per node, whether the last device monitor round found
 	// a fencing level that answers.
 	fenceable map[string]bool
+	// misfed: the device monitor found a level of this Ready node reading
+	// off while its agent answered, and raised the alarm (monitor.go).
+	misfed map[string]bool
 
 	// pause reads the pause ConfigMap (nil: no pause informer).
 	pause corelisters.ConfigMapNamespaceLister
@@ -227,6 +230,7 @@ func New(cfg Config) (*Fencer, error) {
 		written:     map[string]*corev1.Node{},
 		podsDeleted: map[string]time.Time{},
 		fenceable:   map[string]bool{},
+		misfed:      map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 	}
 	if err := f.watch(cfg.Informers); err != nil {
@@ -414,6 +418,7 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	if d.Phase == core.PhaseHealthy && !o.Node.Exists {
 		delete(f.targets, name)
 		delete(f.seenReady, name)
+		delete(f.misfed, name)
 	}
 	f.mu.Unlock()
 

@@ -90,3 +90,38 @@ func TestForgedFencerDeathCannotSilenceAgents(t *testing.T) {
 func (b *hostileBed) alarms(reason string) float64 {
 	return testutil.ToFloat64(b.fencer.cfg.Metrics.SafetyAlarms.WithLabelValues(reason))
 }
+
+// TestMonitorFindsAMislabelledPlugBeforeAnOutage: the device monitor reads
+// the levels of Ready nodes; victim-1's reads off while its agent answers,
+// so the inventory is wrong: one safety alarm, before any failure. A Ready
+// node whose device reads on, and one whose agent is gone, raise none.
+func TestMonitorFindsAMislabelledPlugBeforeAnOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real gossip rings")
+	}
+	b := newHostileBed(t, testPolicy(core.ModeConfirmOnly), "victim-1", "victim-2", "victim-3")
+	b.victims["victim-1"].bmc.power.Store(core.PowerOff)
+	// victim-3 really lost its power: off, and its agent gone.
+	b.victims["victim-3"].bmc.power.Store(core.PowerOff)
+	b.victims["victim-3"].ring.Shutdown()
+	for round := range 3 {
+		b.fencer.monitorRound(t.Context())
+		if got := b.alarms(core.ReasonDeviceReadsOffLiveNode); got != 1 {
+			t.Fatalf("round %d: %v %s alarms, want 1", round, got, core.ReasonDeviceReadsOffLiveNode)
+		}
+	}
+	for _, n := range b.tainted() {
+		if n != "victim-3" {
+			t.Fatalf("%s tainted", n)
+		}
+	}
+	// Fixed inventory: the alarm is raised again only after a new finding.
+	b.victims["victim-1"].bmc.power.Store(core.PowerOn)
+	b.fencer.monitorRound(t.Context())
+	b.fencer.mu.Lock()
+	misfed := b.fencer.misfed["victim-1"]
+	b.fencer.mu.Unlock()
+	if misfed {
+		t.Fatal("the finding outlived the fix")
+	}
+}

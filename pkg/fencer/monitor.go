@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/kube"
 )
 
 // Device monitoring (Pacemaker's monitor operation): every power device
@@ -88,6 +91,7 @@ func (f *Fencer) monitorRound(ctx context.Context) {
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	f.checkInventory(ctx, byName, levels)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for name, ls := range levels {
@@ -171,3 +175,92 @@ func (f *Fencer) checkDevices(ctx context.Context, devices map[string]device.Plu
 
 // opMonitor labels the monitor's requests in fenced_bmc_requests_total.
 const opMonitor = device.OpMonitor
+
+// checkInventory reads, once per round, the levels of every node that is
+// Ready and under no suspicion, and raises a safety alarm when a whole
+// level reads off while the node's agent proves it is alive after that
+// reading: the level's plugs do not feed this node (a mislabelled outlet,
+// a BMC address of another machine). Found now, before an outage, rather
+// than when a false gossip death makes the fencer read it. The alarm is
+// raised once per node until its levels read as they should again. A node
+// whose agent does not answer is left to the decision core: it may have
+// just lost its power.
+func (f *Fencer) checkInventory(ctx context.Context, nodes map[string]*corev1.Node, levels map[string][][]device.Plug) {
+	sem := make(chan struct{}, monitorConcurrency)
+	var wg sync.WaitGroup
+	for name, ls := range levels {
+		n := nodes[name]
+		if n == nil || name == f.cfg.Identity || !f.quietAndReady(n) {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f.checkNodeLevels(ctx, n, ls)
+		}()
+	}
+	wg.Wait()
+}
+
+// quietAndReady reports whether n is Ready, carries no fenced taint, and
+// this fencer suspects nothing of it.
+func (f *Fencer) quietAndReady(n *corev1.Node) bool {
+	if ready, _ := readyCondition(n); ready != core.ReadyTrue || kube.AppliedByFenced(n) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.targets[n.Name]
+	return !ok || t.Phase == core.PhaseHealthy || t.Phase == ""
+}
+
+// checkNodeLevels is checkInventory for one node.
+func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][]device.Plug) {
+	var off *core.Reading
+	for i, plugs := range levels {
+		// Counted as the monitor's requests, not as reads of a suspect.
+		lr := device.OnLevel(ctx, i+1, plugs, core.OpPowerStatus, device.ReadPlug, f.cfg.Now,
+			func(_ device.Plug, _ *core.Reading, err error, elapsed time.Duration) { f.cfg.Metrics.bmcRequest(opMonitor, err, elapsed) })
+		r, _ := core.CombineLevels([]core.LevelRead{lr})
+		if r != nil && r.Power == core.PowerOff {
+			off = r
+			break
+		}
+	}
+	if off == nil {
+		f.mu.Lock()
+		delete(f.misfed, n.Name)
+		f.mu.Unlock()
+		return
+	}
+	ip := kube.InternalIP(n)
+	if ip == "" {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.cfg.ChallengeTimeout)
+	proof, err := f.cfg.Members.Challenge(cctx, n.Name, net.JoinHostPort(ip, strconv.Itoa(f.cfg.GossipPort)))
+	cancel()
+	if err != nil {
+		f.log.Info("device monitor: a level of a Ready node reads off and its agent does not answer: left to the decision core",
+			"node", n.Name, "source", off.Endpoint, "err", err)
+		return
+	}
+	f.mu.Lock()
+	alarmed := f.misfed[n.Name]
+	f.misfed[n.Name] = true
+	f.mu.Unlock()
+	if alarmed {
+		return
+	}
+	msg := fmt.Sprintf("SAFETY: fencing level %d (%s) reads power off at %s, but the node is Ready and its agent answered a liveness challenge after that reading (boot %s): the device or plug in the configuration does not feed this node. If the node fails, this level cannot be trusted; fix the inventory.",
+		max(off.Level, 1), off.Endpoint, off.At.UTC().Format(time.RFC3339Nano), proof.BootID)
+	f.cfg.Metrics.SafetyAlarms.WithLabelValues(core.ReasonDeviceReadsOffLiveNode).Inc()
+	f.log.Error("SAFETY ALARM", "node", n.Name, "reason", core.ReasonDeviceReadsOffLiveNode, "message", msg)
+	f.cfg.Recorder.Event(n, corev1.EventTypeWarning, core.ReasonDeviceReadsOffLiveNode, msg)
+}

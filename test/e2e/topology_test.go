@@ -14,6 +14,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
@@ -190,6 +191,48 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		waitMetric(t, cp, `fenced_fence_device_up{device="pdu-a"} 1`, limit)
 		_, err = h.WaitEvent(ctx, "default", "w-5", core.ReasonFenceable, "", limit)
 		must(t, err)
+	})
+
+	// Last: the forged dead of w-5 cannot be refuted for the rest of the
+	// harness's life.
+	t.Run("mislabelled outlet of a Ready node: an alarm before any outage, and a forced gossip death taints nothing", func(t *testing.T) {
+		a, b := h.Machine("w-5"), h.Machine("w-6")
+		must(t, h.WaitNodeReady(ctx, a.Name, podTimeout))
+		contradicted := `fenced_safety_alarms_total{reason="` + core.ReasonPowerReadingContradicted + `"}`
+		before := metricValue(t, cp, contradicted)
+		// w-6 off: w-5's only level, w-6's outlet, reads off while w-5 runs.
+		must(t, b.CutFeeds())
+		t.Cleanup(func() { _ = b.RestoreFeeds() })
+		t0 := time.Now()
+		ev, err := h.WaitEvent(ctx, "default", a.Name, core.ReasonDeviceReadsOffLiveNode, "", 2*topologyMonitorInterval+podTimeout)
+		must(t, err)
+		t.Logf("device monitor after %.1fs: %s", time.Since(t0).Seconds(), ev.Message)
+
+		// One dead at memberlist's top incarnation, as a compromised worker
+		// (or a false suspicion) gives it: the fencer reads w-5's level.
+		key, err := h.GossipKey()
+		must(t, err)
+		f, err := hostile.New(key, harness.ClusterName)
+		must(t, err)
+		t.Cleanup(func() { f.Close() })
+		f.AllowNonLoopback = true // the machines live in network namespaces this test made
+		must(t, f.Dead(cp.Host.Addr.String()+":"+strconv.Itoa(harness.GossipPort), a.Name, ^uint32(0), "cp-1"))
+		deadline := time.Now().Add(podTimeout)
+		for metricValue(t, cp, contradicted) <= before {
+			if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{}); err == nil && kube.HasTaint(n) {
+				t.Fatalf("Ready node %s tainted on a mislabelled outlet's reading after a forged gossip death: %s", a.Name, n.Annotations[kube.AnnotationEvidence])
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not grow past %v within %s", contradicted, before, podTimeout)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Logf("the forged death's reading contradicted after %.1fs", time.Since(t0).Seconds())
+		requireNoTaintFor(ctx, t, h, a.Name, 15*time.Second)
+		must(t, h.WaitNodeReady(ctx, a.Name, time.Second))
+		must(t, b.RestoreFeeds())
+		must(t, h.WaitNodeReady(ctx, b.Name, podTimeout))
+		waitTaint(ctx, t, h, b.Name, false)
 	})
 }
 
