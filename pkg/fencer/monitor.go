@@ -226,7 +226,9 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 	for i, plugs := range levels {
 		// Counted as the monitor's requests, not as reads of a suspect.
 		lr := device.OnLevel(ctx, i+1, plugs, core.OpPowerStatus, device.ReadPlug, f.cfg.Now,
-			func(_ device.Plug, _ *core.Reading, err error, elapsed time.Duration) { f.cfg.Metrics.bmcRequest(opMonitor, err, elapsed) })
+			func(_ device.Plug, _ *core.Reading, err error, elapsed time.Duration) {
+				f.cfg.Metrics.bmcRequest(opMonitor, err, elapsed)
+			})
 		r, _ := core.CombineLevels([]core.LevelRead{lr})
 		if r != nil && r.Power == core.PowerOff {
 			off = r
