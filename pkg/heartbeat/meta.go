@@ -111,17 +111,32 @@ func (m Meta) Encode() ([]byte, error) {
 
 // DecodeMeta parses a Meta written by Encode. A Meta of a newer version
 // decodes too: the fields this version knows are kept and unknown ones
-// are ignored.
+// are ignored. Meta larger than memberlist's limit, which no genuine
+// member can send, is refused undecoded, and so is a field over its
+// bound (limits.go).
 func DecodeMeta(b []byte) (Meta, error) {
 	var m Meta
 	if len(b) == 0 {
 		return m, errors.New("heartbeat: empty meta")
+	}
+	if len(b) > MaxMetaSize {
+		return m, fmt.Errorf("heartbeat: meta is %d bytes; the limit is %d", len(b), MaxMetaSize)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("heartbeat: decode meta: %w", err)
 	}
 	if m.Version < 1 {
 		return Meta{}, errors.New("heartbeat: meta has no version")
+	}
+	if err := fieldsFit(
+		field{"meta node", len(m.Node), maxNameLen},
+		field{"meta boot ID", len(m.BootID), maxBootIDLen},
+		field{"meta role", len(m.Role), maxWordLen},
+		field{"meta state", len(m.State), maxWordLen},
+		field{"meta agent", len(m.Agent), maxAgentLen},
+		field{"meta signature", len(m.Sig), maxSigText},
+	); err != nil {
+		return Meta{}, err
 	}
 	return m, nil
 }
