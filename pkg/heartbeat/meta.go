@@ -128,17 +128,23 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if m.Version < 1 {
 		return Meta{}, errors.New("heartbeat: meta has no version")
 	}
-	if err := fieldsFit(
+	if err := m.fieldsFit(); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
+
+// fieldsFit checks each field against its bound (limits.go): what peers
+// refuse to decode, this agent must not send either.
+func (m Meta) fieldsFit() error {
+	return fieldsFit(
 		field{"meta node", len(m.Node), maxNameLen},
 		field{"meta boot ID", len(m.BootID), maxBootIDLen},
 		field{"meta role", len(m.Role), maxWordLen},
 		field{"meta state", len(m.State), maxWordLen},
 		field{"meta agent", len(m.Agent), maxAgentLen},
 		field{"meta signature", len(m.Sig), maxSigText},
-	); err != nil {
-		return Meta{}, err
-	}
-	return m, nil
+	)
 }
 
 // localMeta fills in the defaults of an agent's own Meta, signs it with
@@ -164,6 +170,9 @@ func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
 	}
 	m.Sign(key, seq)
+	if err := m.fieldsFit(); err != nil {
+		return Meta{}, nil, err
+	}
 	b, err := m.Encode()
 	if err != nil {
 		return Meta{}, nil, err
