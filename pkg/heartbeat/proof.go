@@ -139,7 +139,7 @@ func (r *Ring) proofReceived(p Proof) {
 	answer, ok := r.challenges[string(p.Nonce)]
 	r.mu.Unlock()
 	if !ok {
-		r.log.Debug("ignored a proof of life nobody asked for", "node", p.Node)
+		r.log.Debug("ignored a proof of life nobody asked for", "node", PeerText(p.Node))
 		return
 	}
 	select {
