@@ -72,7 +72,7 @@ says so and works on (shutdown.announce: false turns this off).`,
 	fl.StringVar(&f.nodeName, "node-name", "", "this host's Kubernetes node name (default: $NODE_NAME, $FENCED_NODE_NAME, then the host name)")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this host's boot ID ($FENCED_BOOT_ID overrides)")
 	fl.StringVar(&f.gossipBind, "gossip-bind-address", "", "address gossip listens on (default: all)")
-	fl.StringVar(&f.gossipAdvertise, "gossip-advertise-address", "", "address peers reach this agent at (default: the InternalIP of this host's Node)")
+	fl.StringVar(&f.gossipAdvertise, "gossip-advertise-address", "", "address peers reach this agent at (default: the InternalIP of this host's Node; it must be one of the Node's addresses, where agents answer a fencer's liveness challenges)")
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "extra host[:port] addresses to join the ring through (the Nodes' InternalIPs are always tried)")
 	fl.BoolVar(&f.insecureGossip, "insecure-gossip", false, "allow gossip without the encryption key (anyone on the network could join)")
 	fl.StringVar(&f.metricsAddress, "metrics-address", defaultMetricsAddress, `address for /metrics, /healthz and /readyz ("" disables)`)

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,7 +61,8 @@ type Options struct {
 	// GossipBind is the address gossip listens on ("" = all).
 	GossipBind string
 	// GossipAdvertise is the address peers reach this agent at ("" = the
-	// InternalIP of this host's Node).
+	// InternalIP of this host's Node). It must be one of the Node's
+	// addresses: agents answer a fencer's liveness challenges only there.
 	GossipAdvertise string
 	// Seeds are extra addresses to join through, besides the Nodes'
 	// InternalIPs.
@@ -236,10 +238,11 @@ func (a *Agent) build() (_ *parts, err error) {
 	p.ring, err = heartbeat.New(hb, heartbeat.Options{
 		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: p.role,
 			State: vocab.AnnounceRunning, Agent: o.Version},
-		Seeds:  func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
-		IsNode: func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
-		Logger: p.log,
-		Key:    p.signingKey,
+		Seeds:           func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
+		IsNode:          func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
+		ChallengerAddrs: func(name string) []string { return gossipAddrs(nodeLister, name, o.Config.Gossip.Port) },
+		Logger:          p.log,
+		Key:             p.signingKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gossip ring: %w", err)
@@ -384,6 +387,11 @@ func (p *parts) run(ctx context.Context) error {
 		if advertise, err = waitInternalIP(ctx, p.nodes.Informer(), p.nodes.Lister(), o.NodeName, log); err != nil {
 			return err
 		}
+	} else if own := gossipAddrs(p.nodes.Lister(), o.NodeName, o.Config.Gossip.Port); p.fencer != nil &&
+		!slices.Contains(own, net.JoinHostPort(advertise, strconv.Itoa(o.Config.Gossip.Port))) {
+		// Agents would leave this fencer's challenges unanswered: every node
+		// would look silent to it.
+		return fmt.Errorf("gossip advertise address %s is not one of Node %s's addresses %v: agents answer a fencer's liveness challenges only at an address the Kubernetes API gives its Node", advertise, o.NodeName, own)
 	}
 
 	publishKey(ctx, o, p.signingKey.Public(), p.keyPublished, log)
@@ -585,6 +593,24 @@ func policyOf(c *config.Config) core.Policy {
 		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
 		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,
 	}
+}
+
+// gossipAddrs are Node name's addresses (InternalIP and ExternalIP, as
+// the API has them) at the gossip port: where its agent may be answered.
+// A fencer advertises its InternalIP unless gossip.advertise says
+// otherwise, which must then be one of its Node's addresses.
+func gossipAddrs(nodes corelisters.NodeLister, name string, port int) []string {
+	n, err := nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			out = append(out, net.JoinHostPort(a.Address, strconv.Itoa(port)))
+		}
+	}
+	return out
 }
 
 // seeds are the other Nodes' InternalIPs at the gossip port, plus extras.

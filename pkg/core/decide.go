@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -542,6 +543,12 @@ func (d *decider) detect() {
 		return
 	}
 
+	// The kubelet shows life: ask the agent together with the first read,
+	// so that an off reading (of a mislabelled plug, say) meets its answer,
+	// or its silence, without waiting (proofPending).
+	if d.kubeletShowsLife() && o.Agent.LastSilent.Before(t.suspectSince) && !o.Agent.LastProof.After(t.suspectSince) {
+		d.challenge()
+	}
 	r := o.BMC.Reading
 	fresh := r != nil && r.At.After(t.suspectSince) && r.At.After(t.voidedUpTo)
 	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspectSince) &&
@@ -739,7 +746,7 @@ func (d *decider) challengeIfDue() {
 // challenge asks the node's agent for a proof of life unless a challenge
 // is waiting for its answer already.
 func (d *decider) challenge() {
-	if !d.o.Agent.Challenging {
+	if !d.o.Agent.Challenging && !slices.ContainsFunc(d.actions, func(a Action) bool { return a.Kind == ActChallenge }) {
 		d.do(Action{Kind: ActChallenge})
 	}
 }
@@ -912,20 +919,65 @@ func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, 
 	return true, ""
 }
 
-// proofPending reports whether gossip says the node's agent is alive and
-// no challenge sent after the evidence (at) has been answered or gone
-// unanswered: then the agent is asked before the evidence is used. A node
-// cut off from the API server only is NotReady yet alive, and a power
-// device that reads off for it — a mislabelled outlet, another node's VM —
-// must meet its answer before any taint (the answer voids the reading).
+// proofPending reports whether the node's agent must be asked before ev
+// is used: a power device that reads off for a live node — a mislabelled
+// outlet, another node's VM — must meet the agent's answer before any
+// taint (the answer voids the reading). The agent is asked when either
+//
+//   - gossip says it is alive, and no challenge sent after the evidence
+//     has been answered or gone unanswered (a node cut off from the API
+//     server only is NotReady yet alive); or
+//   - for power evidence, the kubelet shows life since the suspicion began
+//     (kubeletShowsLife), whatever gossip says, and no challenge sent since
+//     then went unanswered. Gossip's dead can be forged by any key holder
+//     or be false under CPU starvation, and the kubelet's next renewal may
+//     come seconds after the taint: its silence to a challenge is what a
+//     dead node gives and a live one cannot.
+//
 // One unanswered challenge is enough, so forged alive messages delay a
-// fence by one challenge timeout per reading at most.
-func (d *decider) proofPending(at time.Time) bool {
-	o := d.o
-	if o.Member.State != vocab.MemberAlive {
-		return false
+// fence by one challenge timeout per reading at most; the challenge is sent
+// together with the first read (detect), so the fast path waits for
+// whichever of the two answers last.
+func (d *decider) proofPending(ev *Evidence) bool {
+	o, at := d.o, evidenceTime(ev)
+	if o.Member.State == vocab.MemberAlive && !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at) {
+		return true
 	}
-	return !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at)
+	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.t.suspectSince)
+}
+
+// kubeletShowsLife reports whether the node shows life since the
+// suspicion began on a channel no gossip-key holder can forge: its Ready
+// condition says True (the kubelet's own word, or its last one before it
+// fell silent: only the node lifecycle controller's grace period tells
+// the two apart) or its kubelet renewed its node Lease after the
+// suspicion began. Both are written under NodeRestriction.
+func (d *decider) kubeletShowsLife() bool {
+	o := d.o
+	return o.Node.Ready == ReadyTrue || o.Node.KubeletRenew.After(d.t.suspectSince)
+}
+
+// lifeShown says which sign of life makes the agent be asked first.
+func (d *decider) lifeShown() string {
+	o := d.o
+	var why []string
+	if o.Member.State == vocab.MemberAlive {
+		why = append(why, "gossip says its agent is alive")
+	}
+	if o.Node.Ready == ReadyTrue {
+		why = append(why, "Kubernetes sees it Ready")
+	}
+	if o.Node.KubeletRenew.After(d.t.suspectSince) {
+		why = append(why, "its kubelet renewed its node Lease since the suspicion began")
+	}
+	return strings.Join(why, ", ")
+}
+
+// silentSince reports whether a liveness challenge sent at or after t went
+// unanswered, and the agent has not answered one since.
+func (d *decider) silentSince(t time.Time) bool {
+	a := d.o.Agent
+	return !a.LastSilent.IsZero() && !a.LastSilent.Before(t) && !a.LastProof.After(a.LastSilent)
 }
 
 // fenceIfStillTrue fences with ev unless the node was seen alive after it
@@ -937,9 +989,9 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 		d.void(&ev, life)
 		return
 	}
-	if d.proofPending(evidenceTime(&ev)) {
+	if d.proofPending(&ev) {
 		d.challenge()
-		d.enter(PhaseConfirming, "gossip sees the node again after the evidence: asking its agent first")
+		d.enter(PhaseConfirming, "the node may be alive ("+d.lifeShown()+"): asking its agent before using the evidence")
 		d.requeue(d.p.ReadBackoffMin)
 		return
 	}
@@ -1083,7 +1135,7 @@ func (d *decider) fenced() {
 		}
 		t.Phase = PhaseSuspect // fenceIfStillTrue re-enters Fenced
 		if o.Now.Sub(t.taintSent) < TaintRetry && t.Since.Before(o.Now) {
-			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(evidenceTime(&ev)) {
+			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(&ev) {
 				t.Phase = PhaseFenced
 				d.reason = "waiting to see our taint on the Node"
 				d.requeue(TaintRetry - o.Now.Sub(t.taintSent))
@@ -1104,7 +1156,13 @@ func (d *decider) fenced() {
 	// may have come back within the node-monitor grace period, or the fence
 	// was adopted after a restart).
 	backNewBoot := o.Node.Ready == ReadyTrue && o.Node.BootID != "" && fence.BootID != "" && o.Node.BootID != fence.BootID
-	if backNewBoot || d.responsiveSince(fence.At) || memberBackSameBoot {
+	// The kubelet wrote Ready=True after the fence on the fenced boot:
+	// whatever gossip says of its agent (a forged or false dead), the node
+	// never went off. (Condition times have one-second precision, as in
+	// responsiveSince.)
+	kubeletBackSameBoot := o.Node.Ready == ReadyTrue && !o.Node.ReadySince.Before(fence.At.Truncate(time.Second)) &&
+		o.Node.BootID != "" && o.Node.BootID == fence.BootID
+	if backNewBoot || d.responsiveSince(fence.At) || memberBackSameBoot || kubeletBackSameBoot {
 		if fence.BootID != "" && bootNow == fence.BootID {
 			if !t.alarmed {
 				t.alarmed = true

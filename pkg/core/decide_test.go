@@ -41,10 +41,13 @@ func healthy() Observation {
 }
 
 // powerLoss turns o into the view right after the node lost power at
-// t0+1s: gossip declares it dead 5 s later, the API still says Ready.
+// t0+1s: gossip declares it dead 5 s later, the API still says Ready, and
+// its agent is silent to the liveness challenge sent as the suspicion
+// began (at).
 func powerLoss(o Observation, at time.Time) Observation {
 	o.Now = at
 	o.Member.State, o.Member.Since = "dead", t0.Add(6*time.Second)
+	o.Agent = AgentObs{SilentSince: at, LastSilent: at}
 	o.Cluster.Unhealthy, o.Cluster.GossipAlive = 1, 4
 	return o
 }
@@ -936,6 +939,14 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				if a.Evidence.BMC != nil && (o.Node.KubeletRenew.After(a.Evidence.BMC.At) || o.Agent.LastProof.After(a.Evidence.BMC.At)) {
 					t.Fatalf("walk %d step %d: taint on a node seen alive after the reading", walk, i)
 				}
+				// While the kubelet shows life, power evidence counts only
+				// with the agent silent to a challenge of this suspicion,
+				// whatever gossip says.
+				if ag := o.Agent; a.Evidence.BMC != nil && (o.Node.Ready == ReadyTrue || o.Node.KubeletRenew.After(suspectSince)) &&
+					(ag.LastSilent.Before(suspectSince) || ag.LastProof.After(ag.LastSilent)) {
+					t.Fatalf("walk %d step %d: power-evidence taint with the kubelet alive (Ready=%s, renew %s, suspect since %s) and agent %+v",
+						walk, i, o.Node.Ready, o.Node.KubeletRenew, suspectSince, ag)
+				}
 			}
 			if has(d.Actions, ActPowerOff) {
 				powerOffs++
@@ -1088,15 +1099,18 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 	tgt := &Target{Name: "node-a"}
 	o := cleanlyDown(2)
 	d := tgt.Step(o, p)
+	// Its kubelet's Ready=True is stale but unproven: the agent is asked
+	// together with the read.
 	if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActSafetyAlarm) || !has(d.Actions, ActReadPower) ||
-		!slices.Contains(events(d.Actions), ReasonCleanShutdownStorm) {
+		!has(d.Actions, ActChallenge) || !slices.Contains(events(d.Actions), ReasonCleanShutdownStorm) {
 		t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 	}
 	o.Now = o.Now.Add(2 * time.Second)
 	if d := tgt.Step(o, p); has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActApplyTaint) {
 		t.Fatalf("alarm or taint repeated: %v", kinds(d.Actions))
 	}
-	// The power device still fences it.
+	// The power device still fences it, its agent having stayed silent.
+	o.Agent = AgentObs{SilentSince: t0.Add(10 * time.Second), LastSilent: t0.Add(10 * time.Second)}
 	o.Now = o.Now.Add(time.Second)
 	o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
 	d = tgt.Step(o, p)

@@ -213,12 +213,23 @@ func (b *hostileBed) join(name, boot, ip string, key *identity.Key, isNode func(
 		seeds = func() []string { return []string{b.ring.LocalAddr()} }
 	}
 	r, err := heartbeat.Join(b.t.Context(), cfg, heartbeat.Options{
-		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name)})
+		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name),
+		ChallengerAddrs: b.nodeGossipAddrs})
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(func() { r.Shutdown() })
 	return r
+}
+
+// nodeGossipAddrs is what the API says Node name's gossip address is
+// (its InternalIP at the shared port): where its agent may be answered.
+func (b *hostileBed) nodeGossipAddrs(name string) []string {
+	n, err := b.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || kube.InternalIP(n) == "" {
+		return nil
+	}
+	return []string{net.JoinHostPort(kube.InternalIP(n), strconv.Itoa(b.port))}
 }
 
 func (b *hostileBed) waitFor(timeout time.Duration, what string, cond func() bool) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"fenced.io/fenced/pkg/identity"
@@ -22,9 +23,12 @@ import (
 // nonceSize is the length of a challenge's nonce.
 const nonceSize = 16
 
-// maxConcurrentProofs bounds the proofs this agent computes and sends at
-// once, so that a flood of forged challenges costs it little.
-const maxConcurrentProofs = 4
+// maxReliableProofsPerChallenger bounds the reliable (TCP) proof sends in
+// flight to one challenger. Each may wait for memberlist's TCP timeout
+// when the challenger's address drops SYNs; counting them per challenger
+// means forged challenges in one Node's name hold only that Node's sends,
+// never a genuine fencer's. The datagram that goes first needs no slot.
+const maxReliableProofsPerChallenger = 2
 
 // challenge asks a member to prove it is alive.
 type challenge struct {
@@ -149,41 +153,83 @@ func (r *Ring) proofReceived(p Proof) {
 }
 
 // answerChallenge signs the challenge's nonce and sends the proof back to
-// the challenger, in the background: NotifyMsg must not block.
+// the challenger, when the Kubernetes API (or, without one, the gossip
+// view) says the reply address is the challenger's own: so challenges
+// cannot turn agents into reflectors, and no gossip message can keep an
+// agent from answering a fencer. The proof goes out at once as a datagram
+// — nothing to wait for, so no address that drops SYNs and no flood holds
+// it up — and then reliably, so that one lost datagram does not look like
+// silence; the reliable send runs in the background (NotifyMsg must not
+// block) within the challenger's own bound.
 func (r *Ring) answerChallenge(c challenge) {
-	if r.ml.Load() == nil {
+	ml := r.ml.Load()
+	if ml == nil {
 		return // a Ring without memberlist (tests of the view)
+	}
+	if why := r.refuseChallenger(c); why != "" {
+		r.log.Debug("ignored a liveness challenge", "from", c.From, "replyTo", c.ReplyTo, "why", why)
+		return
+	}
+	node, err := nodeOf(c.From, c.ReplyTo)
+	if err != nil {
+		return
+	}
+	r.metaMu.Lock()
+	p := Proof{Node: r.self, BootID: r.meta.BootID, State: r.meta.State, Nonce: c.Nonce}
+	if r.key != nil {
+		r.seq++
+		p.Seq = r.seq
+		p.Sig = r.key.Sign(p.Statement())
+	}
+	r.metaMu.Unlock()
+	msg := encodeMessage(msgProof, p)
+	if err := ml.SendBestEffort(node, msg); err != nil {
+		r.log.Debug("proof of life datagram not sent", "to", c.From, "err", err)
+	}
+	r.mu.Lock()
+	busy := r.proving[c.From] >= maxReliableProofsPerChallenger
+	if !busy {
+		r.proving[c.From]++
+	}
+	r.mu.Unlock()
+	if busy {
+		r.log.Debug("proof of life sent as a datagram only: reliable sends to this challenger busy", "to", c.From)
+		return
+	}
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			if r.proving[c.From]--; r.proving[c.From] <= 0 {
+				delete(r.proving, c.From)
+			}
+			r.mu.Unlock()
+		}()
+		start := time.Now()
+		if err := ml.SendReliable(node, msg); err != nil {
+			r.log.Debug("proof of life not delivered reliably", "to", c.From, "err", err, "after", time.Since(start))
+		}
+	}()
+}
+
+// refuseChallenger returns why challenge c is not answered, or "": the
+// challenger must be another member whose reply address the API gives its
+// Node (ChallengerAddrs), or, for a Ring without an API, an alive member
+// at that address in this agent's view.
+func (r *Ring) refuseChallenger(c challenge) string {
+	if c.From == r.self {
+		return "from this agent's own name"
+	}
+	if r.challengerAddrs != nil {
+		if slices.Contains(r.challengerAddrs(c.From), c.ReplyTo) {
+			return ""
+		}
+		return "the reply address is not one the Kubernetes API gives that Node"
 	}
 	r.mu.Lock()
 	m, ok := r.members[c.From]
 	r.mu.Unlock()
-	if !ok || c.From == r.self || m.State != vocab.MemberAlive || m.Addr != c.ReplyTo {
-		r.log.Debug("ignored a liveness challenge from outside the ring", "from", c.From, "replyTo", c.ReplyTo)
-		return
+	if !ok || m.State != vocab.MemberAlive || m.Addr != c.ReplyTo {
+		return "not an alive member at the reply address"
 	}
-	select {
-	case r.proving <- struct{}{}:
-	default:
-		r.log.Debug("ignored a liveness challenge: too many at once", "from", c.From)
-		return
-	}
-	go func() {
-		defer func() { <-r.proving }()
-		r.metaMu.Lock()
-		p := Proof{Node: r.self, BootID: r.meta.BootID, State: r.meta.State, Nonce: c.Nonce}
-		if r.key != nil {
-			r.seq++
-			p.Seq = r.seq
-			p.Sig = r.key.Sign(p.Statement())
-		}
-		r.metaMu.Unlock()
-		node, err := nodeOf(c.From, c.ReplyTo)
-		if err != nil {
-			return
-		}
-		start := time.Now()
-		if err := r.ml.Load().SendReliable(node, encodeMessage(msgProof, p)); err != nil {
-			r.log.Debug("proof of life not delivered", "to", c.From, "err", err, "after", time.Since(start))
-		}
-	}()
+	return ""
 }

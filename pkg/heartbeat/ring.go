@@ -124,6 +124,18 @@ type Options struct {
 	// next alive message or push/pull (every 30 s). nil accepts every
 	// member.
 	IsNode func(name string) bool
+	// ChallengerAddrs returns the gossip addresses ("ip:port") the
+	// Kubernetes API gives Node name — each of its addresses at the ring's
+	// port — or nothing when name is no Node. This agent answers a liveness
+	// challenge only when its reply address is one of them: who may
+	// challenge is decided from the API, never from gossip state, which
+	// any key holder can forge (a forged "the fencer is dead" would
+	// otherwise silence every agent, and a silent agent may be switched
+	// off). It is called from memberlist's packet handling: an informer
+	// cache lookup. nil: the challenger must be an alive member at the
+	// reply address in this agent's gossip view (rings without an API:
+	// tests and benchmarks).
+	ChallengerAddrs func(name string) []string
 	// Logger receives state changes at info and memberlist's own logs at
 	// debug. nil means slog.Default().
 	Logger *slog.Logger
@@ -184,11 +196,13 @@ type Ring struct {
 	refusals  *WarnLimiter
 	oversized atomic.Uint64
 	// challenges are this agent's liveness challenges waiting for a proof,
-	// by nonce; proving limits the proofs this agent computes at once.
-	challenges map[string]chan Proof
-	proving    chan struct{}
-	localAddr  string
-	selfLeft   bool // set when this agent starts to leave
+	// by nonce; proving counts the reliable proof sends in flight per
+	// challenger (proof.go), challengerAddrs is Options.ChallengerAddrs.
+	challenges      map[string]chan Proof
+	proving         map[string]int
+	challengerAddrs func(string) []string
+	localAddr       string
+	selfLeft        bool // set when this agent starts to leave
 	// stopped is set (under mu) at Shutdown: memberlist's suspicion
 	// timers may still fire afterwards, and the view no longer changes.
 	stopped bool
@@ -222,7 +236,7 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		refusals:    NewWarnLimiter(refusalWarnings),
 		pendingDead: make(map[string]*time.Timer),
 		challenges:  make(map[string]chan Proof),
-		proving:     make(chan struct{}, maxConcurrentProofs),
+		proving:     make(map[string]int),
 		lonely:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
@@ -248,7 +262,7 @@ func New(cfg Config, opts Options) (*Ring, error) {
 		base = slog.Default()
 	}
 	r := newRing(cfg.NodeName, base.With("component", "heartbeat"), opts.IsNode)
-	r.port, r.seeds = mc.BindPort, opts.Seeds
+	r.port, r.seeds, r.challengerAddrs = mc.BindPort, opts.Seeds, opts.ChallengerAddrs
 	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
 	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
 	d := (*delegate)(r)
