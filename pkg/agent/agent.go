@@ -247,7 +247,7 @@ func (a *Agent) build() (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
-	p.reg.MustRegister(metrics.NewMembers(p.memberStates))
+	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused))
 
 	if o.Config.Shutdown.Announce {
 		p.watcher = p.buildWatcher()

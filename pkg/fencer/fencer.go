@@ -143,7 +143,10 @@ type Fencer struct {
 	agents  map[string]*core.AgentObs     // liveness challenges and their answers
 	renew   map[string]context.CancelFunc // Lease renewals running
 	seqs    map[string]seqSeen            // latest signed statement per node (replays)
-	forged  map[string]struct{}           // forgeries counted, to count each once
+	forged  map[claimID]struct{}          // forgeries counted, to count each once
+	// forgeryWarnings rate-limits the warnings about forgeries: forgers
+	// choose how many distinct claims they send.
+	forgeryWarnings *heartbeat.WarnLimiter
 	// cleanFences remembers this fencer's own clean-shutdown taints (the
 	// storm guard must count them before the informer shows them).
 	cleanFences map[string]time.Time
@@ -224,7 +227,7 @@ func New(cfg Config) (*Fencer, error) {
 		agents:      map[string]*core.AgentObs{},
 		renew:       map[string]context.CancelFunc{},
 		seqs:        map[string]seqSeen{},
-		forged:      map[string]struct{}{},
+		forged:      map[claimID]struct{}{},
 		cleanFences: map[string]time.Time{},
 		seenReady:   map[string]bool{},
 		written:     map[string]*corev1.Node{},
@@ -233,6 +236,7 @@ func New(cfg Config) (*Fencer, error) {
 		misfed:      map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 	}
+	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
 	if err := f.watch(cfg.Informers); err != nil {
 		return nil, err
 	}

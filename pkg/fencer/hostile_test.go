@@ -91,6 +91,7 @@ type hostileBed struct {
 	victims map[string]*victim
 	reg     *prometheus.Registry
 	forger  *hostile.Forger
+	logf    func(t *testing.T, member string) *slog.Logger // each agent's logger
 }
 
 // freeSharedPort finds a port free for TCP and UDP on each address.
@@ -143,11 +144,18 @@ func hostileNode(name, boot, ip string, ready corev1.ConditionStatus) *corev1.No
 // the admission policy that guards the keys in place.
 func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 	t.Helper()
+	return newHostileBedLogging(t, p, testLog, victims...)
+}
+
+// newHostileBedLogging is newHostileBed with every agent (the fencer's
+// and the victims') logging to logf(t, member).
+func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, string) *slog.Logger, victims ...string) *hostileBed {
+	t.Helper()
 	ips := []string{"127.0.0.1"}
 	for i := range victims {
 		ips = append(ips, "127.0.0."+strconv.Itoa(i+2))
 	}
-	b := &hostileBed{t: t, port: freeSharedPort(t, ips...), victims: map[string]*victim{}, reg: prometheus.NewRegistry()}
+	b := &hostileBed{t: t, port: freeSharedPort(t, ips...), victims: map[string]*victim{}, reg: prometheus.NewRegistry(), logf: logf}
 	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue),
 		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: publish.PolicyName},
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}},
@@ -184,7 +192,7 @@ func newHostileBed(t *testing.T, p core.Policy, victims ...string) *hostileBed {
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
 		Tainter: kube.NewTainter(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 		Policy: p, LeaseNamespace: hostileNS, GossipPort: b.port, Metrics: NewMetrics(b.reg),
-		Logger: testLog(t, "fencer"),
+		Logger: logf(t, "fencer"),
 	})
 	b.ring.OnChange(func(m heartbeat.Member) { b.fencer.Notify(m.Name) })
 	b.waitFor(20*time.Second, "the fencer's ring sees every victim alive", func() bool { return b.ring.Alive() == len(victims)+1 })
@@ -205,7 +213,7 @@ func (b *hostileBed) join(name, boot, ip string, key *identity.Key, isNode func(
 		seeds = func() []string { return []string{b.ring.LocalAddr()} }
 	}
 	r, err := heartbeat.Join(b.t.Context(), cfg, heartbeat.Options{
-		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: testLog(b.t, name),
+		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name),
 		ChallengerAddrs: b.nodeGossipAddrs})
 	if err != nil {
 		b.t.Fatal(err)

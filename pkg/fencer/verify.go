@@ -2,7 +2,10 @@ package fencer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"time"
@@ -122,26 +125,47 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 
 // forgery counts and logs a rejected claim once per distinct claim.
 func (f *Fencer) forgery(node, kind, claim string) {
-	key := node + "\x00" + kind + "\x00" + claim
+	id := claimOf(node, kind, claim)
 	f.mu.Lock()
-	_, dup := f.forged[key]
+	_, dup := f.forged[id]
 	if !dup {
 		if len(f.forged) >= maxForgeriesRemembered {
 			clear(f.forged)
 		}
-		f.forged[key] = struct{}{}
+		f.forged[id] = struct{}{}
 	}
 	f.mu.Unlock()
 	if dup {
 		return
 	}
 	f.cfg.Metrics.Forgeries.WithLabelValues(kind).Inc()
-	f.log.Warn("rejected a gossip claim not signed by the node's own key", "node", node, "kind", kind,
+	f.forgeryWarnings.Warn(f.log, "rejected a gossip claim not signed by the node's own key", "node", heartbeat.PeerText(node), "kind", kind,
 		"why", "any holder of the gossip key can say this in the node's name; it counts for nothing")
 }
 
-// maxForgeriesRemembered bounds the claims remembered to count each once.
+// claimID identifies a rejected claim: a hash, so that what is remembered
+// does not grow with what a forger sends (a claim holds its signature).
+type claimID [sha256.Size]byte
+
+func claimOf(node, kind, claim string) claimID {
+	h := sha256.New()
+	for _, s := range []string{node, kind, claim} {
+		// Length-prefixed: no two different triples hash the same input.
+		_ = binary.Write(h, binary.BigEndian, uint64(len(s)))
+		_, _ = io.WriteString(h, s)
+	}
+	var id claimID
+	h.Sum(id[:0])
+	return id
+}
+
+// maxForgeriesRemembered bounds the claims remembered to count each once
+// (sha256.Size bytes each).
 const maxForgeriesRemembered = 4096
+
+// forgeryWarningsPerMinute is how many forgeries a minute are logged at
+// warn level; the counter counts them all.
+const forgeryWarningsPerMinute = 10
 
 // checkPolicy keeps policyOK up to date: whether the admission policy
 // that binds agent keys to nodes is in force. Without it any agent could

@@ -1,11 +1,9 @@
 package heartbeat
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -33,11 +31,28 @@ var (
 // once at warn level; beyond it refusals are logged at debug only.
 const maxRejectedLogged = 1024
 
+// refusalWarnings is how many refusals a minute are logged at warn level
+// (the rest at debug): peers choose how many they send.
+const refusalWarnings = 10
+
 // NotifyAlive refuses peers that are not Nodes of the cluster or whose
 // metadata is not ours. Returning an error keeps memberlist from adding
 // (or updating) the peer.
+//
+// It is where every member state a peer sends comes in (alive messages
+// and the states of a push/pull alike): what no genuine member can send —
+// a name, an address or metadata over their bounds — is refused here,
+// before anything in it is decoded, remembered or logged whole, so that
+// memberlist never stores it and NotifyJoin and NotifyUpdate never see
+// it.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	r := (*Ring)(d)
+	if why := oversizedPeer(peer.Name, peer.Addr, peer.Meta); why != "" {
+		r.oversized.Add(1)
+		r.refusals.Warn(r.log, "refused an oversized gossip member state", "node", PeerText(peer.Name), "reason", why,
+			"why", "no genuine member sends one; any holder of the gossip key can")
+		return errors.New(why)
+	}
 	if peer.Name == r.self {
 		// memberlist runs its own alive message through this delegate
 		// too; refusing it would leave this agent out of its own ring.
@@ -60,13 +75,18 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 		r.rejected[peer.Name] = struct{}{}
 	}
 	r.mu.Unlock()
-	level := slog.LevelWarn
+	attrs := []any{"node", PeerText(peer.Name), "addr", peer.Address(), "reason", PeerText(err.Error())}
 	if seen {
-		level = slog.LevelDebug // memberlist repeats alive messages
+		r.log.Debug("refused gossip member", attrs...) // memberlist repeats alive messages
+	} else {
+		r.refusals.Warn(r.log, "refused gossip member", attrs...)
 	}
-	r.log.Log(context.Background(), level, "refused gossip member", "node", peer.Name, "addr", peer.Address(), "reason", err)
 	return err
 }
+
+// OversizedRefused is how many member states this agent refused for a
+// name, address or metadata over its bound (NotifyAlive).
+func (r *Ring) OversizedRefused() uint64 { return r.oversized.Load() }
 
 // NotifyJoin is a member that is new or back from dead or left.
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
@@ -220,13 +240,15 @@ func (r *Ring) logChange(known bool, prev, cur Member) {
 	if !known {
 		from = "none"
 	}
+	// Everything but the states is what the member (or anyone with the
+	// key) said.
 	attrs := []any{
-		"node", cur.Name, "from", from, "to", string(cur.State),
-		"bootID", cur.Meta.BootID, "announced", cur.Meta.State, "addr", cur.Addr,
+		"node", PeerText(cur.Name), "from", from, "to", string(cur.State),
+		"bootID", PeerText(cur.Meta.BootID), "announced", PeerText(cur.Meta.State), "addr", PeerText(cur.Addr),
 	}
 	switch {
 	case known && prev.Meta.BootID != "" && prev.Meta.BootID != cur.Meta.BootID:
-		r.log.Info("gossip member rebooted", append(attrs, "prevBootID", prev.Meta.BootID)...)
+		r.log.Info("gossip member rebooted", append(attrs, "prevBootID", PeerText(prev.Meta.BootID))...)
 	case !known || prev.State != cur.State:
 		r.log.Info("gossip member state changed", attrs...)
 	case prev.Meta != cur.Meta:
@@ -346,7 +368,9 @@ func EncodeLeaveNotice(n LeaveNotice) []byte { return encodeMessage(msgLeaveNoti
 
 func decodeLeaveNotice(buf []byte) (LeaveNotice, bool) {
 	var n LeaveNotice
-	if !decodeMessage(buf, msgLeaveNotice, &n) || n.Node == "" {
+	if !decodeMessage(buf, msgLeaveNotice, &n) || n.Node == "" ||
+		fieldsFit(field{"leave node", len(n.Node), maxNameLen}, field{"leave boot ID", len(n.BootID), maxBootIDLen},
+			field{"leave signature", len(n.Sig), maxSigText}) != nil {
 		return LeaveNotice{}, false
 	}
 	return n, true

@@ -2,7 +2,10 @@ package heartbeat
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Every byte these decoders see may come from any holder of the gossip
@@ -45,6 +48,29 @@ func FuzzNotifyMsg(f *testing.F) {
 		(*delegate)(r).NotifyMsg(b)
 		if len(r.Members()) != 0 || len(r.leaving) != 0 {
 			t.Fatalf("message %q changed the view of unknown members", b)
+		}
+	})
+}
+
+// FuzzNotifyAlive: any member state a peer sends (name, address,
+// metadata) is handled without panicking; one over a bound is refused and
+// counted, and nothing oversized is remembered.
+func FuzzNotifyAlive(f *testing.F) {
+	f.Add("worker-1", []byte{127, 0, 0, 1}, []byte(`{"v":1,"node":"worker-1","boot":"b"}`))
+	f.Add("self", []byte{127, 0, 0, 1}, []byte(`{"v":1,"node":"self"}`))
+	f.Add("worker-1", make([]byte, 17), []byte(`{"v":1}`))
+	f.Add("worker-1", []byte{127, 0, 0, 1}, []byte(`{"v":1,"node":"worker-1","sig":"`+strings.Repeat("A", MaxMetaSize)+`"}`))
+	f.Fuzz(func(t *testing.T, name string, addr, meta []byte) {
+		r := newRing("self", discardLogger(), func(n string) bool { return n != "not-a-node" })
+		err := (*delegate)(r).NotifyAlive(&memberlist.Node{Name: name, Addr: addr, Meta: meta})
+		oversized := oversizedPeer(name, addr, meta) != ""
+		if oversized && (err == nil || r.OversizedRefused() != 1) {
+			t.Fatalf("oversized state (name %d, addr %d, meta %d bytes) not refused and counted: %v", len(name), len(addr), len(meta), err)
+		}
+		for n := range r.rejected {
+			if len(n) > maxNameLen {
+				t.Fatalf("remembered a name of %d bytes", len(n))
+			}
 		}
 	})
 }

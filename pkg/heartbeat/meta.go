@@ -111,11 +111,16 @@ func (m Meta) Encode() ([]byte, error) {
 
 // DecodeMeta parses a Meta written by Encode. A Meta of a newer version
 // decodes too: the fields this version knows are kept and unknown ones
-// are ignored.
+// are ignored. Meta larger than memberlist's limit, which no genuine
+// member can send, is refused undecoded, and so is a field over its
+// bound (limits.go).
 func DecodeMeta(b []byte) (Meta, error) {
 	var m Meta
 	if len(b) == 0 {
 		return m, errors.New("heartbeat: empty meta")
+	}
+	if len(b) > MaxMetaSize {
+		return m, fmt.Errorf("heartbeat: meta is %d bytes; the limit is %d", len(b), MaxMetaSize)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("heartbeat: decode meta: %w", err)
@@ -123,7 +128,23 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if m.Version < 1 {
 		return Meta{}, errors.New("heartbeat: meta has no version")
 	}
+	if err := m.fieldsFit(); err != nil {
+		return Meta{}, err
+	}
 	return m, nil
+}
+
+// fieldsFit checks each field against its bound (limits.go): what peers
+// refuse to decode, this agent must not send either.
+func (m Meta) fieldsFit() error {
+	return fieldsFit(
+		field{"meta node", len(m.Node), maxNameLen},
+		field{"meta boot ID", len(m.BootID), maxBootIDLen},
+		field{"meta role", len(m.Role), maxWordLen},
+		field{"meta state", len(m.State), maxWordLen},
+		field{"meta agent", len(m.Agent), maxAgentLen},
+		field{"meta signature", len(m.Sig), maxSigText},
+	)
 }
 
 // localMeta fills in the defaults of an agent's own Meta, signs it with
@@ -149,6 +170,9 @@ func localMeta(m Meta, nodeName string, key *identity.Key, seq uint64) (Meta, []
 		return Meta{}, nil, fmt.Errorf("heartbeat: unknown announced state %q", m.State)
 	}
 	m.Sign(key, seq)
+	if err := m.fieldsFit(); err != nil {
+		return Meta{}, nil, err
+	}
 	b, err := m.Encode()
 	if err != nil {
 		return Meta{}, nil, err

@@ -68,7 +68,8 @@ func EncodeProof(p Proof) []byte { return encodeMessage(msgProof, p) }
 
 func decodeChallenge(buf []byte) (challenge, bool) {
 	var c challenge
-	if !decodeMessage(buf, msgChallenge, &c) || c.From == "" || c.ReplyTo == "" || len(c.Nonce) != nonceSize {
+	if !decodeMessage(buf, msgChallenge, &c) || c.From == "" || c.ReplyTo == "" || len(c.Nonce) != nonceSize ||
+		fieldsFit(field{"challenger", len(c.From), maxNameLen}, field{"reply address", len(c.ReplyTo), maxAddrLen}) != nil {
 		return challenge{}, false
 	}
 	return c, true
@@ -76,7 +77,9 @@ func decodeChallenge(buf []byte) (challenge, bool) {
 
 func decodeProof(buf []byte) (Proof, bool) {
 	var p Proof
-	if !decodeMessage(buf, msgProof, &p) || p.Node == "" || len(p.Nonce) != nonceSize {
+	if !decodeMessage(buf, msgProof, &p) || p.Node == "" || len(p.Nonce) != nonceSize ||
+		fieldsFit(field{"proof node", len(p.Node), maxNameLen}, field{"proof boot ID", len(p.BootID), maxBootIDLen},
+			field{"proof state", len(p.State), maxWordLen}, field{"proof signature", len(p.Sig), maxSigLen}) != nil {
 		return Proof{}, false
 	}
 	return p, true
@@ -140,7 +143,7 @@ func (r *Ring) proofReceived(p Proof) {
 	answer, ok := r.challenges[string(p.Nonce)]
 	r.mu.Unlock()
 	if !ok {
-		r.log.Debug("ignored a proof of life nobody asked for", "node", p.Node)
+		r.log.Debug("ignored a proof of life nobody asked for", "node", PeerText(p.Node))
 		return
 	}
 	select {

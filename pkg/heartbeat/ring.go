@@ -191,6 +191,10 @@ type Ring struct {
 	// shutdown, for leaveNoticeGrace, in case their leave notice is late.
 	pendingDead map[string]*time.Timer
 	rejected    map[string]struct{} // names refused so far, to log each once
+	// refusals rate-limits the warnings about refused peers; oversized
+	// counts the member states refused for their size (NotifyAlive).
+	refusals  *WarnLimiter
+	oversized atomic.Uint64
 	// challenges are this agent's liveness challenges waiting for a proof,
 	// by nonce; proving counts the reliable proof sends in flight per
 	// challenger (proof.go), challengerAddrs is Options.ChallengerAddrs.
@@ -229,6 +233,7 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		members:     make(map[string]*Member),
 		leaving:     make(map[string]leaveHint),
 		rejected:    make(map[string]struct{}),
+		refusals:    NewWarnLimiter(refusalWarnings),
 		pendingDead: make(map[string]*time.Timer),
 		challenges:  make(map[string]chan Proof),
 		proving:     make(map[string]int),
