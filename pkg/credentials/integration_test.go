@@ -131,7 +131,11 @@ func TestSquatOldStepsVersusIssue(t *testing.T) {
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
 			}
-			t.Logf("kubectl %s: %s", strings.Join(args, " "), strings.TrimSpace(out.String()+errb.String()))
+			said := strings.TrimSpace(out.String() + errb.String())
+			if len(said) > 200 {
+				said = said[:200] + "…"
+			}
+			t.Logf("kubectl %s: %s", strings.Join(args, " "), said)
 			return out.String()
 		}
 		kubectl(`apiVersion: certificates.k8s.io/v1
