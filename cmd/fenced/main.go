@@ -21,6 +21,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitCannotCheck: a command that must check something with the API
+	// server could not reach it or get the answer (fenced credentials).
+	exitCannotCheck = 3
 )
 
 func main() {
@@ -53,6 +56,10 @@ func runAs(ctx context.Context, name string, args []string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", usage.command)
 		return exitUsage
 	}
+	var coded *codedError
+	if errors.As(err, &coded) {
+		return coded.code
+	}
 	return exitFailure
 }
 
@@ -71,3 +78,12 @@ type silentError struct{ err error }
 
 func (e *silentError) Error() string { return e.err.Error() }
 func (e *silentError) Unwrap() error { return e.err }
+
+// codedError is a failure with an exit code of its own.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
