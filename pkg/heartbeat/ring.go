@@ -410,33 +410,69 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	}
 	r.announceMu.Lock()
 	defer r.announceMu.Unlock()
+	return r.resign(state, nil)
+}
+
+// UseKey makes key this agent's signing key from now on and gossips its
+// Meta signed with it (before Join: the Meta the join will carry).
+//
+// An agent starts its Ring without a key and calls UseKey once its key is
+// on its key Lease (pkg/agent): until then no fencer can check its words,
+// and while the Lease still holds an earlier run's key of the same boot a
+// fencer would judge them against that one; words signed before the key
+// lands would count, and could be replayed, from the moment it lands.
+func (r *Ring) UseKey(key *identity.Key) error {
+	if key == nil {
+		return errors.New("heartbeat: UseKey without a key")
+	}
+	r.announceMu.Lock()
+	defer r.announceMu.Unlock()
+	return r.resign("", key)
+}
+
+// resign signs this agent's Meta as the next statement, with state as its
+// State (an announcement, which needs Join; "" keeps the State) and key as
+// the signing key from now on (nil keeps the key), and gossips it once
+// joined. The caller holds announceMu.
+func (r *Ring) resign(state vocab.Announcement, key *identity.Key) error {
 	r.lifeMu.Lock()
 	closed := r.closed
 	r.lifeMu.Unlock()
 	if closed {
 		return ErrShutdown
 	}
-	if r.ml.Load() == nil {
+	if state != "" && r.ml.Load() == nil {
 		return errors.New("heartbeat: announce before Join")
 	}
 
 	r.metaMu.Lock()
+	if key == nil {
+		key = r.key
+	}
 	meta := r.meta
-	meta.State = state
-	meta.Sign(r.key, r.seq+1)
+	if state != "" {
+		meta.State = state
+	}
+	meta.Sign(key, r.seq+1)
 	b, err := meta.Encode()
 	if err == nil {
-		r.meta, r.metaBytes = meta, b
+		r.meta, r.metaBytes, r.key = meta, b, key
 		r.seq = max(r.seq, meta.Seq)
 	}
 	r.metaMu.Unlock()
 	if err != nil {
 		return err
 	}
+	// Set before looking for memberlist: a Join that starts now reads the
+	// new Meta, one that started before gets it through UpdateNode.
+	ml := r.ml.Load()
+	if ml == nil {
+		return nil
+	}
 	// UpdateNode calls back into NodeMeta and NotifyUpdate: no lock of
 	// ours may be held here except announceMu.
-	if err := r.ml.Load().UpdateNode(AnnounceTimeout); err != nil {
-		return fmt.Errorf("heartbeat: announce %q: %w", state, err)
+	if err := ml.UpdateNode(AnnounceTimeout); err != nil {
+		return fmt.Errorf("heartbeat: announce %q: %w", meta.State, err)
 	}
 	return nil
 }
