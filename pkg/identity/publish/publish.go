@@ -138,15 +138,16 @@ var ErrKeyWithdrawn = errors.New("the agent withdrew its key")
 // cancelled after the leave — since anyone who saw them could replay them.
 // The Lease stays, holder and boot included (a write the admission policy
 // admits from the node's own identity); only the key annotation goes.
-func Withdraw(ctx context.Context, client kubernetes.Interface, ns, node string, key identity.PublicKey) error {
+// withdrawn reports whether key was there to take.
+func Withdraw(ctx context.Context, client kubernetes.Interface, ns, node string, key identity.PublicKey) (withdrawn bool, err error) {
 	leases := client.CoordinationV1().Leases(ns)
 	for attempt := 0; ; attempt++ {
 		l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil
+			return false, nil
 		case err == nil && l.Annotations[AnnotationPublicKey] != key.String():
-			return nil // not this run's key (any more)
+			return false, nil // not this run's key (any more)
 		case err == nil:
 			delete(l.Annotations, AnnotationPublicKey)
 			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
@@ -155,9 +156,9 @@ func Withdraw(ctx context.Context, client kubernetes.Interface, ns, node string,
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("withdrawing this agent's key from Lease %s/%s: %w", ns, LeaseName(node), err)
+			return false, fmt.Errorf("withdrawing this agent's key from Lease %s/%s: %w", ns, LeaseName(node), err)
 		}
-		return nil
+		return true, nil
 	}
 }
 

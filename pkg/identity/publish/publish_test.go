@@ -180,21 +180,21 @@ func TestWithdraw(t *testing.T) {
 	k1, _ := identity.NewKey()
 	k2, _ := identity.NewKey()
 	now := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
-	if err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); err != nil {
-		t.Fatalf("withdrawing from no Lease: %v", err)
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); withdrawn || err != nil {
+		t.Fatalf("withdrawing from no Lease: %v, %v", withdrawn, err)
 	}
 	if err := Publish(ctx, client, "fenced-system", "node-a", "boot-1", k1.Public(), now); err != nil {
 		t.Fatal(err)
 	}
 	// Another run's key is not this run's to withdraw.
-	if err := Withdraw(ctx, client, "fenced-system", "node-a", k2.Public()); err != nil {
-		t.Fatal(err)
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k2.Public()); withdrawn || err != nil {
+		t.Fatalf("withdrawing another key: %v, %v", withdrawn, err)
 	}
 	if got, err := Read(ctx, client, "fenced-system", "node-a"); err != nil || got.Key.String() != k1.Public().String() {
 		t.Fatalf("after withdrawing another key: %+v, %v; want k1 still published", got, err)
 	}
-	if err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); err != nil {
-		t.Fatal(err)
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); !withdrawn || err != nil {
+		t.Fatalf("withdrawing k1: %v, %v", withdrawn, err)
 	}
 	if got, err := Read(ctx, client, "fenced-system", "node-a"); !errors.Is(err, ErrKeyWithdrawn) {
 		t.Fatalf("after withdrawing k1: %+v, %v; want ErrKeyWithdrawn", got, err)
