@@ -74,7 +74,7 @@ func (f *Fencer) sawUnverified(node string, k publish.Key, haveKey bool, boot st
 		t.stale = map[string]string{}
 	}
 	t.stale[node] = key
-	f.log.Warn("no longer trusting the node's published key: a member of the same boot does not sign with it",
+	f.log.Info("no longer trusting the node's published key: a member of the same boot does not sign with it",
 		"node", node, "boot", boot, "key", key, "signed", signed,
 		"why", "the key is an earlier run's; its words, replayed, count for nothing until the Lease holds the new run's key")
 }

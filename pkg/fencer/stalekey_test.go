@@ -2,6 +2,8 @@ package fencer
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -104,6 +106,76 @@ func TestStaleKeyReplayCannotTaint(t *testing.T) {
 				ev, ok, _ := kube.EvidenceOf(n)
 				return kube.HasTaint(n) && ok && ev.Method == vocab.EvidenceCleanShutdown
 			})
+		})
+	}
+}
+
+// TestKeyTrust: which Lease key the fencer stops trusting, step by step.
+// A member of the Lease key's boot that does not sign with it shows it
+// stale; a key that reached the Lease while its member was unsigned is
+// that run's own, published late; a valid proof from the key's holder, or
+// another key on the Lease, ends the distrust.
+func TestKeyTrust(t *testing.T) {
+	keyOf := func(boot string) publish.Key {
+		k, err := identity.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return publish.Key{Node: "n", BootID: boot, Key: k.Public()}
+	}
+	type step struct {
+		do    string // "unsigned", "bad-signature", "verified", "proven"
+		lease int    // index into keys; -1: no key on the Lease
+		boot  string // the statement's boot
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		stale []int // keys stale at the end (checked in order; each check may drop marks of other keys)
+		fresh []int
+	}{
+		{name: "unsigned, same boot", steps: []step{{"unsigned", 0, "b1"}}, stale: []int{0}},
+		{name: "unsigned, another boot (a reboot)", steps: []step{{"unsigned", 0, "b2"}}, fresh: []int{0}},
+		{name: "bad signature, same boot", steps: []step{{"bad-signature", 0, "b1"}}, stale: []int{0}},
+		{name: "bad signature, another boot", steps: []step{{"bad-signature", 0, "b2"}}, fresh: []int{0}},
+		{name: "the new run's key lands while it is unsigned",
+			steps: []step{{"unsigned", 0, "b1"}, {"unsigned", 1, "b1"}}, fresh: []int{1}},
+		{name: "no key when first heard unsigned, then one lands",
+			steps: []step{{"unsigned", -1, "b1"}, {"unsigned", 1, "b1"}}, fresh: []int{1}},
+		{name: "unsigned again after a valid signature",
+			steps: []step{{"unsigned", 0, "b1"}, {"verified", 1, "b1"}, {"unsigned", 1, "b1"}}, stale: []int{1}},
+		{name: "a bad signature after the late key landed",
+			steps: []step{{"unsigned", 0, "b1"}, {"bad-signature", 1, "b1"}}, stale: []int{1}},
+		{name: "the key's holder proves it", steps: []step{{"bad-signature", 0, "b1"}, {"proven", 0, "b1"}}, fresh: []int{0}},
+		{name: "a proof by another key changes nothing", steps: []step{{"bad-signature", 0, "b1"}, {"proven", 1, "b1"}}, stale: []int{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &Fencer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			keys := []publish.Key{keyOf("b1"), keyOf("b1")}
+			for _, s := range tc.steps {
+				k, ok := publish.Key{}, s.lease >= 0
+				if ok {
+					k = keys[s.lease]
+				}
+				switch s.do {
+				case "unsigned", "bad-signature":
+					f.sawUnverified("n", k, ok, s.boot, s.do == "bad-signature")
+				case "verified":
+					f.sawVerified("n")
+				case "proven":
+					f.keyProven("n", k)
+				}
+			}
+			for _, i := range tc.stale {
+				if !f.keyStale("n", keys[i]) {
+					t.Errorf("key %d trusted, want stale", i)
+				}
+			}
+			for _, i := range tc.fresh {
+				if f.keyStale("n", keys[i]) {
+					t.Errorf("key %d stale, want trusted", i)
+				}
+			}
 		})
 	}
 }
