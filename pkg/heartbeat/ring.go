@@ -141,8 +141,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Key signs this agent's announcements, leave notice and liveness
 	// proofs, so that fencers can tell them from forgeries. nil: nothing
-	// is signed, and fencers take none of this agent's word (tests, and
-	// agents that could not publish a key).
+	// is signed, and fencers take none of this agent's word, until UseKey
+	// (the agent starts so, and gives the key once it is published).
 	Key *identity.Key
 	// Transport, when set, carries the ring's packets and streams instead
 	// of the UDP and TCP listeners memberlist would open on
@@ -410,7 +410,20 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	}
 	r.announceMu.Lock()
 	defer r.announceMu.Unlock()
-	return r.resign(state, nil)
+	r.lifeMu.Lock()
+	closed := r.closed
+	r.lifeMu.Unlock()
+	if closed {
+		return ErrShutdown
+	}
+	ml := r.ml.Load()
+	if ml == nil {
+		return errors.New("heartbeat: announce before Join")
+	}
+	if err := r.signMeta(state, nil); err != nil {
+		return err
+	}
+	return r.gossipMeta(ml, state)
 }
 
 // UseKey makes key this agent's signing key from now on and gossips its
@@ -427,25 +440,28 @@ func (r *Ring) UseKey(key *identity.Key) error {
 	}
 	r.announceMu.Lock()
 	defer r.announceMu.Unlock()
-	return r.resign("", key)
-}
-
-// resign signs this agent's Meta as the next statement, with state as its
-// State (an announcement, which needs Join; "" keeps the State) and key as
-// the signing key from now on (nil keeps the key), and gossips it once
-// joined. The caller holds announceMu.
-func (r *Ring) resign(state vocab.Announcement, key *identity.Key) error {
+	// Join holds lifeMu from creating memberlist until it is stored: the
+	// join reads the new Meta, or UpdateNode sends it.
 	r.lifeMu.Lock()
-	closed := r.closed
-	r.lifeMu.Unlock()
-	if closed {
+	if r.closed {
+		r.lifeMu.Unlock()
 		return ErrShutdown
 	}
-	if state != "" && r.ml.Load() == nil {
-		return errors.New("heartbeat: announce before Join")
+	err := r.signMeta("", key)
+	ml := r.ml.Load()
+	r.lifeMu.Unlock()
+	if err != nil || ml == nil {
+		return err
 	}
+	return r.gossipMeta(ml, "")
+}
 
+// signMeta signs this agent's Meta as the next statement, with state as
+// its State ("" keeps it) and key as the signing key from now on (nil
+// keeps the key).
+func (r *Ring) signMeta(state vocab.Announcement, key *identity.Key) error {
 	r.metaMu.Lock()
+	defer r.metaMu.Unlock()
 	if key == nil {
 		key = r.key
 	}
@@ -455,24 +471,23 @@ func (r *Ring) resign(state vocab.Announcement, key *identity.Key) error {
 	}
 	meta.Sign(key, r.seq+1)
 	b, err := meta.Encode()
-	if err == nil {
-		r.meta, r.metaBytes, r.key = meta, b, key
-		r.seq = max(r.seq, meta.Seq)
-	}
-	r.metaMu.Unlock()
 	if err != nil {
 		return err
 	}
-	// Set before looking for memberlist: a Join that starts now reads the
-	// new Meta, one that started before gets it through UpdateNode.
-	ml := r.ml.Load()
-	if ml == nil {
-		return nil
-	}
-	// UpdateNode calls back into NodeMeta and NotifyUpdate: no lock of
-	// ours may be held here except announceMu.
+	r.meta, r.metaBytes, r.key = meta, b, key
+	r.seq = max(r.seq, meta.Seq)
+	return nil
+}
+
+// gossipMeta sends the Meta out, waiting up to AnnounceTimeout. UpdateNode
+// calls back into NodeMeta and NotifyUpdate: no lock of ours may be held
+// here except announceMu.
+func (r *Ring) gossipMeta(ml *memberlist.Memberlist, state vocab.Announcement) error {
 	if err := ml.UpdateNode(AnnounceTimeout); err != nil {
-		return fmt.Errorf("heartbeat: announce %q: %w", meta.State, err)
+		if state == "" {
+			return fmt.Errorf("heartbeat: gossip signed metadata: %w", err)
+		}
+		return fmt.Errorf("heartbeat: announce %q: %w", state, err)
 	}
 	return nil
 }
