@@ -39,7 +39,6 @@ import (
 	"fenced.io/fenced/pkg/fencer"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
-	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
@@ -172,9 +171,10 @@ type parts struct {
 	// signingKey is this run's own key: what this node says about itself
 	// that fencers act on (a clean shutdown, its leave) is signed with
 	// it, and it is published where only this node may write
-	// (pkg/identity/publish).
-	signingKey   *identity.Key
-	keyPublished prometheus.Gauge
+	// (pkg/identity/publish). ownKey publishes it and gives it to the ring
+	// once published (ownkey.go).
+	signingKey *identity.Key
+	ownKey     *ownKey
 
 	ring     *heartbeat.Ring
 	watcher  *shutdown.Watcher // nil when shutdown.announce is off
@@ -223,11 +223,11 @@ func (a *Agent) build() (_ *parts, err error) {
 	if p.signingKey, err = identity.NewKey(); err != nil {
 		return nil, err
 	}
-	p.keyPublished = prometheus.NewGauge(prometheus.GaugeOpts{
+	keyPublished := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fenced_agent_key_published",
-		Help: "1 once this agent's own signing key is published on its Lease; 0 means fencers take none of this node's word (its clean shutdowns need the BMC).",
+		Help: "1 once this agent's own signing key is published on its Lease (it signs nothing before); 0 means fencers take none of this node's word (its clean shutdowns need the BMC).",
 	})
-	p.reg.MustRegister(p.keyPublished)
+	p.reg.MustRegister(keyPublished)
 
 	hb := heartbeat.Config{
 		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port,
@@ -242,11 +242,12 @@ func (a *Agent) build() (_ *parts, err error) {
 		IsNode:          func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
 		ChallengerAddrs: func(name string) []string { return gossipAddrs(nodeLister, name, o.Config.Gossip.Port) },
 		Logger:          p.log,
-		Key:             p.signingKey,
+		// No Key: the ring signs nothing until the key is published.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
+	p.ownKey = newOwnKey(o, p.signingKey, p.ring, keyPublished, p.log)
 	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused))
 
 	if o.Config.Shutdown.Announce {
@@ -394,7 +395,7 @@ func (p *parts) run(ctx context.Context) error {
 		return fmt.Errorf("gossip advertise address %s is not one of Node %s's addresses %v: agents answer a fencer's liveness challenges only at an address the Kubernetes API gives its Node", advertise, o.NodeName, own)
 	}
 
-	publishKey(ctx, o, p.signingKey.Public(), p.keyPublished, log)
+	p.ownKey.start(ctx)
 	// After the key: the answer is written on the key's Lease.
 	gracefulCtx, stopGraceful := context.WithCancel(ctx)
 	gracefulDone := make(chan struct{})
@@ -542,6 +543,7 @@ func (p *parts) supervise(ctx context.Context) error {
 			if err != nil {
 				_, _ = systemd.Notify(systemd.Stopping)
 				stopFencer()
+				p.watcherFailed(err)
 				return err
 			}
 		case err := <-fencerDone:
@@ -550,6 +552,24 @@ func (p *parts) supervise(ctx context.Context) error {
 		}
 	}
 }
+
+// watcherFailed is told why the shutdown watcher stopped the agent. When
+// the host's shutdown was cancelled after this run left the ring, this
+// run's key is withdrawn: its last words (a signed shutdown-complete and
+// leave) are about a shutdown that did not happen, and the host runs on in
+// the same boot.
+func (p *parts) watcherFailed(err error) {
+	if !errors.Is(err, shutdown.ErrCancelledAfterLeave) {
+		return
+	}
+	// Not the run's context: a stop signal may have ended it meanwhile.
+	ctx, cancel := context.WithTimeout(context.Background(), keyWithdrawTimeout)
+	defer cancel()
+	_ = p.ownKey.withdraw(ctx) // logged
+}
+
+// keyWithdrawTimeout bounds the withdrawal of the key on the way out.
+const keyWithdrawTimeout = 10 * time.Second
 
 // runFencer runs the fencer and its stale VolumeAttachment report until
 // ctx ends or one of them stops; the other is stopped then, and the first
@@ -671,51 +691,5 @@ func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nod
 		case <-remind.C:
 			log.Info("still waiting for this host's Node and its InternalIP (or pass --gossip-advertise-address)", "node", name)
 		}
-	}
-}
-
-// keyPublishWait bounds how long the agent waits to publish its key before
-// it joins the ring: an API server that is down must not keep a node out
-// of gossip (then fencers need its BMC for a clean shutdown, which is
-// safe). Publishing goes on in the background after it.
-const keyPublishWait = 30 * time.Second
-
-// publishKey publishes this agent's key on its Lease, retrying with
-// backoff. It returns once the key is published or after keyPublishWait,
-// leaving the retries running in the background until ctx ends.
-func publishKey(ctx context.Context, o Options, key identity.PublicKey, published prometheus.Gauge, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		delay := time.Second
-		for attempt := 1; ; attempt++ {
-			err := publish.Publish(ctx, o.Client, o.Config.Fencer.LeaseNamespace, o.NodeName, o.BootID, key, time.Now())
-			if err == nil {
-				published.Set(1)
-				log.Info("published this agent's signing key", "lease", o.Config.Fencer.LeaseNamespace+"/"+publish.LeaseName(o.NodeName), "key", key.String())
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			level := slog.LevelWarn
-			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-				level = slog.LevelError // RBAC or the identity policy refuses: a deployment problem
-			}
-			log.Log(ctx, level, "cannot publish this agent's signing key; fencers take none of this node's word until it is, so its clean shutdowns need the BMC",
-				"err", err, "attempt", attempt, "retryIn", delay)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, time.Minute)
-		}
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	case <-time.After(keyPublishWait):
-		log.Warn("joining the gossip ring before this agent's key is published; still trying", "waited", keyPublishWait)
 	}
 }

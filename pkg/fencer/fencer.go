@@ -174,6 +174,9 @@ type Fencer struct {
 	policyOK      atomic.Bool
 	policyChecked bool
 
+	// keys: the Lease keys shown stale (stalekey.go); under mu.
+	keys keyTrust
+
 	// reads bounds the power reads in flight (readgate.go).
 	reads *readGate
 

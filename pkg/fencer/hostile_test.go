@@ -169,10 +169,7 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 		objs = append(objs, hostileNode(name, v.boot, v.ip, corev1.ConditionTrue))
 	}
 	b.client = fake.NewClientset(objs...)
-	isNode := func(name string) bool {
-		_, err := b.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		return err == nil
-	}
+	isNode := b.isNode
 	b.ring = b.join("fencer", "boot-fencer", ips[0], nil, isNode)
 	bmcs, endpoints := map[string]device.BMC{}, map[string]string{}
 	for _, name := range victims {
@@ -202,6 +199,12 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 	}
 	t.Cleanup(func() { b.forger.Close() })
 	return b
+}
+
+// isNode is the rings' admission check: a Node of the fake API.
+func (b *hostileBed) isNode(name string) bool {
+	_, err := b.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	return err == nil
 }
 
 func (b *hostileBed) join(name, boot, ip string, key *identity.Key, isNode func(string) bool) *heartbeat.Ring {

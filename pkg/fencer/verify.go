@@ -62,6 +62,9 @@ func (f *Fencer) agentKey(node string) (publish.Key, bool) {
 		return publish.Key{}, false
 	}
 	k, err := publish.FromLease(l)
+	if errors.Is(err, publish.ErrKeyWithdrawn) {
+		return publish.Key{}, false // the agent took its word back: nothing to warn about
+	}
 	if err != nil {
 		f.log.Warn("agent key Lease unusable: taking none of this node's word", "node", node, "err", err)
 		return publish.Key{}, false
@@ -71,7 +74,8 @@ func (f *Fencer) agentKey(node string) (publish.Key, bool) {
 
 // signed reports whether member m's announcement (and, when it left, its
 // leave notice) is its node's own word: signed with the key node
-// published for the boot the announcement is about, and not older than a
+// published for the boot the announcement is about, that key not shown
+// stale by a member of its boot (stalekey.go), and not older than a
 // statement already seen from that key. Claims that fail are counted and
 // logged as forgeries when they matter: a shutdown announcement or a
 // leave.
@@ -91,10 +95,21 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 		return false // logged by checkPolicy
 	}
 	k, ok := f.agentKey(node)
+	// A statement in this node's name that does not verify may show the
+	// Lease key stale: see sawUnverified.
+	unverified := func(boot string, signed bool) {
+		f.sawUnverified(node, k, ok, boot, signed)
+	}
 	switch {
 	case !ok || m.Meta.Sig == "":
+		if m.Meta.Sig == "" && m.Meta.Node == node {
+			unverified(m.Meta.BootID, false)
+		}
 		return reject(forgedUnsigned)
 	case m.Meta.Node != node || !k.Key.Verify(m.Meta.Statement(), m.Meta.Signature()):
+		if m.Meta.Node == node {
+			unverified(m.Meta.BootID, true)
+		}
 		return reject(forgedBadSignature)
 	case m.Meta.BootID != k.BootID:
 		return reject(forgedOtherBoot)
@@ -103,13 +118,23 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 		n := m.Leave
 		switch {
 		case n.Sig == "":
+			if n.Node == node {
+				unverified(n.BootID, false)
+			}
 			return reject(forgedUnsigned)
 		case n.Node != node || !k.Key.Verify(n.Statement(), n.Signature()):
+			if n.Node == node {
+				unverified(n.BootID, true)
+			}
 			return reject(forgedBadSignature)
 		case n.BootID != k.BootID:
 			return reject(forgedOtherBoot)
 		}
 	}
+	if f.keyStale(node, k) {
+		return reject(forgedStaleKey)
+	}
+	f.sawVerified(node)
 	f.mu.Lock()
 	seen, known := f.seqs[node]
 	replay := known && seen.key == k.Key.String() && m.Meta.Seq < seen.seq
@@ -231,6 +256,8 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 		if err == nil {
 			if k, ok := f.agentKey(name); ok && (proof.BootID != k.BootID || !k.Key.Verify(proof.Statement(), proof.Sig)) {
 				f.forgery(name, forgedProof, string(proof.Nonce))
+			} else if ok {
+				f.keyProven(name, k)
 			}
 		}
 		f.mu.Lock()

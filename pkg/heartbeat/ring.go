@@ -141,8 +141,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Key signs this agent's announcements, leave notice and liveness
 	// proofs, so that fencers can tell them from forgeries. nil: nothing
-	// is signed, and fencers take none of this agent's word (tests, and
-	// agents that could not publish a key).
+	// is signed, and fencers take none of this agent's word, until UseKey
+	// (the agent starts so, and gives the key once it is published).
 	Key *identity.Key
 	// Transport, when set, carries the ring's packets and streams instead
 	// of the UDP and TCP listeners memberlist would open on
@@ -421,26 +421,77 @@ func (r *Ring) Announce(state vocab.Announcement) error {
 	if closed {
 		return ErrShutdown
 	}
-	if r.ml.Load() == nil {
+	ml := r.ml.Load()
+	if ml == nil {
 		return errors.New("heartbeat: announce before Join")
 	}
-
-	r.metaMu.Lock()
-	meta := r.meta
-	meta.State = state
-	meta.Sign(r.key, r.seq+1)
-	b, err := meta.Encode()
-	if err == nil {
-		r.meta, r.metaBytes = meta, b
-		r.seq = max(r.seq, meta.Seq)
+	if err := r.signMeta(state, nil); err != nil {
+		return err
 	}
-	r.metaMu.Unlock()
+	return r.gossipMeta(ml, state)
+}
+
+// UseKey makes key this agent's signing key from now on and gossips its
+// Meta signed with it (before Join: the Meta the join will carry).
+//
+// An agent starts its Ring without a key and calls UseKey once its key is
+// on its key Lease (pkg/agent): until then no fencer can check its words,
+// and while the Lease still holds an earlier run's key of the same boot a
+// fencer would judge them against that one; words signed before the key
+// lands would count, and could be replayed, from the moment it lands.
+func (r *Ring) UseKey(key *identity.Key) error {
+	if key == nil {
+		return errors.New("heartbeat: UseKey without a key")
+	}
+	r.announceMu.Lock()
+	defer r.announceMu.Unlock()
+	// Join holds lifeMu from creating memberlist until it is stored: the
+	// join reads the new Meta, or UpdateNode sends it.
+	r.lifeMu.Lock()
+	if r.closed {
+		r.lifeMu.Unlock()
+		return ErrShutdown
+	}
+	err := r.signMeta("", key)
+	ml := r.ml.Load()
+	r.lifeMu.Unlock()
+	if err != nil || ml == nil {
+		return err
+	}
+	return r.gossipMeta(ml, "")
+}
+
+// signMeta signs this agent's Meta as the next statement, with state as
+// its State ("" keeps it) and key as the signing key from now on (nil
+// keeps the key).
+func (r *Ring) signMeta(state vocab.Announcement, key *identity.Key) error {
+	r.metaMu.Lock()
+	defer r.metaMu.Unlock()
+	if key == nil {
+		key = r.key
+	}
+	meta := r.meta
+	if state != "" {
+		meta.State = state
+	}
+	meta.Sign(key, r.seq+1)
+	b, err := meta.Encode()
 	if err != nil {
 		return err
 	}
-	// UpdateNode calls back into NodeMeta and NotifyUpdate: no lock of
-	// ours may be held here except announceMu.
-	if err := r.ml.Load().UpdateNode(AnnounceTimeout); err != nil {
+	r.meta, r.metaBytes, r.key = meta, b, key
+	r.seq = max(r.seq, meta.Seq)
+	return nil
+}
+
+// gossipMeta sends the Meta out, waiting up to AnnounceTimeout. UpdateNode
+// calls back into NodeMeta and NotifyUpdate: no lock of ours may be held
+// here except announceMu.
+func (r *Ring) gossipMeta(ml *memberlist.Memberlist, state vocab.Announcement) error {
+	if err := ml.UpdateNode(AnnounceTimeout); err != nil {
+		if state == "" {
+			return fmt.Errorf("heartbeat: gossip signed metadata: %w", err)
+		}
 		return fmt.Errorf("heartbeat: announce %q: %w", state, err)
 	}
 	return nil

@@ -75,8 +75,12 @@ func FromLease(l *coordinationv1.Lease) (Key, error) {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != k.Node {
 		return Key{}, fmt.Errorf("lease %s: holder is not node %s", l.Name, k.Node)
 	}
+	text, ok := l.Annotations[AnnotationPublicKey]
+	if !ok {
+		return Key{}, fmt.Errorf("lease %s: %w", l.Name, ErrKeyWithdrawn)
+	}
 	var err error
-	if k.Key, err = identity.ParsePublicKey(l.Annotations[AnnotationPublicKey]); err != nil {
+	if k.Key, err = identity.ParsePublicKey(text); err != nil {
 		return Key{}, fmt.Errorf("lease %s: %w", l.Name, err)
 	}
 	if l.Spec.AcquireTime != nil {
@@ -120,6 +124,52 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, node, bootID 
 		}
 		return nil
 	}
+}
+
+// ErrKeyWithdrawn is wrapped by FromLease for a key Lease whose agent took
+// its key back (Withdraw): the node's word counts for nothing until a new
+// run publishes its own.
+var ErrKeyWithdrawn = errors.New("the agent withdrew its key")
+
+// Withdraw takes key off node's key Lease in namespace ns, if it is still
+// the key there (a later run's key is left alone): the agent does so when
+// its run said words that must not be believed while the host runs on in
+// the same boot — a shutdown-complete and a leave, when the shutdown was
+// cancelled after the leave — since anyone who saw them could replay them.
+// The Lease stays, holder and boot included (a write the admission policy
+// admits from the node's own identity); only the key annotation goes.
+// withdrawn reports whether key was there to take.
+func Withdraw(ctx context.Context, client kubernetes.Interface, ns, node string, key identity.PublicKey) (withdrawn bool, err error) {
+	leases := client.CoordinationV1().Leases(ns)
+	for attempt := 0; ; attempt++ {
+		l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err == nil && l.Annotations[AnnotationPublicKey] != key.String():
+			return false, nil // not this run's key (any more)
+		case err == nil:
+			delete(l.Annotations, AnnotationPublicKey)
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("withdrawing this agent's key from Lease %s/%s: %w", ns, LeaseName(node), err)
+		}
+		return true, nil
+	}
+}
+
+// Read returns the key node's Lease in namespace ns publishes, with the
+// Lease's own errors (NotFound when there is none) and FromLease's.
+func Read(ctx context.Context, client kubernetes.Interface, ns, node string) (Key, error) {
+	l, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if err != nil {
+		return Key{}, err
+	}
+	return FromLease(l)
 }
 
 // PublishGracefulShutdown writes g on node's key Lease in namespace ns,

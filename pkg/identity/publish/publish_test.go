@@ -171,3 +171,45 @@ func TestPublishGracefulShutdown(t *testing.T) {
 		t.Errorf("a word not in the vocabulary: %s %v, want unknown", g, ok)
 	}
 }
+
+// TestWithdraw: an agent takes only its own key off its Lease; the Lease
+// then publishes no key (ErrKeyWithdrawn), until a new run publishes one.
+func TestWithdraw(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	k1, _ := identity.NewKey()
+	k2, _ := identity.NewKey()
+	now := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); withdrawn || err != nil {
+		t.Fatalf("withdrawing from no Lease: %v, %v", withdrawn, err)
+	}
+	if err := Publish(ctx, client, "fenced-system", "node-a", "boot-1", k1.Public(), now); err != nil {
+		t.Fatal(err)
+	}
+	// Another run's key is not this run's to withdraw.
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k2.Public()); withdrawn || err != nil {
+		t.Fatalf("withdrawing another key: %v, %v", withdrawn, err)
+	}
+	if got, err := Read(ctx, client, "fenced-system", "node-a"); err != nil || got.Key.String() != k1.Public().String() {
+		t.Fatalf("after withdrawing another key: %+v, %v; want k1 still published", got, err)
+	}
+	if withdrawn, err := Withdraw(ctx, client, "fenced-system", "node-a", k1.Public()); !withdrawn || err != nil {
+		t.Fatalf("withdrawing k1: %v, %v", withdrawn, err)
+	}
+	if got, err := Read(ctx, client, "fenced-system", "node-a"); !errors.Is(err, ErrKeyWithdrawn) {
+		t.Fatalf("after withdrawing k1: %+v, %v; want ErrKeyWithdrawn", got, err)
+	}
+	l, err := client.CoordinationV1().Leases("fenced-system").Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "node-a" || l.Annotations[AnnotationBootID] != "boot-1" {
+		t.Fatalf("the withdrawal changed more than the key: %+v", l)
+	}
+	if err := Publish(ctx, client, "fenced-system", "node-a", "boot-1", k2.Public(), now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Read(ctx, client, "fenced-system", "node-a"); err != nil || got.Key.String() != k2.Public().String() {
+		t.Fatalf("after the next run published: %+v, %v; want k2", got, err)
+	}
+}
