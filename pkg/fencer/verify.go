@@ -150,7 +150,7 @@ const maxForgeriesRemembered = 4096
 // policyRecheck (policyRetry while it is missing).
 func (f *Fencer) checkPolicy(ctx context.Context) {
 	for {
-		err := publish.PolicyInForce(ctx, f.cfg.Client)
+		err := publish.PolicyInForce(ctx, f.cfg.Client, f.cfg.LeaseNamespace)
 		was := f.policyOK.Swap(err == nil)
 		switch {
 		case err != nil && (was || !f.policyChecked):
