@@ -189,20 +189,14 @@ func grantPauseRead(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // installAgentIdentityPolicy creates the objects the deployment ships
-// (publish.ShippedPolicy, agentIdentityPolicyFile built into the binaries),
+// (agentIdentityPolicyFile, built into the binaries: publish.ShippedFor),
 // its binding covering LeaseNamespace (as kustomize's namespace transformer
 // does for the deployment).
 func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
-	shipped, err := publish.ShippedPolicy()
+	p, b, err := publish.ShippedFor(LeaseNamespace)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
 	}
-	p, b := shipped.Policy.DeepCopy(), shipped.Binding.DeepCopy()
-	if b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil ||
-		b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "" {
-		return fmt.Errorf("%s: binding %s does not select a namespace by its %s label", agentIdentityPolicyFile, b.Name, corev1.LabelMetadataName)
-	}
-	b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = LeaseNamespace
 	adm := h.Cluster.Client().AdmissionregistrationV1()
 	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)

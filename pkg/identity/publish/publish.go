@@ -257,6 +257,25 @@ var ShippedPolicy = sync.OnceValues(func() (Shipped, error) {
 	return s, nil
 })
 
+// ShippedFor returns copies of the shipped policy and binding with the
+// binding moved to namespace ns, as kustomize's namespace transformer
+// moves it: what an install whose key Leases are in ns applies.
+func ShippedFor(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	s, err := ShippedPolicy()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, b := s.Policy.DeepCopy(), s.Binding.DeepCopy()
+	if b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil ||
+		b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "" {
+		return nil, nil, fmt.Errorf("binding %s does not select a namespace by its %s label", b.Name, corev1.LabelMetadataName)
+	}
+	b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = ns
+	// Cluster-scoped: kustomize's namespace means nothing here.
+	p.Namespace, b.Namespace = "", ""
+	return p, b, nil
+}
+
 // policyProblems compares an installed policy's spec with the shipped one:
 // it must fail closed, match every write the shipped one matches in
 // namespace ns (the same resource rules, no exclusions, no object

@@ -166,17 +166,13 @@ func policyCases() []policyCase {
 	}
 }
 
-// shippedFor: the shipped objects with the binding moved to namespace ns,
-// as kustomize's namespace transformer does.
+// shippedFor: the shipped objects for namespace ns.
 func shippedFor(t *testing.T, ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	s, err := ShippedPolicy()
+	p, b, err := ShippedFor(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, b := s.Policy.DeepCopy(), s.Binding.DeepCopy()
-	b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = ns
-	p.Namespace, b.Namespace = "", ""
 	return p, b
 }
 
