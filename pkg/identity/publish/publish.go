@@ -357,7 +357,11 @@ func matchProblems(m, want *admissionregistrationv1.MatchResources, ns string, e
 		problems = append(problems, fmt.Sprintf("has an objectSelector (%s): a Lease without those labels is not checked", metav1.FormatLabelSelector(m.ObjectSelector)))
 	}
 	if len(m.ExcludeResourceRules) > 0 {
-		problems = append(problems, fmt.Sprintf("excludes resources %v", m.ExcludeResourceRules))
+		var excluded []string
+		for _, r := range m.ExcludeResourceRules {
+			excluded = append(excluded, fmt.Sprintf("%v of %v %v in %v", r.Operations, r.Resources, r.APIVersions, r.APIGroups))
+		}
+		problems = append(problems, "excludes "+strings.Join(excluded, ", "))
 	}
 	if m.MatchPolicy != nil && *m.MatchPolicy != admissionregistrationv1.Equivalent {
 		problems = append(problems, fmt.Sprintf("has matchPolicy %s, want Equivalent (a write through another API version would not be checked)", *m.MatchPolicy))
