@@ -26,6 +26,20 @@ func writeSecret(t *testing.T, dir, name string, mode fs.FileMode) string {
 	return p
 }
 
+// secretDir makes directory name in dir with exactly mode and returns it;
+// it is made writable again for t.TempDir's cleanup.
+func secretDir(t *testing.T, dir, name string, mode fs.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.Mkdir(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // secretVolume lays out a file like a Kubernetes Secret volume does:
 // dir/key -> ..data/key, ..data -> ..2026_01_01_00_00_00.000000001, the
 // real file inside that, with mode. It returns dir/key.
@@ -74,6 +88,48 @@ func TestCheckSecretFile(t *testing.T) {
 			wantWarning: []string{"mode 0644"}},
 		{name: "Secret volume symlinks, writable target", path: func(t *testing.T) string { return secretVolume(t, 0o664) },
 			wantErr: []string{"mode 0664", "writable by group"}},
+		// The directories that lead to the file: whoever may write one
+		// can swap the file (or a directory or symlink on the way) for
+		// their own, whatever the file's mode.
+		{name: "world-writable directory", path: func(t *testing.T) string {
+			return writeSecret(t, secretDir(t, t.TempDir(), "open", 0o777), "pw", 0o600)
+		},
+			wantErr: []string{"/open has mode 0777", "writable by group and others", "chmod go-w"}},
+		{name: "group-writable directory", path: func(t *testing.T) string {
+			return writeSecret(t, secretDir(t, t.TempDir(), "team", 0o770), "pw", 0o600)
+		},
+			wantErr: []string{"/team has mode 0770", "writable by group", "chmod go-w"}},
+		{name: "writable directory further up", path: func(t *testing.T) string {
+			return writeSecret(t, secretDir(t, secretDir(t, t.TempDir(), "open", 0o707), "private", 0o700), "pw", 0o600)
+		}, wantErr: []string{"/open has mode 0707", "writable by others"}},
+		{name: "symlink into a world-writable directory", path: func(t *testing.T) string {
+			target := writeSecret(t, secretDir(t, t.TempDir(), "open", 0o777), "pw", 0o600)
+			link := filepath.Join(t.TempDir(), "pw")
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		}, wantErr: []string{"/open has mode 0777"}},
+		{name: "sticky world-writable directory (like /tmp)", path: func(t *testing.T) string {
+			return writeSecret(t, secretDir(t, t.TempDir(), "tmp", 0o777|fs.ModeSticky), "pw", 0o600)
+		}},
+		{name: "Secret volume in a sticky tmpfs root (kubelet)", path: func(t *testing.T) string {
+			p := secretVolume(t, 0o440)
+			if err := os.Chmod(filepath.Dir(p), 0o777|fs.ModeSticky); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}},
+		{name: "Secret volume in a world-writable dir without the sticky bit", path: func(t *testing.T) string {
+			p := secretVolume(t, 0o440)
+			if err := os.Chmod(filepath.Dir(p), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, wantErr: []string{"has mode 0777", "chmod go-w"}},
+		{name: "systemd layout: root:fenced 0750 directories", path: func(t *testing.T) string {
+			return writeSecret(t, secretDir(t, secretDir(t, t.TempDir(), "fenced", 0o750), "bmc", 0o750), "password", 0o640)
+		}},
 		{name: "directory", path: func(t *testing.T) string { return t.TempDir() },
 			wantErr: []string{"is a directory"}},
 		{name: "missing", path: func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") },
@@ -253,4 +309,61 @@ func secretVolumes(obj any) []map[string]any {
 		}
 	}
 	return out
+}
+
+// TestSecretFileDirectoryOwners: a directory on the way to a secret file
+// must belong to root or to this process — its owner can replace what is
+// in it whatever its mode — and in a sticky world-writable directory the
+// entry itself must, since its owner may still rename or delete it. Needs
+// root, to give files away.
+func TestSecretFileDirectoryOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	const stranger = 4242
+	chown := func(t *testing.T, p string) string {
+		t.Helper()
+		if err := os.Lchown(p, stranger, stranger); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		path    func(t *testing.T) string
+		wantErr []string // nil: accepted
+	}{
+		{"directory of another user", func(t *testing.T) string {
+			return writeSecret(t, chown(t, secretDir(t, t.TempDir(), "theirs", 0o755)), "pw", 0o600)
+		}, []string{"/theirs is owned by uid 4242", "chown root"}},
+		{"file of another user in a sticky directory", func(t *testing.T) string {
+			return chown(t, writeSecret(t, secretDir(t, t.TempDir(), "tmp", 0o777|fs.ModeSticky), "pw", 0o600))
+		}, []string{"/tmp is writable by others", "/pw belongs to uid 4242"}},
+		{"directory of another user in a sticky directory", func(t *testing.T) string {
+			tmp := secretDir(t, t.TempDir(), "tmp", 0o777|fs.ModeSticky)
+			return writeSecret(t, chown(t, secretDir(t, tmp, "sub", 0o700)), "pw", 0o600)
+		}, []string{"/sub is owned by uid 4242"}},
+		{"file of another user in a private directory", func(t *testing.T) string {
+			return chown(t, writeSecret(t, t.TempDir(), "pw", 0o600))
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := CheckSecretFile(tt.path(t))
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted, want an error with %q", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
 }

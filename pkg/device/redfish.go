@@ -594,10 +594,13 @@ func kindErr(kind core.ErrorKind, err error) error { return &kindError{kind: kin
 // recognised is a BMC error: it is never retried and never "off".
 //
 // The body of an HTTP answer is dropped (withoutBody) when the answer is
-// 401 or 403, or when login is set (err comes from creating the session,
-// whose request carried the password): the error keeps the status code and
-// the Redfish MessageId only. Whatever text remains is redacted by
-// newError.
+// 401 or 403, when login is set (err comes from creating the session,
+// whose request carried the password), and always in Basic-auth mode
+// (every request carries the password): the error keeps the status code
+// and the Redfish MessageIds only. A BMC that echoes the request may write
+// the password in forms no redaction foresees (nested or unaligned base64,
+// hex, another case, UTF-16, a prefix). Whatever text remains is redacted
+// by newError.
 func (r *Redfish) classify(op string, actx context.Context, err error, login bool, password string, secrets ...string) error {
 	var ke *kindError
 	var re *schemas.Error
@@ -617,7 +620,7 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 		} else {
 			kind = core.KindBMC
 		}
-		if kind == core.KindAuth || login {
+		if kind == core.KindAuth || login || r.basic {
 			err = withoutBody(err, re)
 		}
 	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr),
@@ -652,18 +655,34 @@ func (r *Redfish) newError(op string, kind core.ErrorKind, err error, password s
 	return &Error{Node: r.node, Op: op, Endpoint: r.endpoint, Kind: kind, Err: err}
 }
 
-// redfishMessageID is the shape of a Redfish MessageId ("Base.1.8.NoValidSession").
-var redfishMessageID = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+// redfishMessageID is the shape of a Redfish MessageId: registry, major and
+// minor version (an errata number allowed), message key
+// ("Base.1.8.NoValidSession", "IDRAC.2.8.SYS403"). The id comes from the
+// BMC's body, so it is held to that shape strictly: a BMC echoing the
+// request could put anything there, and free text ("PW-SECRET", a prefix
+// of one) must not pass for an id.
+var redfishMessageID = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,31}\.[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?\.[A-Za-z][A-Za-z0-9]{0,63}$`)
+
+// maxMessageIDs bounds the MessageIds withoutBody keeps of one answer.
+const maxMessageIDs = 4
 
 // withoutBody replaces the BMC's answer re inside err's text by its status
-// code, status text and Redfish MessageId. Authentication failures (and
-// every failure to log in) are answered by some BMCs with the request they
+// code, status text and Redfish MessageIds (error.code, then each
+// error.@Message.ExtendedInfo[].MessageId of the shape of one, once each).
+// Authentication failures (and every failure to log in, and any failure
+// in Basic-auth mode) are answered by some BMCs with the request they
 // refused, credentials included, in encodings no redaction can promise to
 // foresee; the body is not needed to tell the operator what went wrong.
 func withoutBody(err error, re *schemas.Error) error {
 	short := fmt.Sprintf("HTTP %d %s", re.HTTPReturnedStatusCode, http.StatusText(re.HTTPReturnedStatusCode))
-	if redfishMessageID.MatchString(re.Code) {
-		short += " (" + re.Code + ")"
+	var ids []string
+	for _, id := range append([]string{re.Code}, extendedMessageIDs(re)...) {
+		if redfishMessageID.MatchString(id) && !slices.Contains(ids, id) && len(ids) < maxMessageIDs {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		short += " (" + strings.Join(ids, ", ") + ")"
 	}
 	short += ", response body not shown"
 	msg := err.Error()
@@ -672,4 +691,12 @@ func withoutBody(err error, re *schemas.Error) error {
 	}
 	// The answer is not where expected in the text: show nothing of it.
 	return errors.New(short)
+}
+
+func extendedMessageIDs(re *schemas.Error) []string {
+	ids := make([]string, len(re.ExtendedInfos))
+	for i, e := range re.ExtendedInfos {
+		ids[i] = e.MessageID
+	}
+	return ids
 }

@@ -2,6 +2,9 @@ package device
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +18,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"fenced.io/fenced/internal/testbed/redfishsim"
 	"fenced.io/fenced/pkg/core"
@@ -480,7 +484,8 @@ func TestRedfishTLS(t *testing.T) {
 
 // TestRedfishPasswordNeverInErrors uses a BMC that echoes the login request
 // in its error body, the worst case for leaking the password: refused
-// logins lose their body, other answers keep it with the password redacted.
+// logins, and every error answer in Basic-auth mode, lose their body; other
+// answers keep it with the password redacted.
 func TestRedfishPasswordNeverInErrors(t *testing.T) {
 	echo := func(status int) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -505,7 +510,7 @@ func TestRedfishPasswordNeverInErrors(t *testing.T) {
 		{RedfishAuthSession, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
 		{RedfishAuthBasic, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
 		{RedfishAuthSession, http.StatusInternalServerError, core.KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
-		{RedfishAuthBasic, http.StatusInternalServerError, core.KindBMC, "bad login  fenced:<redacted>"},
+		{RedfishAuthBasic, http.StatusInternalServerError, core.KindBMC, "HTTP 500 Internal Server Error, response body not shown"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%d", tt.mode, tt.status), func(t *testing.T) {
@@ -670,4 +675,103 @@ func TestRedfishConcurrentOperations(t *testing.T) {
 			rfCheckNoSessions(t, sim)
 		})
 	}
+}
+
+// rfLeakForms are ways a BMC's error body can carry the Basic-auth
+// password that the redactor (credentialPattern) does not foresee.
+func rfLeakForms(user, pw string) map[string]string {
+	token := user + ":" + pw
+	utf16le := func(s string) string {
+		var b strings.Builder
+		for _, u := range utf16.Encode([]rune(s)) {
+			b.WriteByte(byte(u))
+			b.WriteByte(byte(u >> 8))
+		}
+		return b.String()
+	}
+	return map[string]string{
+		"nested base64":         base64.StdEncoding.EncodeToString([]byte(base64.StdEncoding.EncodeToString([]byte(token)))),
+		"unaligned base64 (+1)": base64.StdEncoding.EncodeToString([]byte("Basic " + token))[8:],
+		"unaligned base64 (+2)": base64.StdEncoding.EncodeToString([]byte("x:" + token)),
+		"hex":                   hex.EncodeToString([]byte(pw)),
+		"upper-case hex":        strings.ToUpper(hex.EncodeToString([]byte(pw))),
+		"upper-case":            strings.ToUpper(pw),
+		"UTF-16":                utf16le(pw),
+		"truncated prefix":      pw[:len(pw)-3],
+		"reversed":              reversed(pw),
+	}
+}
+
+func reversed(s string) string {
+	b := []byte(s)
+	slices.Reverse(b)
+	return string(b)
+}
+
+// TestRedfishBasicErrorBodyNeverLeaks: in Basic-auth mode every request
+// carries the password, and a BMC may answer any of them with an error
+// body that echoes it in a form no redactor foresees. Such an answer is
+// reduced to its status and Redfish MessageIds; nothing else of the body
+// reaches the error (and so the logs and Warning Events).
+func TestRedfishBasicErrorBodyNeverLeaks(t *testing.T) {
+	const user, bodyText = "fenced", "bmc-free-text-marker"
+	for name, leak := range rfLeakForms(user, rfTestPassword) {
+		for _, status := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusInternalServerError, http.StatusServiceUnavailable} {
+			t.Run(fmt.Sprintf("%s/%d", name, status), func(t *testing.T) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/redfish/v1/" {
+						_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/"}`)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(status)
+					// The leak sits in every field a BMC fills with text.
+					body, _ := json.Marshal(map[string]any{"error": map[string]any{
+						"code":    "Base.1.8.GeneralError",
+						"message": bodyText + " " + leak,
+						"@Message.ExtendedInfo": []map[string]any{
+							{"MessageId": "Base.1.8.PropertyValueFormatError", "Message": leak, "MessageArgs": []string{leak}, "Resolution": leak},
+							{"MessageId": leak},
+						},
+					}})
+					_, _ = w.Write(body)
+				}))
+				t.Cleanup(srv.Close)
+				d := rfNewDriver(t, srv.URL, rfWithAuth(RedfishAuthBasic))
+				_, err := d.PowerState(rfCtx(t, 10*time.Second))
+				rfCheckErr(t, err, core.KindBMC, srv.URL)
+				msg := err.Error()
+				t.Logf("error: %s", msg)
+				for form, s := range rfLeakForms(user, rfTestPassword) {
+					if strings.Contains(strings.ToLower(msg), strings.ToLower(s)) {
+						t.Errorf("the password in form %q is in the error: %s", form, msg)
+					}
+				}
+				if strings.Contains(msg, bodyText) {
+					t.Errorf("the body's free text is in the error: %s", msg)
+				}
+				want := fmt.Sprintf("HTTP %d %s (Base.1.8.GeneralError, Base.1.8.PropertyValueFormatError), response body not shown", status, http.StatusText(status))
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not contain %q", msg, want)
+				}
+			})
+		}
+	}
+	t.Run("not JSON", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/redfish/v1/" {
+				_, _ = io.WriteString(w, `{"@odata.id":"/redfish/v1/"}`)
+				return
+			}
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html>"+bodyText+" "+hex.EncodeToString([]byte(rfTestPassword))+"</html>")
+		}))
+		t.Cleanup(srv.Close)
+		d := rfNewDriver(t, srv.URL, rfWithAuth(RedfishAuthBasic))
+		_, err := d.PowerState(rfCtx(t, 10*time.Second))
+		rfCheckErr(t, err, core.KindBMC, srv.URL)
+		if msg := err.Error(); strings.Contains(msg, bodyText) || !strings.Contains(msg, "HTTP 502 Bad Gateway, response body not shown") {
+			t.Errorf("error %q: want the status alone", msg)
+		}
+	})
 }

@@ -843,7 +843,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 			// The node stays InFlight while it waits for a slot: the core
 			// neither asks again nor decides on an older reading meanwhile.
 			// Its reading is dated when its own request goes out.
-			if !f.reads.acquire(ctx) {
+			if !f.reads.acquire(ctx, f.readClassOf(name)) {
 				fail = &core.Failure{Op: op, Kind: core.KindTimeout, Message: "fencer stopping: read not started", At: f.cfg.Now()}
 				break
 			}

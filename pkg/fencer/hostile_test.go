@@ -12,13 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/pkg/core"
@@ -156,13 +154,13 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 		ips = append(ips, "127.0.0."+strconv.Itoa(i+2))
 	}
 	b := &hostileBed{t: t, port: freeSharedPort(t, ips...), victims: map[string]*victim{}, reg: prometheus.NewRegistry(), logf: logf}
-	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue),
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: publish.PolicyName},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: publish.PolicyName},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: publish.PolicyName,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}},
+	// The shipped admission policy, so that the fencer takes nodes'
+	// signed word (publish.PolicyInForce).
+	policy, binding, err := publish.ShippedFor(hostileNS)
+	if err != nil {
+		t.Fatal(err)
 	}
+	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue), policy, binding}
 	for i, name := range victims {
 		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(core.PowerOn)}
 		b.victims[name] = v

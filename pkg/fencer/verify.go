@@ -199,7 +199,7 @@ const forgeryWarningsPerMinute = 10
 // policyRecheck (policyRetry while it is missing).
 func (f *Fencer) checkPolicy(ctx context.Context) {
 	for {
-		err := publish.PolicyInForce(ctx, f.cfg.Client)
+		err := publish.PolicyInForce(ctx, f.cfg.Client, f.cfg.LeaseNamespace)
 		was := f.policyOK.Swap(err == nil)
 		switch {
 		case err != nil && (was || !f.policyChecked):

@@ -148,13 +148,13 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	}
 
 	// (e) Before the base: not in force.
-	if err := publish.PolicyInForce(ctx, admin); !errors.Is(err, publish.ErrPolicyNotInForce) {
+	if err := publish.PolicyInForce(ctx, admin, namespace); !errors.Is(err, publish.ErrPolicyNotInForce) {
 		t.Fatalf("PolicyInForce before the policy is installed = %v, want an error wrapping ErrPolicyNotInForce", err)
 	}
 
 	base, _ := render(t, kubectl, "deploy/daemonset/base")
 	kc(base, "apply", "-f", "-")
-	if err := publish.PolicyInForce(ctx, admin); err != nil {
+	if err := publish.PolicyInForce(ctx, admin, namespace); err != nil {
 		t.Fatalf("PolicyInForce after applying the base: %v", err)
 	}
 	// The API server compiles a new policy asynchronously: wait until it
@@ -326,7 +326,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		denied(t, "publishing node-a's key", publishAs(cl, "node-a"),
 			"fenced-agent-node-a may only be written by node node-a's own agent; caller is system:serviceaccount:fenced-system:fenced-fencer, bound to node node-b")
 		// (e) with the fencer's own RBAC.
-		if err := publish.PolicyInForce(ctx, cl); err != nil {
+		if err := publish.PolicyInForce(ctx, cl, namespace); err != nil {
 			t.Errorf("PolicyInForce as the fencer: %v", err)
 		}
 	})
@@ -341,7 +341,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		otherNodes(t, cl, "system:serviceaccount:fenced-system:fenced-observer, bound to node node-a")
 		wrongHolder(t, cl, "node-a")
 		// Observers do not check the policy, and may not read it.
-		if err := publish.PolicyInForce(ctx, cl); err == nil {
+		if err := publish.PolicyInForce(ctx, cl, namespace); err == nil {
 			t.Errorf("PolicyInForce as an observer succeeded: it may not read the policy")
 		}
 	})
@@ -381,7 +381,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		admitted(t, cl, "node-a")
 		otherNodes(t, cl, "fenced:node:node-a, bound to node node-a")
 		wrongHolder(t, cl, "node-a")
-		if err := publish.PolicyInForce(ctx, cl); err != nil {
+		if err := publish.PolicyInForce(ctx, cl, namespace); err != nil {
 			t.Errorf("PolicyInForce as a systemd fencer: %v", err)
 		}
 		// The kubelets' Leases: read (the fencer's informer and its read
@@ -634,7 +634,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	if err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, publish.PolicyName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := publish.PolicyInForce(ctx, admin); !errors.Is(err, publish.ErrPolicyNotInForce) {
+	if err := publish.PolicyInForce(ctx, admin, namespace); !errors.Is(err, publish.ErrPolicyNotInForce) {
 		t.Errorf("PolicyInForce without the binding = %v, want an error wrapping ErrPolicyNotInForce", err)
 	}
 }

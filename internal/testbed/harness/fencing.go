@@ -1,12 +1,9 @@
 package harness
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -19,17 +16,12 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 
-	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/kube"
@@ -196,58 +188,21 @@ func grantPauseRead(ctx context.Context, client kubernetes.Interface) error {
 	return err
 }
 
-// installAgentIdentityPolicy creates the objects of agentIdentityPolicyFile,
+// installAgentIdentityPolicy creates the objects the deployment ships
+// (agentIdentityPolicyFile, built into the binaries: publish.ShippedFor),
 // its binding covering LeaseNamespace (as kustomize's namespace transformer
 // does for the deployment).
 func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
-	file, err := cluster.RepoFile(agentIdentityPolicyFile)
+	p, b, err := publish.ShippedFor(LeaseNamespace)
 	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
 	}
 	adm := h.Cluster.Client().AdmissionregistrationV1()
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var policies, bindings int
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := decoder.Decode(doc, nil, nil)
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		switch o := obj.(type) {
-		case *admissionregistrationv1.ValidatingAdmissionPolicy:
-			_, err = adm.ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-			policies++
-		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-			if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil ||
-				o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "" {
-				return fmt.Errorf("%s: binding %s does not select a namespace by its %s label", file, o.Name, corev1.LabelMetadataName)
-			}
-			o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = LeaseNamespace
-			_, err = adm.ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
-			bindings++
-		default:
-			return fmt.Errorf("%s: unexpected %T", file, obj)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
+	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
 	}
-	if policies != 1 || bindings != 1 {
-		return fmt.Errorf("%s: %d policies and %d bindings, want one of each", file, policies, bindings)
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
 	}
 	return nil
 }

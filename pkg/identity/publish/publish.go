@@ -16,19 +16,30 @@
 package publish
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/deploy"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -221,33 +232,263 @@ func GracefulShutdownOf(l *coordinationv1.Lease) (node string, g vocab.GracefulS
 }
 
 // ErrPolicyNotInForce is wrapped by PolicyInForce when the admission
-// policy that binds keys to nodes is missing or does not deny.
+// policy that binds keys to nodes is missing, does not deny, or does not
+// cover the key Leases with the shipped rules.
 var ErrPolicyNotInForce = errors.New("the agent identity admission policy is not in force")
 
-// PolicyInForce checks that the ValidatingAdmissionPolicy PolicyName and a
-// binding of it that denies are installed: without them any agent could
-// publish a key in another node's name, and no node's signed word would
-// mean anything.
-func PolicyInForce(ctx context.Context, client kubernetes.Interface) error {
+// PolicyInForce checks that the ValidatingAdmissionPolicy PolicyName and its
+// binding are installed and enforce what the shipped file
+// (deploy/daemonset/base/agent-identity-policy.yaml) enforces on the key
+// Leases in namespace ns: without that any agent could publish a key in
+// another node's name, and no node's signed word would mean anything. Names
+// alone prove nothing: a policy of that name that matches no Lease, whose
+// rules were stripped, or whose binding only audits or covers another
+// namespace, guards nothing. The error names every difference found.
+func PolicyInForce(ctx context.Context, client kubernetes.Interface, ns string) error {
+	shipped, err := ShippedPolicy()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrPolicyNotInForce, err)
+	}
 	adm := client.AdmissionregistrationV1()
 	p, err := adm.ValidatingAdmissionPolicies().Get(ctx, PolicyName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("%w: ValidatingAdmissionPolicy %s: %v", ErrPolicyNotInForce, PolicyName, err)
 	}
-	if p.Spec.FailurePolicy != nil && *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
-		return fmt.Errorf("%w: ValidatingAdmissionPolicy %s has failurePolicy %s, want Fail", ErrPolicyNotInForce, PolicyName, *p.Spec.FailurePolicy)
-	}
 	b, err := adm.ValidatingAdmissionPolicyBindings().Get(ctx, PolicyName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("%w: ValidatingAdmissionPolicyBinding %s: %v", ErrPolicyNotInForce, PolicyName, err)
 	}
-	if b.Spec.PolicyName != PolicyName {
-		return fmt.Errorf("%w: binding %s binds policy %q", ErrPolicyNotInForce, PolicyName, b.Spec.PolicyName)
+	problems := append(policyProblems(&p.Spec, &shipped.Policy.Spec, ns), bindingProblems(&b.Spec, &shipped.Policy.Spec, ns)...)
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrPolicyNotInForce, strings.Join(problems, "; "))
 	}
-	for _, a := range b.Spec.ValidationActions {
-		if a == admissionregistrationv1.Deny {
-			return nil
+	return nil
+}
+
+// Shipped is the policy and binding the deployment ships.
+type Shipped struct {
+	Policy  *admissionregistrationv1.ValidatingAdmissionPolicy
+	Binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// ShippedPolicy decodes deploy.AgentIdentityPolicy (built into the binary).
+var ShippedPolicy = sync.OnceValues(func() (Shipped, error) {
+	var s Shipped
+	const file = "deploy/daemonset/base/agent-identity-policy.yaml"
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(deploy.AgentIdentityPolicy)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Shipped{}, fmt.Errorf("%s: %w", file, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			return Shipped{}, fmt.Errorf("%s: %w", file, err)
+		}
+		switch o := obj.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			s.Policy = o
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			s.Binding = o
+		default:
+			return Shipped{}, fmt.Errorf("%s: unexpected %T", file, obj)
 		}
 	}
-	return fmt.Errorf("%w: binding %s does not deny (validationActions %v)", ErrPolicyNotInForce, PolicyName, b.Spec.ValidationActions)
+	if s.Policy == nil || s.Binding == nil {
+		return Shipped{}, fmt.Errorf("%s: want a ValidatingAdmissionPolicy and its binding", file)
+	}
+	return s, nil
+})
+
+// ShippedFor returns copies of the shipped policy and binding with the
+// binding moved to namespace ns, as kustomize's namespace transformer
+// moves it: what an install whose key Leases are in ns applies.
+func ShippedFor(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	s, err := ShippedPolicy()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, b := s.Policy.DeepCopy(), s.Binding.DeepCopy()
+	if b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil ||
+		b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "" {
+		return nil, nil, fmt.Errorf("binding %s does not select a namespace by its %s label", b.Name, corev1.LabelMetadataName)
+	}
+	b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = ns
+	// Cluster-scoped: kustomize's namespace means nothing here.
+	p.Namespace, b.Namespace = "", ""
+	return p, b, nil
 }
+
+// policyProblems compares an installed policy's spec with the shipped one:
+// it must fail closed, match every write the shipped one matches in
+// namespace ns (the same resource rules, no exclusions, no object
+// selector, the same matchConditions: an extra condition narrows it), and
+// define the shipped variables and validations word for word (extra
+// validations only deny more, and are allowed).
+func policyProblems(got, want *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
+	var problems []string
+	add := func(format string, args ...any) {
+		problems = append(problems, "ValidatingAdmissionPolicy "+PolicyName+" "+fmt.Sprintf(format, args...))
+	}
+	if got.FailurePolicy != nil && *got.FailurePolicy != admissionregistrationv1.Fail {
+		add("has failurePolicy %s, want Fail", *got.FailurePolicy)
+	}
+	if got.MatchConstraints == nil {
+		add("has no matchConstraints: it matches no Lease write")
+	} else {
+		for _, p := range matchProblems(got.MatchConstraints, want.MatchConstraints, ns, false) {
+			add("matchConstraints %s", p)
+		}
+	}
+	if !sameExpressions(got.MatchConditions, want.MatchConditions) {
+		add("has matchConditions %s, want the shipped %s", expressionsOf(got.MatchConditions), expressionsOf(want.MatchConditions))
+	}
+	variables := map[string]string{}
+	for _, v := range got.Variables {
+		variables[v.Name] = normalise(v.Expression)
+	}
+	for _, v := range want.Variables {
+		if e, ok := variables[v.Name]; !ok {
+			add("has no variable %s", v.Name)
+		} else if e != normalise(v.Expression) {
+			add("variable %s is %q, want the shipped %q", v.Name, e, normalise(v.Expression))
+		}
+	}
+	validations := map[string]bool{}
+	for _, v := range got.Validations {
+		validations[normalise(v.Expression)] = true
+	}
+	for _, v := range want.Validations {
+		if !validations[normalise(v.Expression)] {
+			add("lacks the validation %q (%s)", normalise(v.Expression), v.Message)
+		}
+	}
+	return problems
+}
+
+// bindingProblems checks an installed binding: it binds PolicyName, denies,
+// and selects every Lease write of namespace ns the policy matches (no
+// narrower resource rules, no exclusions, no object selector).
+func bindingProblems(got *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec, policy *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
+	var problems []string
+	add := func(format string, args ...any) {
+		problems = append(problems, "ValidatingAdmissionPolicyBinding "+PolicyName+" "+fmt.Sprintf(format, args...))
+	}
+	if got.PolicyName != PolicyName {
+		add("binds policy %q, want %q", got.PolicyName, PolicyName)
+	}
+	if !slices.Contains(got.ValidationActions, admissionregistrationv1.Deny) {
+		add("does not deny (validationActions %v, want [Deny])", got.ValidationActions)
+	}
+	if got.MatchResources != nil {
+		for _, p := range matchProblems(got.MatchResources, policy.MatchConstraints, ns, true) {
+			add("matchResources %s", p)
+		}
+	}
+	return problems
+}
+
+// matchProblems: what keeps m from matching every Lease write in namespace
+// ns that want's resource rules name. A binding's matchResources may leave
+// its resource rules empty (all that the policy matches).
+func matchProblems(m, want *admissionregistrationv1.MatchResources, ns string, emptyRulesMatchAll bool) []string {
+	var problems []string
+	if p := namespaceSelectorProblem(m.NamespaceSelector, ns); p != "" {
+		problems = append(problems, p)
+	}
+	if m.ObjectSelector != nil && (len(m.ObjectSelector.MatchLabels) > 0 || len(m.ObjectSelector.MatchExpressions) > 0) {
+		problems = append(problems, fmt.Sprintf("has an objectSelector (%s): a Lease without those labels is not checked", metav1.FormatLabelSelector(m.ObjectSelector)))
+	}
+	if len(m.ExcludeResourceRules) > 0 {
+		var excluded []string
+		for _, r := range m.ExcludeResourceRules {
+			excluded = append(excluded, fmt.Sprintf("%v of %v %v in %v", r.Operations, r.Resources, r.APIVersions, r.APIGroups))
+		}
+		problems = append(problems, "excludes "+strings.Join(excluded, ", "))
+	}
+	if m.MatchPolicy != nil && *m.MatchPolicy != admissionregistrationv1.Equivalent {
+		problems = append(problems, fmt.Sprintf("has matchPolicy %s, want Equivalent (a write through another API version would not be checked)", *m.MatchPolicy))
+	}
+	if emptyRulesMatchAll && len(m.ResourceRules) == 0 {
+		return problems
+	}
+	for _, w := range want.ResourceRules {
+		if !slices.ContainsFunc(m.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool { return covers(r, w) }) {
+			problems = append(problems, fmt.Sprintf("do not cover %v of %v %v in %v", w.Operations, w.Resources, w.APIVersions, w.APIGroups))
+		}
+	}
+	return problems
+}
+
+// covers: every request w matches, r matches too.
+func covers(r, w admissionregistrationv1.NamedRuleWithOperations) bool {
+	all := func(have, want []string) bool {
+		return slices.Contains(have, "*") || !slices.ContainsFunc(want, func(s string) bool { return !slices.Contains(have, s) })
+	}
+	ops := func(ops []admissionregistrationv1.OperationType) []string {
+		s := make([]string, len(ops))
+		for i, o := range ops {
+			s[i] = string(o)
+		}
+		return s
+	}
+	scopeOK := r.Scope == nil || *r.Scope == admissionregistrationv1.AllScopes || *r.Scope == admissionregistrationv1.NamespacedScope
+	return len(r.ResourceNames) == 0 && scopeOK &&
+		all(r.APIGroups, w.APIGroups) && all(r.APIVersions, w.APIVersions) &&
+		all(r.Resources, w.Resources) && all(ops(r.Operations), ops(w.Operations))
+}
+
+// namespaceSelectorProblem: why sel does not select namespace ns, or "".
+// A fencer may not read Namespaces, so only the label the API server sets
+// on every namespace, kubernetes.io/metadata.name, is known: a selector on
+// any other label cannot be shown to select ns.
+func namespaceSelectorProblem(sel *metav1.LabelSelector, ns string) string {
+	if sel == nil {
+		return ""
+	}
+	for k := range sel.MatchLabels {
+		if k != corev1.LabelMetadataName {
+			return fmt.Sprintf("namespaceSelector %s uses label %s: only a selector on %s can be shown to cover namespace %s",
+				metav1.FormatLabelSelector(sel), k, corev1.LabelMetadataName, ns)
+		}
+	}
+	for _, e := range sel.MatchExpressions {
+		if e.Key != corev1.LabelMetadataName {
+			return fmt.Sprintf("namespaceSelector %s uses label %s: only a selector on %s can be shown to cover namespace %s",
+				metav1.FormatLabelSelector(sel), e.Key, corev1.LabelMetadataName, ns)
+		}
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return fmt.Sprintf("namespaceSelector: %v", err)
+	}
+	if !s.Matches(labels.Set{corev1.LabelMetadataName: ns}) {
+		return fmt.Sprintf("namespaceSelector %s does not select namespace %s, where the key Leases are", metav1.FormatLabelSelector(sel), ns)
+	}
+	return ""
+}
+
+// sameExpressions: a and b hold the same conditions, by name and expression.
+func sameExpressions(a, b []admissionregistrationv1.MatchCondition) bool {
+	return slices.Equal(expressionsOf(a), expressionsOf(b))
+}
+
+func expressionsOf(cs []admissionregistrationv1.MatchCondition) []string {
+	s := make([]string, len(cs))
+	for i, c := range cs {
+		s[i] = c.Name + ": " + normalise(c.Expression)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// normalise a CEL expression's white space: YAML folding and templating
+// may break lines differently without changing the expression.
+func normalise(expr string) string { return strings.Join(strings.Fields(expr), " ") }

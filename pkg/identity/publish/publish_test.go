@@ -9,7 +9,9 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
@@ -71,50 +73,160 @@ func TestFromLeaseRefusesMalformed(t *testing.T) {
 	}
 }
 
+// policyCase is an installed policy and binding, made from the shipped
+// ones by edit, and what PolicyInForce must say of them ("" = in force).
+type policyCase struct {
+	name string
+	edit func(*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+	want string
+}
+
+// testNamespace is where the key Leases are in these tests.
+const testNamespace = "fenced-test"
+
+// policyCases: the shipped objects, harmless variations, and every way a
+// policy of the right names can stop guarding the key Leases.
+func policyCases() []policyCase {
+	type (
+		vap  = admissionregistrationv1.ValidatingAdmissionPolicy
+		vapb = admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	)
+	return []policyCase{
+		{"shipped", func(*vap, *vapb) {}, ""},
+		{"an extra validation", func(p *vap, _ *vapb) {
+			p.Spec.Validations = append(p.Spec.Validations, admissionregistrationv1.Validation{Expression: "true"})
+		}, ""},
+		{"selector by expression", func(_ *vap, b *vapb) {
+			b.Spec.MatchResources.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{"other", testNamespace}}}}
+		}, ""},
+		{"binding covers every namespace", func(_ *vap, b *vapb) { b.Spec.MatchResources = nil }, ""},
+		{"renamed but empty", func(p *vap, _ *vapb) {
+			p.Spec = admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}}}},
+				Validations: []admissionregistrationv1.Validation{{Expression: "true"}}}
+		}, "do not cover"},
+		{"audit only", func(_ *vap, b *vapb) {
+			b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+		}, "does not deny"},
+		{"warn only", func(_ *vap, b *vapb) {
+			b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+		}, "does not deny"},
+		{"wrong namespace", func(_ *vap, b *vapb) {
+			b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = "default"
+		}, "does not select namespace " + testNamespace},
+		{"selector on another label", func(_ *vap, b *vapb) {
+			b.Spec.MatchResources.NamespaceSelector.MatchLabels["team"] = "fenced"
+		}, "uses label team"},
+		{"policy limited to another namespace", func(p *vap, _ *vapb) {
+			p.Spec.MatchConstraints.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "default"}}
+		}, "does not select namespace " + testNamespace},
+		{"object selector", func(_ *vap, b *vapb) {
+			b.Spec.MatchResources.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"checked": "yes"}}
+		}, "objectSelector"},
+		{"rules stripped", func(p *vap, _ *vapb) {
+			p.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "true"}}
+		}, "lacks the validation"},
+		{"one rule stripped", func(p *vap, _ *vapb) { p.Spec.Validations = p.Spec.Validations[1:] }, "lacks the validation"},
+		{"variable redefined", func(p *vap, _ *vapb) {
+			for i := range p.Spec.Variables {
+				if p.Spec.Variables[i].Name == "node" {
+					p.Spec.Variables[i].Expression = "has(object.spec) && has(object.spec.holderIdentity) ? object.spec.holderIdentity : ''"
+				}
+			}
+		}, "variable node"},
+		{"match condition narrows", func(p *vap, _ *vapb) {
+			p.Spec.MatchConditions = append(p.Spec.MatchConditions, admissionregistrationv1.MatchCondition{Name: "never", Expression: "false"})
+		}, "matchConditions"},
+		{"updates not matched", func(p *vap, _ *vapb) {
+			p.Spec.MatchConstraints.ResourceRules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
+		}, "do not cover"},
+		{"one Lease name only", func(p *vap, _ *vapb) {
+			p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"fenced-agent-node-a"}
+		}, "do not cover"},
+		{"binding narrows the resources", func(_ *vap, b *vapb) {
+			b.Spec.MatchResources.ResourceRules = []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}}}}}
+		}, "do not cover"},
+		{"leases excluded", func(p *vap, _ *vapb) {
+			p.Spec.MatchConstraints.ExcludeResourceRules = p.Spec.MatchConstraints.ResourceRules
+		}, "excludes"},
+		{"exact match policy", func(p *vap, _ *vapb) {
+			p.Spec.MatchConstraints.MatchPolicy = ptr.To(admissionregistrationv1.Exact)
+		}, "matchPolicy Exact"},
+		{"failure policy Ignore", func(p *vap, _ *vapb) {
+			p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}, "failurePolicy"},
+		{"binding of another policy", func(_ *vap, b *vapb) { b.Spec.PolicyName = "something-else" }, "binds policy"},
+	}
+}
+
+// shippedFor: the shipped objects for namespace ns.
+func shippedFor(t *testing.T, ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	p, b, err := ShippedFor(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// checkPolicyCase installs c's objects through client and checks what
+// PolicyInForce says.
+func checkPolicyCase(ctx context.Context, t *testing.T, client kubernetes.Interface, c policyCase) {
+	t.Helper()
+	adm := client.AdmissionregistrationV1()
+	p, b := shippedFor(t, testNamespace)
+	c.edit(p, b)
+	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the policy: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicies().Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+	})
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the binding: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+	})
+	err := PolicyInForce(ctx, client, testNamespace)
+	if c.want == "" {
+		if err != nil {
+			t.Fatalf("PolicyInForce = %v, want in force", err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrPolicyNotInForce) || !strings.Contains(err.Error(), c.want) {
+		t.Fatalf("PolicyInForce = %v, want ErrPolicyNotInForce mentioning %q", err, c.want)
+	}
+	t.Logf("refused: %v", err)
+}
+
+// TestPolicyInForce runs policyCases on a fake client (no defaults, no
+// validation); TestPolicyInForceAPIServer runs them on a real one.
 func TestPolicyInForce(t *testing.T) {
-	ctx := context.Background()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}}
-	binding := func(actions ...admissionregistrationv1.ValidationAction) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyName, ValidationActions: actions}}
+	for _, c := range policyCases() {
+		t.Run(c.name, func(t *testing.T) { checkPolicyCase(context.Background(), t, fake.NewClientset(), c) })
 	}
-	ignore := policy.DeepCopy()
-	ignore.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-	cases := []struct {
-		name string
-		objs []any
-		want string // "" = in force
-	}{
-		{"policy and denying binding", []any{policy, binding(admissionregistrationv1.Deny)}, ""},
-		{"no policy", []any{binding(admissionregistrationv1.Deny)}, "ValidatingAdmissionPolicy"},
-		{"no binding", []any{policy}, "Binding"},
-		{"binding only warns", []any{policy, binding(admissionregistrationv1.Warn)}, "does not deny"},
-		{"failure policy Ignore", []any{ignore, binding(admissionregistrationv1.Deny)}, "failurePolicy"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			client := fake.NewClientset()
-			for _, o := range c.objs {
-				switch o := o.(type) {
-				case *admissionregistrationv1.ValidatingAdmissionPolicy:
-					_, _ = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-				case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-					_, _ = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
-				}
-			}
-			err := PolicyInForce(ctx, client)
-			if c.want == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrPolicyNotInForce) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("err = %v, want ErrPolicyNotInForce mentioning %q", err, c.want)
-			}
-		})
-	}
+	t.Run("missing", func(t *testing.T) {
+		client := fake.NewClientset()
+		if err := PolicyInForce(context.Background(), client, testNamespace); !errors.Is(err, ErrPolicyNotInForce) {
+			t.Fatalf("PolicyInForce with nothing installed = %v", err)
+		}
+		p, _ := shippedFor(t, testNamespace)
+		if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := PolicyInForce(context.Background(), client, testNamespace); !errors.Is(err, ErrPolicyNotInForce) || !strings.Contains(err.Error(), "Binding") {
+			t.Fatalf("PolicyInForce without the binding = %v", err)
+		}
+	})
 }
 
 // TestPublishGracefulShutdown: the word rides on the key Lease, survives a
