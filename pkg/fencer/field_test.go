@@ -50,9 +50,7 @@ func TestForgedFencerDeathCannotSilenceAgents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	p := testPolicy(core.ModePowerOff)
-	p.FenceAfter, p.FenceDelay, p.ChallengeInterval = time.Second, time.Second, time.Second
-	b := newHostileBed(t, p, "victim-1", "victim-2", "victim-3")
+	b := newPowerOffBed(t)
 	v1 := b.victims["victim-1"]
 	for _, v := range b.victims {
 		if err := b.forger.Dead(v.ring.LocalAddr(), "fencer", ^uint32(0), v.name); err != nil {

@@ -447,9 +447,7 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	p := testPolicy(core.ModePowerOff)
-	p.FenceAfter, p.FenceDelay, p.ChallengeInterval = time.Second, time.Second, time.Second
-	b := newHostileBed(t, p, "victim-1", "victim-2", "victim-3")
+	b := newPowerOffBed(t)
 	v1 := b.victims["victim-1"]
 	// The kubelet lost the API server ten minutes ago.
 	n, _ := b.client.CoreV1().Nodes().Get(context.Background(), v1.name, metav1.GetOptions{})
@@ -474,6 +472,16 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	if v1.bmc.reads.Load() == 0 {
 		t.Fatal("the fencer never read victim-1's BMC: the test did not reach the power-off decision")
 	}
+}
+
+// newPowerOffBed is the bed of three victims in power-off mode with
+// fenceAfter, the fence delay and the challenge interval at 1 s: only the
+// guards, not the timers, keep a healthy node powered.
+func newPowerOffBed(t *testing.T) *hostileBed {
+	t.Helper()
+	p := testPolicy(core.ModePowerOff)
+	p.FenceAfter, p.FenceDelay, p.ChallengeInterval = time.Second, time.Second, time.Second
+	return newHostileBed(t, p, "victim-1", "victim-2", "victim-3")
 }
 
 // testLog is a logger into t.Log.

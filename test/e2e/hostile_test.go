@@ -36,12 +36,7 @@ func TestHostileMember(t *testing.T) {
 	sts, _ := startWorkload(ctx, t, h, "hostile", "w-1", "w-4")
 	waitWriter(t, h, sts.PV, "w-1", 3)
 
-	key, err := h.GossipKey()
-	must(t, err)
-	f, err := hostile.New(key, harness.ClusterName)
-	must(t, err)
-	t.Cleanup(func() { f.Close() })
-	f.AllowNonLoopback = true // the machines live in network namespaces this test made
+	f := forgerOn(t, h)
 	to := fencer.Host.Addr.String() + ":" + strconv.Itoa(harness.GossipPort)
 	attackerKey, err := identity.NewKey()
 	must(t, err)
@@ -113,4 +108,17 @@ func TestHostileMember(t *testing.T) {
 	}
 	t.Logf("%.0f forged claims rejected within %.1fs; no taint, no power action, the writer on w-1 kept writing alone",
 		forged, time.Since(t0).Seconds())
+}
+
+// forgerOn is a compromised worker of h: a forger holding the ring's key
+// and label, allowed to reach the machines' network namespaces.
+func forgerOn(t *testing.T, h *harness.Harness) *hostile.Forger {
+	t.Helper()
+	key, err := h.GossipKey()
+	must(t, err)
+	f, err := hostile.New(key, harness.ClusterName)
+	must(t, err)
+	t.Cleanup(func() { f.Close() })
+	f.AllowNonLoopback = true // the machines live in network namespaces the test made
+	return f
 }

@@ -14,7 +14,6 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/pkg/core"
 	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/vocab"
@@ -210,12 +209,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 
 		// One dead at memberlist's top incarnation, as a compromised worker
 		// (or a false suspicion) gives it: the fencer reads w-5's level.
-		key, err := h.GossipKey()
-		must(t, err)
-		f, err := hostile.New(key, harness.ClusterName)
-		must(t, err)
-		t.Cleanup(func() { f.Close() })
-		f.AllowNonLoopback = true // the machines live in network namespaces this test made
+		f := forgerOn(t, h)
 		must(t, f.Dead(cp.Host.Addr.String()+":"+strconv.Itoa(harness.GossipPort), a.Name, ^uint32(0), "cp-1"))
 		deadline := time.Now().Add(podTimeout)
 		for metricValue(t, cp, contradicted) <= before {
