@@ -388,10 +388,11 @@ func (p *parts) run(ctx context.Context) error {
 		if advertise, err = waitInternalIP(ctx, p.nodes.Informer(), p.nodes.Lister(), o.NodeName, log); err != nil {
 			return err
 		}
-	} else if own := gossipAddrs(p.nodes.Lister(), o.NodeName, o.Config.Gossip.Port); p.fencer != nil &&
+	} else if own := gossipAddrs(p.nodes.Lister(), o.NodeName, o.Config.Gossip.Port); p.fencer != nil && len(own) > 0 &&
 		!slices.Contains(own, net.JoinHostPort(advertise, strconv.Itoa(o.Config.Gossip.Port))) {
 		// Agents would leave this fencer's challenges unanswered: every node
-		// would look silent to it.
+		// would look silent to it. (A host with no Node addresses at all is
+		// not a ring member for agents that know the Nodes: IsNode.)
 		return fmt.Errorf("gossip advertise address %s is not one of Node %s's addresses %v: agents answer a fencer's liveness challenges only at an address the Kubernetes API gives its Node", advertise, o.NodeName, own)
 	}
 
