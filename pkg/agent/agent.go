@@ -388,12 +388,10 @@ func (p *parts) run(ctx context.Context) error {
 		if advertise, err = waitInternalIP(ctx, p.nodes.Informer(), p.nodes.Lister(), o.NodeName, log); err != nil {
 			return err
 		}
-	} else if own := gossipAddrs(p.nodes.Lister(), o.NodeName, o.Config.Gossip.Port); p.fencer != nil && len(own) > 0 &&
-		!slices.Contains(own, net.JoinHostPort(advertise, strconv.Itoa(o.Config.Gossip.Port))) {
-		// Agents would leave this fencer's challenges unanswered: every node
-		// would look silent to it. (A host with no Node addresses at all is
-		// not a ring member for agents that know the Nodes: IsNode.)
-		return fmt.Errorf("gossip advertise address %s is not one of Node %s's addresses %v: agents answer a fencer's liveness challenges only at an address the Kubernetes API gives its Node", advertise, o.NodeName, own)
+	} else if p.fencer != nil {
+		if err := advertisedAtNode(o.NodeName, advertise, gossipAddrs(p.nodes.Lister(), o.NodeName, o.Config.Gossip.Port), o.Config.Gossip.Port); err != nil {
+			return err
+		}
 	}
 
 	p.ownKey.start(ctx)
@@ -632,6 +630,18 @@ func gossipAddrs(nodes corelisters.NodeLister, name string, port int) []string {
 		}
 	}
 	return out
+}
+
+// advertisedAtNode checks a fencer's advertise address against its
+// Node's gossip addresses (own): agents would leave the challenges of a
+// fencer that replies from elsewhere unanswered, and every node would look
+// silent to it. A host whose Node has no addresses at all is no ring member
+// for agents that know the Nodes (IsNode), so there is nothing to check.
+func advertisedAtNode(node, advertise string, own []string, port int) error {
+	if len(own) == 0 || slices.Contains(own, net.JoinHostPort(advertise, strconv.Itoa(port))) {
+		return nil
+	}
+	return fmt.Errorf("gossip advertise address %s is not one of Node %s's addresses %v: agents answer a fencer's liveness challenges only at an address the Kubernetes API gives its Node", advertise, node, own)
 }
 
 // seeds are the other Nodes' InternalIPs at the gossip port, plus extras.

@@ -68,3 +68,24 @@ func TestWaitInternalIP(t *testing.T) {
 		t.Fatal("waitInternalIP for a missing Node with a cancelled context succeeded")
 	}
 }
+
+func TestAdvertisedAtNode(t *testing.T) {
+	own := []string{"198.18.0.2:7946", "[2001:db8::2]:7946"}
+	for _, tc := range []struct {
+		name, advertise string
+		own             []string
+		ok              bool
+	}{
+		{"its InternalIP", "198.18.0.2", own, true},
+		{"its IPv6 address", "2001:db8::2", own, true},
+		{"another address: agents would not answer", "198.18.0.9", own, false},
+		{"no Node addresses: not a ring member anyway", "127.0.0.1", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := advertisedAtNode("cp-1", tc.advertise, tc.own, 7946)
+			if (err == nil) != tc.ok {
+				t.Fatalf("advertisedAtNode(%s) = %v, want ok=%v", tc.advertise, err, tc.ok)
+			}
+		})
+	}
+}
