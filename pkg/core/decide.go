@@ -16,7 +16,7 @@ import (
 // actions come back as later Observations. Tests drive it from tables with
 // a fake clock (decide_test.go).
 //
-// The one rule it must never break (DESIGN.md §2): ApplyTaint is returned
+// The one rule it must never break (docs/design.md §2): ApplyTaint is returned
 // only with evidence that the node cannot write to its volumes — a BMC
 // reading of "off" taken after the node stopped answering, whose GUID (when
 // known on both sides) matches the node; the node's own clean-shutdown
@@ -831,7 +831,7 @@ func (d *decider) poweringOff() {
 	d.reason = "waiting for the power-off to be confirmed"
 }
 
-// Evidence must be true when the taint lands (DESIGN.md §2): a power
+// Evidence must be true when the taint lands (docs/design.md §2): a power
 // reading, or a node's own announcement, is evidence only while nothing
 // newer contradicts it, and a reading only while it is younger than
 // MaxEvidenceAge. The fencer checks the same rule once more right before

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestCoreStaysPure holds the core to DESIGN.md §3: no Kubernetes, no
+// TestCoreStaysPure holds the core to docs/design.md §3: no Kubernetes, no
 // network, no processes — only the standard library and the leaf
 // vocabulary (pkg/vocab, which imports nothing). What it needs from the
 // world arrives in an Observation; what it wants done leaves as Actions.

@@ -1,6 +1,6 @@
 // Package core is fenced's decision core: a state machine per target node
 // that turns what is known about the node into what must be done, with no
-// I/O (DESIGN.md §3 and §4). It imports only the standard library, which
+// I/O (docs/design.md §3 and §4). It imports only the standard library, which
 // TestCoreStaysPure checks.
 //
 // A failure travels through three files in three packages:
@@ -26,6 +26,6 @@
 // what the core decides a taint with, what `fenced confirm` builds from an
 // operator's word, and, through its JSON tags, the format of the Node's
 // evidence annotation that pkg/kube writes and reads. [Evidence.Validate] is
-// the one rule of what counts as evidence on its own (DESIGN.md §2); pkg/kube
+// the one rule of what counts as evidence on its own (docs/design.md §2); pkg/kube
 // applies it before every taint and adds only the checks against the Node.
 package core

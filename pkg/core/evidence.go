@@ -16,7 +16,7 @@ import (
 // meaning), what `fenced confirm` builds from an operator's word, and what
 // `fenced status` shows.
 type Evidence struct {
-	// Method is the kind of evidence (DESIGN.md §2: there is no fourth).
+	// Method is the kind of evidence (docs/design.md §2: there is no fourth).
 	Method vocab.EvidenceMethod `json:"method"`
 	// By is the fencer identity or, for manual evidence, the operator's.
 	// The Tainter fills in its identity when it is empty.
@@ -96,7 +96,7 @@ func (r *Reading) GUIDMismatch(uuid string) *Reading {
 var ErrInvalidEvidence = errors.New("invalid fencing evidence")
 
 // Validate checks that ev is, on its own, evidence that a node cannot write
-// to its volumes any more (DESIGN.md §2): a known method, a time, for
+// to its volumes any more (docs/design.md §2): a known method, a time, for
 // bmc-power-off a dated reading of off, for clean-shutdown the announcing
 // boot, and never a reading of on. The Tainter calls it before every taint
 // and additionally checks the evidence against the Node; callers may call

@@ -15,7 +15,7 @@ func offEvidence() Evidence {
 		BMC: &Reading{Power: PowerOff, At: t0, Endpoint: "ipmi://198.18.0.1:623", SystemGUID: nodeUUID}}
 }
 
-// TestEvidenceValidate is DESIGN.md §2's rule of what counts, on its own,
+// TestEvidenceValidate is docs/design.md §2's rule of what counts, on its own,
 // as evidence that a node cannot write: every evidence the Tainter would
 // write goes through it, and so does evidence read back from a Node.
 func TestEvidenceValidate(t *testing.T) {

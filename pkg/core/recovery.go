@@ -12,7 +12,7 @@ type RecoveryCheck struct {
 	Detail string
 }
 
-// Recovery is the rule for removing fenced's taint from a node (DESIGN.md
+// Recovery is the rule for removing fenced's taint from a node (docs/design.md
 // §2), in the one place both the fencer (decide.go) and `fenced unfence`
 // apply it: the node is Ready, with a boot ID other than the one it had
 // when fenced (the same one means it was never off: the safety alarm),

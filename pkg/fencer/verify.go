@@ -21,7 +21,7 @@ import (
 )
 
 // This file holds the fencer's side of "what a node says about itself
-// must be provably its own" (DESIGN.md §2): the signed announcements and
+// must be provably its own" (docs/design.md §2): the signed announcements and
 // leave notices of a member are checked against the key its node
 // published (pkg/identity/publish), and agents are challenged for proofs
 // of life before power actions. Everything else gossip says is suspicion.

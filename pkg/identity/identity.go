@@ -3,7 +3,7 @@
 //
 // The gossip key is shared by every agent, so memberlist authenticates
 // nothing per member: any key holder can say anything in any member's name
-// (DESIGN.md §2). What a node says about itself that can lead to a taint or
+// (docs/design.md §2). What a node says about itself that can lead to a taint or
 // a power action — "my shutdown got past the point where no CSI volume is
 // mounted", "I am leaving", "I am alive" — is therefore signed with a key
 // of that agent's own: an Ed25519 key pair made fresh each time the agent

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
-// MarkNotReady is the fast path of DESIGN.md §4: a powered-off node's kubelet
+// MarkNotReady is the fast path of docs/design.md §4: a powered-off node's kubelet
 // cannot report, so its Ready condition stays True until the node lifecycle
 // controller's grace period (50 s) runs out, and then says Unknown. While it
 // says True the pod GC controller does not act on the out-of-service taint.

@@ -206,7 +206,7 @@ func (o *Operator) printGossip(ctx context.Context, node, agentURL string) {
 // checkBMC reads the node's power state and GUID, prints them, and decides:
 // a reading of "on" refuses unless powerOff, a GUID of another machine
 // always refuses, and a BMC that cannot be read leaves the operator's word
-// as the only evidence (DESIGN.md §2: manual evidence needs only that fenced
+// as the only evidence (docs/design.md §2: manual evidence needs only that fenced
 // did not read "on").
 func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) (bmcView, error) {
 	w := o.Out

@@ -2,7 +2,7 @@
 // `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`. cmd/fenced only
 // wires flags, configuration and clients to it.
 //
-// These commands are the human side of the safety invariant (DESIGN.md §2).
+// These commands are the human side of the safety invariant (docs/design.md §2).
 // confirm is the only way to `manual` evidence: it records who confirmed and
 // why, and refuses when the BMC reads the power as on. unfence removes only
 // taints fenced applied, and only after the same checks the fencer makes

@@ -30,7 +30,7 @@ type UnfenceOptions struct {
 // Unfence is `fenced unfence`: it removes the out-of-service taint fenced
 // applied once the node is Ready with a boot ID other than the one the
 // evidence recorded and no VolumeAttachment of it is left — the fencer's own
-// recovery conditions (DESIGN.md §2). Force skips them (they are still
+// recovery conditions (docs/design.md §2). Force skips them (they are still
 // printed) and records that it did. A taint fenced did not apply is never
 // touched, forced or not. Refusals wrap ErrRefused.
 func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {

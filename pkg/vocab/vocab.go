@@ -81,7 +81,7 @@ func (g GracefulShutdown) Valid() bool {
 	return false
 }
 
-// EvidenceMethod is the kind of evidence a taint rests on (DESIGN.md §2).
+// EvidenceMethod is the kind of evidence a taint rests on (docs/design.md §2).
 // There is deliberately no fourth: anything else is a suspicion.
 type EvidenceMethod string
 

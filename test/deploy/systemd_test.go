@@ -53,7 +53,7 @@ func (u unit) last(section, key string) (string, bool) {
 	return vs[len(vs)-1], true
 }
 
-// TestSystemdUnitSettings pins what the unit promises (DESIGN.md §3, the
+// TestSystemdUnitSettings pins what the unit promises (docs/design.md §3, the
 // README): a hardening option dropped by mistake fails here, by name.
 func TestSystemdUnitSettings(t *testing.T) {
 	u := parseUnit(t, readFile(t, unitFile))

@@ -85,7 +85,7 @@ var DefaultControllers = []string{
 
 // ServiceClusterIPRange is the API server's --service-cluster-ip-range. It is
 // taken from the top of 198.18.0.0/15 (the benchmarking range the harness
-// addresses its test hosts in, DESIGN.md section 7; the hosts use the low
+// addresses its test hosts in, docs/design.md section 7; the hosts use the low
 // end) rather than Kubernetes' default 10.0.0.0/24 so that nothing a test runs can
 // ever address a private network, even by mistake. Service IPs are virtual:
 // there is no kube-proxy, so no traffic goes there.
