@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -142,23 +140,14 @@ func (f *Fencer) checkDevices(ctx context.Context, devices map[string]device.Plu
 	slices.Sort(keys)
 	var mu sync.Mutex
 	down := map[string]error{}
-	sem := make(chan struct{}, monitorConcurrency)
-	var wg sync.WaitGroup
+	var jobs []func()
 	for _, k := range keys {
 		p := devices[k]
 		if p.Monitor == nil {
 			down[k] = fmt.Errorf("not configured")
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return down
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		jobs = append(jobs, func() {
 			start := f.cfg.Now()
 			err := p.Monitor(ctx)
 			f.cfg.Metrics.bmcRequest(opMonitor, err, f.cfg.Now().Sub(start))
@@ -167,10 +156,30 @@ func (f *Fencer) checkDevices(ctx context.Context, devices map[string]device.Plu
 				down[k] = err
 				mu.Unlock()
 			}
+		})
+	}
+	inParallel(ctx, jobs)
+	return down
+}
+
+// inParallel runs jobs, monitorConcurrency at a time, and returns once
+// every job it started has ended; after ctx ends it starts no more.
+func inParallel(ctx context.Context, jobs []func()) {
+	sem := make(chan struct{}, monitorConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, job := range jobs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			job()
 		}()
 	}
-	wg.Wait()
-	return down
 }
 
 // opMonitor labels the monitor's requests in fenced_bmc_requests_total.
@@ -186,26 +195,13 @@ const opMonitor = device.OpMonitor
 // whose agent does not answer is left to the decision core: it may have
 // just lost its power.
 func (f *Fencer) checkInventory(ctx context.Context, nodes map[string]*corev1.Node, levels map[string][][]device.Plug) {
-	sem := make(chan struct{}, monitorConcurrency)
-	var wg sync.WaitGroup
+	var jobs []func()
 	for name, ls := range levels {
-		n := nodes[name]
-		if n == nil || name == f.cfg.Identity || !f.quietAndReady(n) {
-			continue
+		if n := nodes[name]; n != nil && name != f.cfg.Identity && f.quietAndReady(n) {
+			jobs = append(jobs, func() { f.checkNodeLevels(ctx, n, ls) })
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			f.checkNodeLevels(ctx, n, ls)
-		}()
 	}
-	wg.Wait()
+	inParallel(ctx, jobs)
 }
 
 // quietAndReady reports whether n is Ready, carries no fenced taint, and
@@ -241,12 +237,12 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 		f.mu.Unlock()
 		return
 	}
-	ip := kube.InternalIP(n)
-	if ip == "" {
+	addr := f.agentAddr(n)
+	if addr == "" {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.cfg.ChallengeTimeout)
-	proof, err := f.cfg.Members.Challenge(cctx, n.Name, net.JoinHostPort(ip, strconv.Itoa(f.cfg.GossipPort)))
+	proof, err := f.cfg.Members.Challenge(cctx, n.Name, addr)
 	cancel()
 	if err != nil {
 		f.log.Info("device monitor: a level of a Ready node reads off and its agent does not answer: left to the decision core",

@@ -97,19 +97,20 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 	k, ok := f.agentKey(node)
 	// A statement in this node's name that does not verify may show the
 	// Lease key stale: see sawUnverified.
-	unverified := func(boot string, signed bool) {
-		f.sawUnverified(node, k, ok, boot, signed)
+	// Only statements in this node's own name count there.
+	unverified := func(about, boot string, signed bool) {
+		if about == node {
+			f.sawUnverified(node, k, ok, boot, signed)
+		}
 	}
 	switch {
 	case !ok || m.Meta.Sig == "":
-		if m.Meta.Sig == "" && m.Meta.Node == node {
-			unverified(m.Meta.BootID, false)
+		if m.Meta.Sig == "" {
+			unverified(m.Meta.Node, m.Meta.BootID, false)
 		}
 		return reject(forgedUnsigned)
 	case m.Meta.Node != node || !k.Key.Verify(m.Meta.Statement(), m.Meta.Signature()):
-		if m.Meta.Node == node {
-			unverified(m.Meta.BootID, true)
-		}
+		unverified(m.Meta.Node, m.Meta.BootID, true)
 		return reject(forgedBadSignature)
 	case m.Meta.BootID != k.BootID:
 		return reject(forgedOtherBoot)
@@ -118,14 +119,10 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 		n := m.Leave
 		switch {
 		case n.Sig == "":
-			if n.Node == node {
-				unverified(n.BootID, false)
-			}
+			unverified(n.Node, n.BootID, false)
 			return reject(forgedUnsigned)
 		case n.Node != node || !k.Key.Verify(n.Statement(), n.Signature()):
-			if n.Node == node {
-				unverified(n.BootID, true)
-			}
+			unverified(n.Node, n.BootID, true)
 			return reject(forgedBadSignature)
 		case n.BootID != k.BootID:
 			return reject(forgedOtherBoot)
@@ -230,17 +227,13 @@ const (
 // gossip port, for a proof of life, in the background; the outcome is
 // stored for the next Observation and the node queued again.
 func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.Node) {
-	ip := ""
-	if node != nil {
-		ip = kube.InternalIP(node)
-	}
-	if ip == "" {
+	addr := f.agentAddr(node)
+	if addr == "" {
 		// Without an address from the API there is nobody to ask; silence
 		// would prove nothing, so none is recorded.
 		f.log.Warn("cannot challenge the node's agent: its Node has no InternalIP", "node", name)
 		return
 	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(f.cfg.GossipPort))
 	st, begun := begin(f, f.agents, name, func(a *core.AgentObs) *bool { return &a.Challenging })
 	if !begun {
 		return
@@ -283,6 +276,16 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 			f.queue.Add(name)
 		}
 	}()
+}
+
+// agentAddr is where node's agent answers liveness challenges: its
+// InternalIP, as the API gives it, at the gossip port; "" when the Node
+// (nil: gone) has none.
+func (f *Fencer) agentAddr(node *corev1.Node) string {
+	if node == nil || kube.InternalIP(node) == "" {
+		return ""
+	}
+	return net.JoinHostPort(kube.InternalIP(node), strconv.Itoa(f.cfg.GossipPort))
 }
 
 // leaseTarget maps a Lease in the lease namespace to the node it is
