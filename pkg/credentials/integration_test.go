@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
@@ -47,15 +46,11 @@ func squatCluster(t *testing.T) (context.Context, *cluster.Cluster, kubernetes.I
 
 func userClient(t *testing.T, c *cluster.Cluster, user string, groups ...string) kubernetes.Interface {
 	t.Helper()
-	kubeconfig, err := c.UserKubeconfig(user, groups...)
+	cl, err := c.UserClient(user, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kubernetes.NewForConfigOrDie(cfg)
+	return cl
 }
 
 // squat creates, as cl, a CSR named name (generateName if name ends in

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -200,15 +199,11 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	}
 	userClient := func(t *testing.T, user string, groups ...string) kubernetes.Interface {
 		t.Helper()
-		kubeconfig, err := c.UserKubeconfig(user, groups...)
+		cl, err := c.UserClient(user, groups...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kubernetes.NewForConfigOrDie(cfg)
+		return cl
 	}
 	// whoami returns what the API server authenticated the client as.
 	whoami := func(t *testing.T, cl kubernetes.Interface) authenticationv1.UserInfo {

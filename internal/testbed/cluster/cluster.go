@@ -44,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"fenced.io/fenced/internal/testbed/ports"
 )
@@ -656,6 +657,20 @@ func (c *Cluster) UserKubeconfig(user string, groups ...string) (string, error) 
 		return "", err
 	}
 	return path, nil
+}
+
+// UserClient is a clientset that authenticates as user in groups, through
+// a kubeconfig from UserKubeconfig.
+func (c *Cluster) UserClient(user string, groups ...string) (kubernetes.Interface, error) {
+	kubeconfig, err := c.UserKubeconfig(user, groups...)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 // CreateNamespace creates a namespace and waits until its "default"
