@@ -179,11 +179,11 @@ bench-fast: deps kube-binaries ## gossip.profile fast on the harness: FAST_ROUND
 	  rc=$${PIPESTATUS[0]}; grep -v -e '^=== ' -e '^\s*[a-z_]*_test.go:' -e '^\s*$$' bin/bench-fast.txt | grep -v '^[IEW][0-9]' ; exit $$rc
 
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
-	$(GO) run ./cmd/fenced-demo
+	$(GO) run ./internal/cmd/fenced-demo
 
 cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (see README)
 	@mkdir -p bin $(CLUSTER_STATE)
-	$(GO) build -o bin/fenced-cluster ./cmd/fenced-cluster
+	$(GO) build -o bin/fenced-cluster ./internal/cmd/fenced-cluster
 	@if [ -f $(CLUSTER_STATE)/pid ] && kill -0 $$(cat $(CLUSTER_STATE)/pid) 2>/dev/null; then \
 	  echo "already running (pid $$(cat $(CLUSTER_STATE)/pid)); make cluster-down first"; exit 1; fi
 	@nohup bin/fenced-cluster -state $(CLUSTER_STATE) > $(CLUSTER_STATE)/cluster.log 2>&1 & echo $$! > $(CLUSTER_STATE)/pid

@@ -10,7 +10,7 @@
 #   snmpd        net-snmp's agent: the simulated APC PDUs of internal/testbed/pdusim
 #   snmp         net-snmp's client tools (snmpget, snmpset), cross-checks the PDUs
 #   fence-agents ClusterLabs' fence agents (fence_apc_snmp, fence_ipmilan), run by
-#                pkg/device's fence-agent driver in its integration tests
+#                pkg/fencing/device's fence-agent driver in its integration tests
 #   containerd, runc, containernetworking-plugins
 #                the container runtime of the real node (internal/testbed/realnode):
 #                fenced's image run as pods by a real kubelet (test/realpod)

@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
 )
 
 // bmcFlags are shared by the bmc subcommands.

@@ -7,14 +7,14 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
+	"fenced.io/fenced/pkg/admin"
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/kube"
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/taint"
 )
 
 func newConfirmCommand(g *globals) *cobra.Command {
-	var o operator.ConfirmOptions
+	var o admin.ConfirmOptions
 	cmd := &cobra.Command{
 		Use:   "confirm NODE",
 		Short: "Confirm that a node is powered off and fence it (manual evidence)",
@@ -71,7 +71,7 @@ Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
 // configuration file just means none), and, for component != "", an Event
 // recorder. done closes the BMC sessions and waits for the Events to be
 // written, which are part of the evidence trail.
-func (g *globals) newOperator(component string) (op *operator.Operator, done func(), err error) {
+func (g *globals) newOperator(component string) (op *admin.Operator, done func(), err error) {
 	cfg, err := g.loadConfig(false)
 	if err != nil {
 		return nil, nil, err
@@ -90,7 +90,7 @@ func (g *globals) newOperator(component string) (op *operator.Operator, done fun
 	if leaseNS == "" {
 		leaseNS = config.DefaultLeaseNamespace
 	}
-	op = &operator.Operator{Client: client, Out: g.stdout, Log: g.log, LeaseNamespace: leaseNS,
+	op = &admin.Operator{Client: client, Out: g.stdout, Log: g.log, LeaseNamespace: leaseNS,
 		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
 	var closers []func()
 	if len(cfg.BMCs) > 0 {
@@ -102,7 +102,7 @@ func (g *globals) newOperator(component string) (op *operator.Operator, done fun
 		closers = append(closers, func() { _ = inv.Close() })
 	}
 	if component != "" {
-		rec, stop := kube.NewRecorder(client, component)
+		rec, stop := taint.NewRecorder(client, component)
 		op.Recorder = rec
 		closers = append(closers, stop)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/ipmisim"
-	"fenced.io/fenced/pkg/kube"
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/admin"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -51,7 +51,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := review.Status.UserInfo.Username
+	adminUser := review.Status.UserInfo.Username
 	node := func() *corev1.Node {
 		t.Helper()
 		n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
@@ -66,7 +66,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "power ON") || !strings.Contains(out, "power on, system GUID "+uuid+" (matches") {
 		t.Fatalf("confirm while on: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if kube.HasTaint(node()) {
+	if taint.HasTaint(node()) {
 		t.Fatal("confirm tainted a node whose BMC reads on")
 	}
 
@@ -87,18 +87,18 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("confirm after power loss: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	n := node()
-	ev, ok, err := kube.EvidenceOf(n)
-	if !kube.HasTaint(n) || !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != admin || ev.Reason != "test" ||
+	ev, ok, err := taint.EvidenceOf(n)
+	if !taint.HasTaint(n) || !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != adminUser || ev.Reason != "test" ||
 		ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != "off" || ev.BMC.SystemGUID != uuid {
 		t.Fatalf("after confirm: taints %+v, evidence %+v (%v, %v)", n.Spec.Taints, ev, ok, err)
 	}
-	if n.Annotations[kube.AnnotationAppliedBy] != "fenced-confirm/"+admin {
-		t.Errorf("applied-by = %q", n.Annotations[kube.AnnotationAppliedBy])
+	if n.Annotations[taint.AnnotationAppliedBy] != "fenced-confirm/"+adminUser {
+		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
 	}
 	// The command waits for its Events before it exits.
-	sel := fields.Set{"involvedObject.name": "node-a", "reason": operator.EventManualFenceConfirmed}.AsSelector().String()
+	sel := fields.Set{"involvedObject.name": "node-a", "reason": admin.EventManualFenceConfirmed}.AsSelector().String()
 	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
-		len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning || !strings.Contains(evs.Items[0].Message, admin) {
+		len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning || !strings.Contains(evs.Items[0].Message, adminUser) {
 		t.Errorf("ManualFenceConfirmed events: %v, %v", evs, err)
 	}
 
@@ -107,12 +107,12 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("status: code %d, stderr %s", code, errOut)
 	}
 	if row := rowOf(out, "node-a"); !strings.Contains(row, " off ") || !strings.Contains(row, " fenced ") ||
-		!strings.Contains(row, "manual by "+admin) || !strings.HasPrefix(rowOf(out, "NAME"), "NAME") {
+		!strings.Contains(row, "manual by "+adminUser) || !strings.HasPrefix(rowOf(out, "NAME"), "NAME") {
 		t.Fatalf("status:\n%s", out)
 	}
 	code, out, _ = cli("status", "-o", "json")
-	var st operator.Status
-	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || len(st.Nodes) != 1 || st.Nodes[0].Taint != operator.TaintFenced {
+	var st admin.Status
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || len(st.Nodes) != 1 || st.Nodes[0].Taint != admin.TaintFenced {
 		t.Fatalf("status -o json: code %d\n%s", code, out)
 	}
 
@@ -121,7 +121,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitFailure || !strings.Contains(out, "same boot ID boot-1") || !strings.Contains(errOut, "stays fenced") {
 		t.Fatalf("unfence with the same boot: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if !kube.HasTaint(node()) {
+	if !taint.HasTaint(node()) {
 		t.Fatal("unfence removed the taint despite the same boot ID")
 	}
 
@@ -144,7 +144,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "Removed") {
 		t.Fatalf("unfence after reboot: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if n := node(); kube.HasTaint(n) || kube.AppliedByFenced(n) {
+	if n := node(); taint.HasTaint(n) || taint.AppliedByFenced(n) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/device"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
 )
 
 // deviceFlags are shared by the device subcommands.

@@ -9,12 +9,12 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/admin"
 )
 
 func newDiagnoseCommand(g *globals) *cobra.Command {
 	var (
-		o             operator.DiagnoseOptions
+		o             admin.DiagnoseOptions
 		namespace     string
 		allNamespaces bool
 	)
@@ -108,7 +108,7 @@ refused or failed), 2 usage error.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			usage := func(err error) error { return &usageError{command: cmd.CommandPath(), err: err} }
-			if err := operator.CheckDiagnoseFormat(o.Output); err != nil {
+			if err := admin.CheckDiagnoseFormat(o.Output); err != nil {
 				return usage(err)
 			}
 			if o.Fix && o.Output != "" && o.Output != "text" {
@@ -121,7 +121,7 @@ refused or failed), 2 usage error.`,
 			if len(args) == 1 {
 				target = args[0]
 			}
-			pod, claim, node, err := operator.ParseTarget(target)
+			pod, claim, node, err := admin.ParseTarget(target)
 			if err != nil {
 				return usage(err)
 			}
@@ -140,7 +140,7 @@ refused or failed), 2 usage error.`,
 			o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
 			o.Color = colorTerminal(g)
 			_, err = op.Diagnose(cmd.Context(), o)
-			if errors.Is(err, operator.ErrStuck) {
+			if errors.Is(err, admin.ErrStuck) {
 				return &silentError{err: err}
 			}
 			return err

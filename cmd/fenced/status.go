@@ -5,12 +5,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/admin"
 )
 
 func newStatusCommand(g *globals) *cobra.Command {
 	var (
-		o      operator.StatusOptions
+		o      admin.StatusOptions
 		output string
 	)
 	cmd := &cobra.Command{
@@ -41,7 +41,7 @@ func newStatusCommand(g *globals) *cobra.Command {
   fenced status -o json | jq '.nodes[] | select(.taint == "fenced") | .name'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := operator.CheckFormat(output); err != nil {
+			if err := admin.CheckFormat(output); err != nil {
 				return &usageError{command: cmd.CommandPath(), err: err}
 			}
 			op, done, err := g.newOperator("")
@@ -59,6 +59,6 @@ func newStatusCommand(g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVarP(&output, "output", "o", "", "output format: wide, json or yaml (default: a table)")
 	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the GOSSIP column")
-	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", operator.DefaultBMCTimeout, "bound for each BMC read, retries included")
+	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", admin.DefaultBMCTimeout, "bound for each BMC read, retries included")
 	return cmd
 }

@@ -3,11 +3,11 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/admin"
 )
 
 func newUnfenceCommand(g *globals) *cobra.Command {
-	var o operator.UnfenceOptions
+	var o admin.UnfenceOptions
 	cmd := &cobra.Command{
 		Use:   "unfence NODE",
 		Short: "Remove the out-of-service taint fenced applied, after checking the node is back",

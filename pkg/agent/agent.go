@@ -34,16 +34,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/fencer"
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
-	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/systemd"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -179,7 +179,7 @@ type parts struct {
 	ring     *heartbeat.Ring
 	watcher  *shutdown.Watcher // nil when shutdown.announce is off
 	graceful *gracefulWatch
-	fencer   *fencer.Fencer // nil on an observer
+	fencer   *fencing.Fencer // nil on an observer
 	// stale reports stale VolumeAttachments; it runs with the fencer
 	// (nil on an observer).
 	stale *stale.Reporter
@@ -257,22 +257,22 @@ func (a *Agent) build() (_ *parts, err error) {
 
 	if a.inv != nil {
 		p.closers = append(p.closers, func() { _ = a.inv.Close() })
-		recorder, stopRecorder := kube.NewRecorder(o.Client, "fenced")
+		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
 		p.closers = append(p.closers, stopRecorder)
 		// The fencer's Leases come from factories of their own, limited to
-		// their namespace: see fencer.NewInformers.
-		inf, leaseFactories := fencer.NewInformers(o.Client, cluster, o.Config.Fencer.LeaseNamespace)
+		// their namespace: see fencing.NewInformers.
+		inf, leaseFactories := fencing.NewInformers(o.Client, cluster, o.Config.Fencer.LeaseNamespace)
 		p.factories = append(p.factories, leaseFactories...)
-		p.fencer, err = fencer.New(fencer.Config{
+		p.fencer, err = fencing.New(fencing.Config{
 			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: a.inv, Members: p.ring,
-			Tainter: kube.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
+			Tainter: taint.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
 			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration:           o.Config.Fencer.LeaseDuration,
 			Verify:                  device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			MonitorInterval:         o.Config.Fencer.MonitorInterval,
 			MaxConcurrentPowerReads: o.Config.Fencer.MaxConcurrentPowerReads,
 			GossipPort:              o.Config.Gossip.Port,
-			Metrics:                 fencer.NewMetrics(p.reg), Logger: p.log,
+			Metrics:                 fencing.NewMetrics(p.reg), Logger: p.log,
 		})
 		if err != nil {
 			return nil, err
@@ -652,7 +652,7 @@ func seeds(nodes corelisters.NodeLister, self string, port int, extra []string) 
 		if n.Name == self {
 			continue
 		}
-		if ip := kube.InternalIP(n); ip != "" {
+		if ip := taint.InternalIP(n); ip != "" {
 			out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
 		}
 	}
@@ -686,7 +686,7 @@ func waitInternalIP(ctx context.Context, informer cache.SharedIndexInformer, nod
 	for first := true; ; first = false {
 		n, err := nodes.Get(name)
 		if err == nil {
-			if ip := kube.InternalIP(n); ip != "" {
+			if ip := taint.InternalIP(n); ip != "" {
 				return ip, nil
 			}
 		} else if !apierrors.IsNotFound(err) {

@@ -205,7 +205,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 		}
 		d.Agent = agent
 		// The option names and values are checked against the agent's
-		// own metadata when the device is built (pkg/device), which knows
+		// own metadata when the device is built (pkg/fencing/device), which knows
 		// them better than any list here.
 		for _, k := range slices.Sorted(maps.Keys(s.SecretOptions)) {
 			src := PasswordSource{File: s.SecretOptions[k]}

@@ -22,7 +22,7 @@ func TestDiagnoseStaysPure(t *testing.T) {
 		switch {
 		case strings.HasPrefix(d, "k8s.io/client-go"),
 			d == "os/exec",
-			strings.HasPrefix(d, "fenced.io/fenced/") && d != "fenced.io/fenced/pkg/diagnose" && d != "fenced.io/fenced/pkg/vocab" && d != "fenced.io/fenced/pkg/core":
+			strings.HasPrefix(d, "fenced.io/fenced/") && d != "fenced.io/fenced/pkg/diagnose" && d != "fenced.io/fenced/pkg/vocab" && d != "fenced.io/fenced/pkg/fencing/core":
 			t.Errorf("pkg/diagnose depends on %s", d)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/vocab"
 )
 

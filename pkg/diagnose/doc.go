@@ -2,8 +2,8 @@
 // "Multi-Attach error" of the attach/detach controller) and decides which
 // of those causes is safe to cure.
 //
-// It is pure, like pkg/core: it reads a Snapshot of API objects that the
-// caller gathered (pkg/operator for `fenced diagnose`, pkg/fencer for the
+// It is pure, like pkg/fencing/core: it reads a Snapshot of API objects that the
+// caller gathered (pkg/admin for `fenced diagnose`, pkg/fencing for the
 // agent's stale-attachment report) and returns Findings and Risks; it
 // never talks to the API server, so every rule is a table test
 // (TestDiagnoseStaysPure keeps client-go out).

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"fenced.io/fenced/pkg/core"
+	"fenced.io/fenced/pkg/fencing/core"
 )
 
 // Snapshot is everything Diagnose reads: API objects the caller listed, and

@@ -7,15 +7,15 @@ import (
 )
 
 // Metric names read back by `fenced status` from an agent's /metrics
-// (pkg/operator), defined once for the exporter and the scraper.
+// (pkg/admin), defined once for the exporter and the scraper.
 const (
 	// MembersMetric counts gossip ring members by state (NewMembers).
 	MembersMetric = "fenced_members"
 	// NodeStateMetric is 1 for each node's decision phase on a fencer
-	// (pkg/fencer, Metrics.NodeState).
+	// (pkg/fencing, Metrics.NodeState).
 	NodeStateMetric = "fenced_node_state"
 	// LevelsReadyMetric is, per node, how many fencing levels answered the
-	// fencer's last device monitor round (pkg/fencer/monitor.go).
+	// fencer's last device monitor round (pkg/fencing/monitor.go).
 	LevelsReadyMetric = "fenced_node_fence_levels_ready"
 	// DryRunMetric is 1 on a fencer running with policy.dryRun, and
 	// DryRunActionsMetric counts what it held back, by action.

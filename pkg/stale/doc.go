@@ -6,7 +6,7 @@
 //
 // The Reporter runs in every fencer (pkg/agent wires it). It watches
 // VolumeAttachments and Nodes (from the agent's one cluster-scoped informer
-// factory, shared with pkg/fencer), Pods, PersistentVolumes and
+// factory, shared with pkg/fencing), Pods, PersistentVolumes and
 // PersistentVolumeClaims; every change queues the VolumeAttachments it
 // concerns, by name. Whether one is stale is decided by
 // diagnose.StaleAttachment, the one rule `fenced diagnose --fix` uses too;

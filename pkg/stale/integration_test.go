@@ -27,7 +27,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/diagnose"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // testGrace is the grace period in these tests: short, so they run in
@@ -469,7 +469,7 @@ func newWorld(ctx context.Context, t *testing.T, client kubernetes.Interface) *w
 func (w *world) start(cfg Config) *Reporter {
 	w.t.Helper()
 	factory := informers.NewSharedInformerFactory(w.client, 0)
-	recorder, stopRecorder := kube.NewRecorder(w.client, "fenced")
+	recorder, stopRecorder := taint.NewRecorder(w.client, "fenced")
 	cfg.Client, cfg.Informers, cfg.Recorder, cfg.Grace = w.client, NewInformers(factory), recorder, testGrace
 	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	cfg.Logger = slog.New(w.logs)

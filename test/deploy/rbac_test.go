@@ -22,11 +22,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/device"
-	"fenced.io/fenced/pkg/fencer"
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/stale"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // The ServiceAccounts and RBAC objects of deploy/daemonset/base/rbac.yaml.
@@ -40,7 +40,7 @@ const (
 	// Every agent's own key Lease (pkg/identity/publish).
 	agentLeaseRole = "fenced-agent-leases"
 	// The fencer's view of the kubelets' Leases, in kube-node-lease
-	// (fencer.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
+	// (fencing.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
 	kubeletLeaseRole = "fenced-kubelet-leases"
 	kubeNodeLeaseDir = "deploy/daemonset/base/kube-node-lease"
 	rbacFile         = "deploy/daemonset/base/rbac.yaml"
@@ -60,14 +60,14 @@ func observerRules() []rbacv1.PolicyRule {
 	}
 }
 
-// fencerRules: what pkg/kube needs (kube.PolicyRules, the single source)
-// plus pkg/fencer's VolumeAttachment informer (a taint is removed only once
+// fencerRules: what pkg/taint needs (taint.PolicyRules, the single source)
+// plus pkg/fencing's VolumeAttachment informer (a taint is removed only once
 // no VolumeAttachment of the node is left), pkg/stale's informers
 // (stale.PolicyRules) and publish.PolicyInForce's reads (policyCheckRules).
 // Nodes list/watch come with the observer role, which fencers are bound to
 // as well.
 func fencerRules() []rbacv1.PolicyRule {
-	rules := append(kube.PolicyRules(),
+	rules := append(taint.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}})
 	rules = append(rules, stale.PolicyRules()...)
 	return append(rules, policyCheckRules()[0])
@@ -93,20 +93,20 @@ func agentLeaseRules() []rbacv1.PolicyRule {
 	}
 }
 
-// leaseRules: pkg/fencer's power Leases, in the lease namespace only
+// leaseRules: pkg/fencing's power Leases, in the lease namespace only
 // (informer: list/watch; acquire: create/update; release: delete), and its
 // informer on the pause ConfigMap there (that object only: list and watch by
 // metadata.name).
 func leaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{kube.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{taint.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 
-// kubeletLeaseRules: pkg/fencer's informer on the kubelets' node Leases
+// kubeletLeaseRules: pkg/fencing's informer on the kubelets' node Leases
 // (list/watch) and its read of the target's Lease right before a taint
-// write (get), in fencer.KubeletLeaseNamespace only. Read only: those
+// write (get), in fencing.KubeletLeaseNamespace only. Read only: those
 // Leases are the kubelets' word, never the fencer's.
 func kubeletLeaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -188,7 +188,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		got, want []rbacv1.PolicyRule
 	}{
 		{"ClusterRole " + observerCR, rulesOf(r.clusterRoles[observerCR]), observerRules()},
-		{"ClusterRole " + fencerCR + " (kube.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
+		{"ClusterRole " + fencerCR + " (taint.PolicyRules() + VolumeAttachments + policy check)", rulesOf(r.clusterRoles[fencerCR]), fencerRules()},
 		{"Role " + leaseRole, roleRules(leaseRole), leaseRules()},
 		{"Role " + agentLeaseRole, roleRules(agentLeaseRole), agentLeaseRules()},
 		{"Role " + kubeletLeaseRole, roleRules(kubeletLeaseRole), kubeletLeaseRules()},
@@ -226,7 +226,7 @@ func TestRBACMatchesCode(t *testing.T) {
 		"RoleBinding " + leaseRole:         {namespace, ref("Role", leaseRole), []rbacv1.Subject{sa(fencerSA)}},
 		"RoleBinding " + agentLeaseRole:    {namespace, ref("Role", agentLeaseRole), []rbacv1.Subject{sa(observerSA), sa(fencerSA)}},
 		// Fencers only: an observer decides nothing on a kubelet's word.
-		"RoleBinding " + kubeletLeaseRole: {fencer.KubeletLeaseNamespace, ref("Role", kubeletLeaseRole), []rbacv1.Subject{sa(fencerSA)}},
+		"RoleBinding " + kubeletLeaseRole: {fencing.KubeletLeaseNamespace, ref("Role", kubeletLeaseRole), []rbacv1.Subject{sa(fencerSA)}},
 	} {
 		if g := got[name]; !reflect.DeepEqual(g, want) {
 			t.Errorf("%s in %s = %+v, want %+v", name, rbacFile, g, want)
@@ -239,7 +239,7 @@ func TestRBACMatchesCode(t *testing.T) {
 // for the others.
 func roleNamespace(name string) (ns, why string) {
 	if name == kubeletLeaseRole {
-		return fencer.KubeletLeaseNamespace, "where the fencer watches the kubelets' Leases"
+		return fencing.KubeletLeaseNamespace, "where the fencer watches the kubelets' Leases"
 	}
 	return config.DefaultLeaseNamespace, "fencer.leaseNamespace's default"
 }
@@ -321,7 +321,7 @@ func (h logSignal) Handle(_ context.Context, r slog.Record) error {
 func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h logSignal) WithGroup(string) slog.Handler      { return h }
 
-// runFencer runs pkg/fencer's fencer (no BMC, no gossip: what it does
+// runFencer runs pkg/fencing's fencer (no BMC, no gossip: what it does
 // before any node needs it) and pkg/stale's report, as pkg/agent runs them
 // on a fencer, with client until their informers have synced — they log
 // "fencer started" and "stale volumeattachment report started" then — and
@@ -331,10 +331,10 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 	t.Helper()
 	started, staleStarted := make(chan struct{}), make(chan struct{})
 	// The informers as the agent builds them: one cluster-scoped factory,
-	// the fencer's Lease factories from fencer.NewInformers.
+	// the fencer's Lease factories from fencing.NewInformers.
 	cluster := informers.NewSharedInformerFactory(client, 0)
-	inf, leaseFactories := fencer.NewInformers(client, cluster, config.DefaultLeaseNamespace)
-	f, err := fencer.New(fencer.Config{
+	inf, leaseFactories := fencing.NewInformers(client, cluster, config.DefaultLeaseNamespace)
+	f, err := fencing.New(fencing.Config{
 		Identity: "fencer-under-test", Client: client, Informers: inf, Inventory: &device.Inventory{},
 		LeaseNamespace: config.DefaultLeaseNamespace,
 		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
@@ -451,7 +451,7 @@ func TestDeleteStaleOptIn(t *testing.T) {
 	}
 }
 
-// TestFencerCallsAllowed runs pkg/fencer's fencer against a fake API
+// TestFencerCallsAllowed runs pkg/fencing's fencer against a fake API
 // server until its informers have synced, then checks every call it made
 // against what rbac.yaml grants the fencer ServiceAccount. It asks the code,
 // not a list: an informer added to the fencer fails here until the
@@ -493,9 +493,9 @@ func TestFencerCallsAllowed(t *testing.T) {
 	// The kubelets' heartbeats, where they are.
 	for _, verb := range []string{"list", "watch"} {
 		if !slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
-			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencer.KubeletLeaseNamespace
+			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencing.KubeletLeaseNamespace
 		}) {
-			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencer.KubeletLeaseNamespace, kubeletLeaseRole)
+			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencing.KubeletLeaseNamespace, kubeletLeaseRole)
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencer"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/shutdown"
 )
@@ -578,7 +578,7 @@ func TestPolicyFollowsNamespace(t *testing.T) {
 	if !slices.Equal(namespaces, []string{other}) {
 		t.Errorf("Namespace objects %v, want [%s]", namespaces, other)
 	}
-	for r, want := range map[string]string{leaseRole: other, agentLeaseRole: other, kubeletLeaseRole: fencer.KubeletLeaseNamespace} {
+	for r, want := range map[string]string{leaseRole: other, agentLeaseRole: other, kubeletLeaseRole: fencing.KubeletLeaseNamespace} {
 		if roles[r] != want {
 			t.Errorf("Role %s in namespace %q, want %s", r, roles[r], want)
 		}

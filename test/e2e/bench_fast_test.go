@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // TestRecoveryBenchmarkFast is `make bench-fast` (FENCED_BENCH=1): the
@@ -117,8 +117,8 @@ func requireNoTaintAnywhere(ctx context.Context, t *testing.T, h *harness.Harnes
 		nodes, err := h.Cluster.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		must(t, err)
 		for _, n := range nodes.Items {
-			if kube.HasTaint(&n) {
-				t.Fatalf("node %s was tainted while no node was down: %v", n.Name, n.Annotations[kube.AnnotationEvidence])
+			if taint.HasTaint(&n) {
+				t.Fatalf("node %s was tainted while no node was down: %v", n.Name, n.Annotations[taint.AnnotationEvidence])
 			}
 		}
 	}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencer"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -113,7 +113,7 @@ func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.H
 	t.Logf("suspected: %s", ev.Message)
 	n := waitTaint(ctx, t, h, victim, true)
 	tTaint := time.Now()
-	evidence, ok, err := kube.EvidenceOf(n)
+	evidence, ok, err := taint.EvidenceOf(n)
 	if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 		t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 	}
@@ -143,7 +143,7 @@ func waitTaint(ctx context.Context, t *testing.T, h *harness.Harness, node strin
 		if err != nil {
 			return false, nil
 		}
-		return (kube.HasTaint(n) && kube.AppliedByFenced(n)) == want, nil
+		return (taint.HasTaint(n) && taint.AppliedByFenced(n)) == want, nil
 	})
 	if err != nil {
 		t.Fatalf("node %s: fenced taint present=%v after %s; want %v; taints %v", node, !want, podTimeout, want, taintKeys(n))
@@ -169,8 +169,8 @@ func requireNoTaintFor(ctx context.Context, t *testing.T, h *harness.Harness, no
 	for time.Now().Before(deadline) {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		must(t, err)
-		if kube.HasTaint(n) {
-			t.Fatalf("node %s was tainted: %v", node, n.Annotations[kube.AnnotationEvidence])
+		if taint.HasTaint(n) {
+			t.Fatalf("node %s was tainted: %v", node, n.Annotations[taint.AnnotationEvidence])
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -273,7 +273,7 @@ func TestPowerOffFencing(t *testing.T) {
 		t.Logf("killed fencer %s while it held the power Lease of %s", holder, victim)
 
 		n := waitTaint(ctx, t, h, victim, true)
-		ev, _, err := kube.EvidenceOf(n)
+		ev, _, err := taint.EvidenceOf(n)
 		must(t, err)
 		if ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.By == holder || ev.BootID != bootBefore {
 			t.Fatalf("evidence %+v (killed fencer %s, boot before %s)", ev, holder, bootBefore)
@@ -300,7 +300,7 @@ func waitLeaseHolder(ctx context.Context, t *testing.T, h *harness.Harness, node
 	t.Helper()
 	var holder string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
-		l, err := h.Cluster.Client().CoordinationV1().Leases(harness.LeaseNamespace).Get(ctx, fencer.LeasePrefix+node, metav1.GetOptions{})
+		l, err := h.Cluster.Client().CoordinationV1().Leases(harness.LeaseNamespace).Get(ctx, fencing.LeasePrefix+node, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil
 		}

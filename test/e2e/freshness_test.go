@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -120,7 +120,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		tAPI := time.Now()
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		ev, ok, err := kube.EvidenceOf(n)
+		ev, ok, err := taint.EvidenceOf(n)
 		// Not the first reading, which got too old during the outage: one
 		// at most 10 s old when the taint was written.
 		if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.At.Before(tRead.Add(9*time.Second)) ||
@@ -145,8 +145,8 @@ func TestEvidenceFreshness(t *testing.T) {
 			if err != nil {
 				return false, nil
 			}
-			c := kube.ReadyCondition(n)
-			return c != nil && (c.Status == corev1.ConditionFalse && c.Reason == kube.ReasonPoweredOff || c.Status == corev1.ConditionUnknown), nil
+			c := taint.ReadyCondition(n)
+			return c != nil && (c.Status == corev1.ConditionFalse && c.Reason == taint.ReasonPoweredOff || c.Status == corev1.ConditionUnknown), nil
 		})
 		must(t, err)
 		tPoweredOff := time.Now()
@@ -170,7 +170,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		must(t, fencer.FreezeAgent())
 		must(t, m.PowerLoss())
 		at := time.Now()
-		_, err = kube.NewTainter(client, "cp-1", nil).Apply(ctx, victim, core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
+		_, err = taint.NewTainter(client, "cp-1", nil).Apply(ctx, victim, core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: boot,
 			Reason: "written by the test as the frozen fencer would have", BMC: &core.Reading{Power: "off", At: at, SentAt: at}})
 		must(t, err)
 		// Back on a new boot before Kubernetes noticed it was gone: its
@@ -208,7 +208,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		time.Sleep(freeze)
 		m.BMCUp()
 		n := waitTaint(ctx, t, h, victim, true)
-		ev, ok, err := kube.EvidenceOf(n)
+		ev, ok, err := taint.EvidenceOf(n)
 		if err != nil || !ok || ev.BMC == nil || ev.BMC.SentAt.IsZero() || ev.BMC.At.Sub(ev.BMC.SentAt) < freeze-500*time.Millisecond {
 			t.Fatalf("evidence %+v (BMC %+v): want the answer's time, about %s after the request", ev, ev.BMC, freeze)
 		}

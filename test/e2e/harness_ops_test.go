@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // TestHarnessOps checks the harness's own fault injections on a real
@@ -226,7 +226,7 @@ func requireStableFor(ctx context.Context, t *testing.T, h *harness.Harness, d t
 				t.Fatalf("node %s became %s", m.Name, harness.NodeReady(n))
 			}
 			for _, tn := range n.Spec.Taints {
-				if tn.Key == kube.TaintKey {
+				if tn.Key == taint.TaintKey {
 					t.Fatalf("node %s was tainted: %v", m.Name, tn)
 				}
 			}

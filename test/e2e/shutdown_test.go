@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -36,7 +36,7 @@ func TestCleanShutdown(t *testing.T) {
 		must(t, m.Shutdown(ctx))
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		ev, ok, err := kube.EvidenceOf(n)
+		ev, ok, err := taint.EvidenceOf(n)
 		if err != nil || !ok || ev.Method != vocab.EvidenceCleanShutdown || ev.BMC != nil || ev.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", ev, ok, err, bootBefore)
 		}
@@ -99,7 +99,7 @@ func TestCleanShutdown(t *testing.T) {
 		m.BMCUp()
 		n := waitTaint(ctx, t, h, victim, true)
 		tTaint := time.Now()
-		evidence, ok, err := kube.EvidenceOf(n)
+		evidence, ok, err := taint.EvidenceOf(n)
 		if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
 			t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
 		}

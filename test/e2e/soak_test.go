@@ -21,9 +21,9 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/soak"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/fencer"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -258,7 +258,7 @@ func (d *soakDriver) startInformers() {
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(harness.LeaseNamespace))
 	_, err = leases.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(o, n any) {
-			if l := n.(*coordinationv1.Lease); strings.HasPrefix(l.Name, fencer.LeasePrefix) {
+			if l := n.(*coordinationv1.Lease); strings.HasPrefix(l.Name, fencing.LeasePrefix) {
 				d.checker.ObserveLeaseChange(o.(*coordinationv1.Lease), l)
 			}
 		},
@@ -442,11 +442,11 @@ func (d *soakDriver) waitHealthy(node string) error {
 	err := wait.PollUntilContextTimeout(d.ctx, 250*time.Millisecond, soakRecoveryDeadline, true, func(ctx context.Context) (bool, error) {
 		var err error
 		n, err = d.h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && harness.NodeReady(n) == corev1.ConditionTrue && !kube.HasTaint(n), nil
+		return err == nil && harness.NodeReady(n) == corev1.ConditionTrue && !taint.HasTaint(n), nil
 	})
 	if err != nil {
 		return fmt.Errorf("not Ready and untainted %s after its recovery (Ready %s, tainted %v, taints %s)",
-			soakRecoveryDeadline, harness.NodeReady(n), kube.HasTaint(n), taintKeys(n))
+			soakRecoveryDeadline, harness.NodeReady(n), taint.HasTaint(n), taintKeys(n))
 	}
 	return nil
 }

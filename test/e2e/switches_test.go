@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
-	"fenced.io/fenced/pkg/operator"
+	"fenced.io/fenced/pkg/admin"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -60,7 +60,7 @@ func TestSwitches(t *testing.T) {
 	must(t, fencer.RestartAgent())
 	restarted := time.Now()
 	n := waitTaint(ctx, t, h, "w-1", true)
-	if e, ok, err := kube.EvidenceOf(n); !ok || err != nil || e.Method != vocab.EvidenceBMCPowerOff {
+	if e, ok, err := taint.EvidenceOf(n); !ok || err != nil || e.Method != vocab.EvidenceBMCPowerOff {
 		t.Fatalf("evidence after dry-run: %+v %v %v", e, ok, err)
 	}
 	// (The restarted fencer has not seen w-1 in gossip: it waits for
@@ -68,9 +68,9 @@ func TestSwitches(t *testing.T) {
 	t.Logf("out of dry-run: w-1 tainted %.1fs after the fencer's restart", secs(time.Now(), restarted))
 
 	// 2. An excluded node: no read, no taint, and status says so.
-	setLabel(ctx, t, h, "w-2", kube.ExcludeLabel, "true")
+	setLabel(ctx, t, h, "w-2", taint.ExcludeLabel, "true")
 	must(t, h.Machine("w-2").PowerLoss())
-	ev, err = h.WaitEvent(ctx, "default", "w-2", "ExcludedWouldReadPower", kube.ExcludeLabel+"=true", podTimeout)
+	ev, err = h.WaitEvent(ctx, "default", "w-2", "ExcludedWouldReadPower", taint.ExcludeLabel+"=true", podTimeout)
 	must(t, err)
 	t.Logf("excluded: %s", ev.Message)
 	requireNoTaintFor(ctx, t, h, "w-2", 10*time.Second)
@@ -78,8 +78,8 @@ func TestSwitches(t *testing.T) {
 	if v := metricValue(t, fencer, "fenced_nodes_excluded"); v != 1 {
 		t.Errorf("fenced_nodes_excluded = %v", v)
 	}
-	op := &operator.Operator{Client: client, Out: io.Discard}
-	s, err := op.Status(ctx, operator.StatusOptions{})
+	op := &admin.Operator{Client: client, Out: io.Discard}
+	s, err := op.Status(ctx, admin.StatusOptions{})
 	must(t, err)
 	var table bytes.Buffer
 	must(t, s.Write(&table, "", time.Now()))
@@ -100,11 +100,11 @@ func TestSwitches(t *testing.T) {
 	_, err = h.WaitEvent(ctx, "default", "w-3", core.ReasonCannotConfirmPowerState, "timeout", podTimeout)
 	must(t, err)
 	cms := client.CoreV1().ConfigMaps(harness.LeaseNamespace)
-	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: kube.PauseConfigMap},
-		Data: map[string]string{kube.PauseKey: "true", kube.PauseReasonKey: "e2e"}}, metav1.CreateOptions{})
+	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taint.PauseConfigMap},
+		Data: map[string]string{taint.PauseKey: "true", taint.PauseReasonKey: "e2e"}}, metav1.CreateOptions{})
 	must(t, err)
 	waitMetric(t, fencer, "fenced_paused 1", time.Minute)
-	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, kube.PauseConfigMap, "FencingPaused", "", podTimeout)
+	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, taint.PauseConfigMap, "FencingPaused", "", podTimeout)
 	must(t, err)
 	w3.BMCUp()
 	ev, err = h.WaitEvent(ctx, "default", "w-3", "PausedWouldTaint", "with bmc-power-off evidence", podTimeout)
@@ -112,15 +112,15 @@ func TestSwitches(t *testing.T) {
 	t.Logf("paused: %s", ev.Message)
 	requireNoTaintFor(ctx, t, h, "w-3", 10*time.Second)
 	requireOneEvent(ctx, t, h, "w-3", "PausedWouldTaint")
-	cm, err := cms.Get(ctx, kube.PauseConfigMap, metav1.GetOptions{})
+	cm, err := cms.Get(ctx, taint.PauseConfigMap, metav1.GetOptions{})
 	must(t, err)
-	cm.Data[kube.PauseKey] = "false"
+	cm.Data[taint.PauseKey] = "false"
 	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 	must(t, err)
 	resumed := time.Now()
 	waitTaint(ctx, t, h, "w-3", true)
 	t.Logf("resumed: w-3 tainted %.1fs after the resume; whole test %.0fs", secs(time.Now(), resumed), secs(time.Now(), start))
-	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, kube.PauseConfigMap, "FencingResumed", "", podTimeout)
+	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, taint.PauseConfigMap, "FencingResumed", "", podTimeout)
 	must(t, err)
 }
 

@@ -14,8 +14,8 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -213,8 +213,8 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		must(t, f.Dead(cp.Host.Addr.String()+":"+strconv.Itoa(harness.GossipPort), a.Name, ^uint32(0), "cp-1"))
 		deadline := time.Now().Add(podTimeout)
 		for metricValue(t, cp, contradicted) <= before {
-			if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{}); err == nil && kube.HasTaint(n) {
-				t.Fatalf("Ready node %s tainted on a mislabelled outlet's reading after a forged gossip death: %s", a.Name, n.Annotations[kube.AnnotationEvidence])
+			if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
+				t.Fatalf("Ready node %s tainted on a mislabelled outlet's reading after a forged gossip death: %s", a.Name, n.Annotations[taint.AnnotationEvidence])
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s did not grow past %v within %s", contradicted, before, podTimeout)
@@ -317,11 +317,11 @@ func feedLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.Ha
 // ("device:plug"), each read off and dated.
 func requireLevelEvidence(t *testing.T, n *corev1.Node, level int, bootBefore string, want []string) core.Evidence {
 	t.Helper()
-	ev, ok, err := kube.EvidenceOf(n)
+	ev, ok, err := taint.EvidenceOf(n)
 	if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.Power != core.PowerOff ||
 		ev.BMC.Level != level || ev.BootID != bootBefore {
 		t.Fatalf("node %s: evidence %+v (ok %v, err %v), want power off at level %d in boot %s; annotation %s",
-			n.Name, ev, ok, err, level, bootBefore, n.Annotations[kube.AnnotationEvidence])
+			n.Name, ev, ok, err, level, bootBefore, n.Annotations[taint.AnnotationEvidence])
 	}
 	got := plugNames(ev.BMC.Plugs)
 	if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -371,8 +371,8 @@ func mislabelled(t *testing.T, wrong, right string) map[string]string {
 func alarmOrTaint(ctx context.Context, t *testing.T, h *harness.Harness, node string) {
 	t.Helper()
 	for deadline := time.Now().Add(podTimeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && kube.HasTaint(n) {
-			t.Fatalf("node %s, alive (its agent answers), was tainted on a mislabelled outlet's reading: %s", node, n.Annotations[kube.AnnotationEvidence])
+		if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
+			t.Fatalf("node %s, alive (its agent answers), was tainted on a mislabelled outlet's reading: %s", node, n.Annotations[taint.AnnotationEvidence])
 		}
 		if ev, err := h.WaitEvent(ctx, "default", node, core.ReasonPowerReadingContradicted, "", time.Millisecond); err == nil {
 			t.Logf("alarm: %s", ev.Message)
@@ -392,7 +392,7 @@ func requireNoOutage(ctx context.Context, t *testing.T, h *harness.Harness, d ti
 		if err != nil {
 			return false, err.Error()
 		}
-		return harness.NodeReady(n) == corev1.ConditionTrue && !kube.HasTaint(n), fmt.Sprintf("Ready %s, taints %s", harness.NodeReady(n), taintKeys(n))
+		return harness.NodeReady(n) == corev1.ConditionTrue && !taint.HasTaint(n), fmt.Sprintf("Ready %s, taints %s", harness.NodeReady(n), taintKeys(n))
 	}
 	var watched []string
 	for _, m := range h.Machines {

@@ -27,8 +27,8 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/realnode"
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -406,14 +406,14 @@ func waitTainted(ctx context.Context, t *testing.T, h *harness.Harness, node str
 	var tainted *corev1.Node
 	if wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, fenceTimeout, true, func(ctx context.Context) (bool, error) {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err == nil && kube.HasTaint(n) {
+		if err == nil && taint.HasTaint(n) {
 			tainted = n
 		}
 		return tainted != nil, nil
 	}) != nil {
 		t.Fatalf("%s not tainted out-of-service %s after its power loss", node, fenceTimeout)
 	}
-	ev, ok, err := kube.EvidenceOf(tainted)
+	ev, ok, err := taint.EvidenceOf(tainted)
 	if !ok || err != nil {
 		t.Fatalf("%s is tainted without evidence (%v)", node, err)
 	}

@@ -24,8 +24,8 @@ import (
 
 	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/kube"
 	"fenced.io/fenced/pkg/stale"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // Fencing runs `fenced agent` on every machine.
@@ -73,7 +73,7 @@ type Fencing struct {
 func IPMILanDevice(machine string) string { return "ipmi-" + machine }
 
 // Agent identities and their RBAC: observers read Nodes; fencers do what
-// pkg/kube documents plus VolumeAttachments, their power Leases and
+// pkg/taint documents plus VolumeAttachments, their power Leases and
 // reading the agent identity policy; every agent writes its own key Lease.
 // Each agent's user name is AgentUser(machine), as a systemd-run agent's
 // host credential is (deploy/systemd/README.md).
@@ -106,7 +106,7 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 	if err := installAgentIdentityPolicy(ctx, h); err != nil {
 		return err
 	}
-	fencerRules := append(kube.PolicyRules(),
+	fencerRules := append(taint.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
 		// publish.PolicyInForce.
@@ -176,7 +176,7 @@ func grantPauseRead(ctx context.Context, client kubernetes.Interface) error {
 	if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-			ResourceNames: []string{kube.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}}},
+			ResourceNames: []string{taint.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		return err
 	}

@@ -8,8 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // Records counts the records node's writers put on pv's disk.
@@ -87,9 +87,9 @@ func (h *Harness) recoveryAfter(ctx context.Context, sts StatefulSet, oldPodUID,
 			}
 		}
 		if r.Tainted == 0 {
-			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && kube.HasTaint(n) {
+			if n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
 				r.Tainted = since()
-				if ev, ok, _ := kube.EvidenceOf(n); ok {
+				if ev, ok, _ := taint.EvidenceOf(n); ok {
 					r.Evidence = &ev
 					if ev.BMC != nil {
 						r.PowerOff = ev.BMC.At.Sub(t0).Round(10 * time.Millisecond)
@@ -143,7 +143,7 @@ func (h *Harness) recoverWith(ctx context.Context, r *Recovery, victim string, t
 	r.NodeBack = time.Since(t0).Round(10 * time.Millisecond)
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-		return err == nil && !kube.HasTaint(n), nil
+		return err == nil && !taint.HasTaint(n), nil
 	})
 	if err != nil {
 		return fmt.Errorf("node %s still tainted %s after it came back", victim, timeout)

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // WaitNodeReady waits until node's Ready condition is True.
@@ -45,7 +45,7 @@ func (h *Harness) waitNodeCondition(ctx context.Context, node string, want corev
 
 // NodeReady returns the status of the node's Ready condition ("absent" if none).
 func NodeReady(n *corev1.Node) corev1.ConditionStatus {
-	if c := kube.ReadyCondition(n); c != nil {
+	if c := taint.ReadyCondition(n); c != nil {
 		return c.Status
 	}
 	return "absent"

@@ -8,8 +8,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 )
 
 // Live says whether node's machine could still write when it was tainted
@@ -74,7 +74,7 @@ func (c *Checker) ObserveNode(n *corev1.Node) {
 		return
 	}
 	now := c.now()
-	has := kube.HasTaint(n)
+	has := taint.HasTaint(n)
 	c.mu.Lock()
 	_, had := c.tainted[n.Name]
 	switch {
@@ -95,10 +95,10 @@ func (c *Checker) ObserveNode(n *corev1.Node) {
 // with evidence that parses and passes core.Evidence.Validate, on a machine
 // that cannot write.
 func (c *Checker) checkTaint(n *corev1.Node, at time.Time) {
-	ev, ok, err := kube.EvidenceOf(n)
+	ev, ok, err := taint.EvidenceOf(n)
 	switch {
-	case !kube.AppliedByFenced(n):
-		c.violate(at, TaintWithoutEvidence, n.Name, "out-of-service taint without "+kube.AnnotationAppliedBy)
+	case !taint.AppliedByFenced(n):
+		c.violate(at, TaintWithoutEvidence, n.Name, "out-of-service taint without "+taint.AnnotationAppliedBy)
 		return
 	case err != nil || !ok:
 		c.violate(at, TaintWithoutEvidence, n.Name, fmt.Sprintf("evidence annotation present=%v: %v", ok, err))

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"fenced.io/fenced/pkg/core"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -139,17 +139,17 @@ func node(t *testing.T, name string, tainted, appliedBy bool, ev *core.Evidence)
 	t.Helper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
 	if tainted {
-		n.Spec.Taints = []corev1.Taint{{Key: kube.TaintKey, Value: kube.TaintValue, Effect: corev1.TaintEffectNoExecute}}
+		n.Spec.Taints = []corev1.Taint{{Key: taint.TaintKey, Value: taint.TaintValue, Effect: corev1.TaintEffectNoExecute}}
 	}
 	if appliedBy {
-		n.Annotations[kube.AnnotationAppliedBy] = "cp-1"
+		n.Annotations[taint.AnnotationAppliedBy] = "cp-1"
 	}
 	if ev != nil {
 		raw, err := json.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Annotations[kube.AnnotationEvidence] = string(raw)
+		n.Annotations[taint.AnnotationEvidence] = string(raw)
 	}
 	return n
 }

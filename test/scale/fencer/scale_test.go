@@ -34,7 +34,7 @@ import (
 	"fenced.io/fenced/internal/testbed/procstat"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/heartbeat"
-	"fenced.io/fenced/pkg/kube"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -291,7 +291,7 @@ func (s *scenario) watchTaints(ctx context.Context) {
 	inf := f.Core().V1().Nodes().Informer()
 	seen := func(o any) {
 		n, ok := o.(*corev1.Node)
-		if !ok || !kube.HasTaint(n) {
+		if !ok || !taint.HasTaint(n) {
 			return
 		}
 		s.mu.Lock()
@@ -300,7 +300,7 @@ func (s *scenario) watchTaints(ctx context.Context) {
 			return
 		}
 		s.tainted[n.Name] = time.Now()
-		if _, ok, err := kube.EvidenceOf(n); !ok || err != nil {
+		if _, ok, err := taint.EvidenceOf(n); !ok || err != nil {
 			s.badEv = append(s.badEv, fmt.Sprintf("%s (err %v)", n.Name, err))
 		}
 	}
@@ -552,7 +552,7 @@ func (s *scenario) evidenceMethods(ctx context.Context, rack []string) map[strin
 	for _, name := range rack {
 		n, err := s.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		must(s.t, err)
-		ev, ok, err := kube.EvidenceOf(n)
+		ev, ok, err := taint.EvidenceOf(n)
 		if !ok || err != nil {
 			continue
 		}

@@ -1,0 +1,581 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"fenced.io/fenced/pkg/diagnose"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// ErrStuck is returned by Diagnose when a pod cannot attach its volume
+// (exit code 1), after the report was written.
+var ErrStuck = errors.New("a pod cannot attach its volume")
+
+// EventStaleAttachmentDeleted is the Event `fenced diagnose --fix` records
+// on a VolumeAttachment it deleted: who, and why.
+const EventStaleAttachmentDeleted = "StaleVolumeAttachmentDeleted"
+
+// EventStaleAttachmentReleased is the Event `fenced diagnose --fix`
+// records on a VolumeAttachment stuck in deletion whose finalizers it
+// removed: who, and why.
+const EventStaleAttachmentReleased = "StaleVolumeAttachmentReleased"
+
+// ConfirmReasonPrefix starts the reason of a `fenced confirm` run by
+// `fenced diagnose --fix`, in the evidence and the Events.
+const ConfirmReasonPrefix = "fenced diagnose --fix: "
+
+// DiagnoseOptions are the inputs of Diagnose.
+type DiagnoseOptions struct {
+	// Scope narrows the findings (namespace, pod, claim, node) and asks
+	// for the risks (--all).
+	Scope diagnose.Options
+	// Output is "", "text", "json" or "yaml".
+	Output string
+	// Color colours the text output (only on a terminal).
+	Color bool
+	// Fix cures what is safe to cure, after asking (or Yes).
+	Fix bool
+	// Yes, Terminal and In: as ConfirmOptions.
+	Yes      bool
+	Terminal bool
+	In       io.Reader
+	// AgentURL is an agent's metrics endpoint: the fencing levels that
+	// answer per node. Empty: the fencer's Events only.
+	AgentURL string
+}
+
+// ParseTarget splits the argument of `fenced diagnose`: POD, pvc/NAME or
+// node/NAME.
+func ParseTarget(arg string) (pod, claim, node string, err error) {
+	kind, name, found := strings.Cut(arg, "/")
+	if !found {
+		return arg, "", "", nil
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return "", "", "", fmt.Errorf("%q: want POD, pvc/NAME or node/NAME", arg)
+	}
+	switch strings.ToLower(kind) {
+	case "pod", "pods", "po":
+		return name, "", "", nil
+	case "pvc", "pvcs", "persistentvolumeclaim", "persistentvolumeclaims":
+		return "", name, "", nil
+	case "node", "nodes", "no":
+		return "", "", name, nil
+	}
+	return "", "", "", fmt.Errorf("%q: want POD, pvc/NAME or node/NAME", arg)
+}
+
+// CheckDiagnoseFormat reports whether format is one WriteDiagnosis knows.
+func CheckDiagnoseFormat(format string) error {
+	switch format {
+	case "", "text", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("output format %q: want text, json or yaml", format)
+}
+
+// Snapshot lists what diagnose.Diagnose reads. Pods and claims are listed
+// in every namespace whatever the scope: a pod of any namespace on the
+// holding node may use the volume, and the cure must know it.
+func (o *Operator) Snapshot(ctx context.Context, scope diagnose.Options, agentURL string) (diagnose.Snapshot, error) {
+	s := diagnose.Snapshot{Now: o.now(), Fencing: map[string]diagnose.NodeFencing{}}
+	c := o.Client
+	ns := scope.Namespace
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing nodes: %w", err)
+	}
+	vas, err := c.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing volumeattachments: %w", err)
+	}
+	pvs, err := c.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing persistentvolumes: %w", err)
+	}
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing pods: %w", err)
+	}
+	pvcs, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing persistentvolumeclaims: %w", err)
+	}
+	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("reason", diagnose.EventFailedAttachVolume).String()})
+	if err != nil {
+		return s, fmt.Errorf("listing events: %w", err)
+	}
+	// pkg/taint's recorder writes the Events about Nodes to "default".
+	nodeEvs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.kind", "Node").String()})
+	if err != nil {
+		return s, fmt.Errorf("listing the Events of Nodes: %w", err)
+	}
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing deployments: %w", err)
+	}
+	rss, err := c.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing replicasets: %w", err)
+	}
+	s.Nodes = pointers(nodes.Items)
+	s.VolumeAttachments = pointers(vas.Items)
+	s.PVs = pointers(pvs.Items)
+	s.Pods = pointers(pods.Items)
+	s.PVCs = pointers(pvcs.Items)
+	s.Events = pointers(evs.Items)
+	s.Deployments = pointers(deps.Items)
+	s.ReplicaSets = pointers(rss.Items)
+	var agent *AgentView
+	if agentURL != "" {
+		if agent, err = ReadAgent(ctx, agentURL); err != nil {
+			// The log, not Out: -o json must stay JSON.
+			o.log().Warn("could not read the agent: fencing levels from the fencer's Events only", "agent", agentURL, "err", err)
+			agent = nil
+		}
+	}
+	graceful := o.gracefulShutdowns(ctx)
+	for _, n := range s.Nodes {
+		nf := o.nodeFencing(n, nodeEvs.Items, agent)
+		if g, ok := graceful[n.Name]; ok {
+			nf.GracefulShutdown = g
+		}
+		s.Fencing[n.Name] = nf
+	}
+	return s, nil
+}
+
+// gracefulShutdowns reads, from the agents' own Leases in LeaseNamespace,
+// whether each node's kubelet has graceful node shutdown: true when its
+// agent found the kubelet's logind shutdown delay lock, false when logind
+// listed none, absent when the agent could not ask logind ("unknown"),
+// published nothing yet, or its Lease cannot be read. Only the node's own
+// identity may write that Lease (the agent identity admission policy), so
+// it is the node's own word; it feeds a risk, never a cure. Leases that
+// cannot be listed (RBAC: list leases in fenced's namespace) are logged,
+// not fatal: the risk is then not derived, as before.
+func (o *Operator) gracefulShutdowns(ctx context.Context) map[string]*bool {
+	out := map[string]*bool{}
+	if o.LeaseNamespace == "" {
+		return out
+	}
+	leases, err := o.Client.CoordinationV1().Leases(o.LeaseNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		o.log().Warn("could not read the agents' Leases: nodes without graceful shutdown are not listed", "namespace", o.LeaseNamespace, "err", err)
+		return out
+	}
+	for i := range leases.Items {
+		node, g, ok := publish.GracefulShutdownOf(&leases.Items[i])
+		if !ok {
+			continue
+		}
+		switch g {
+		case vocab.GracefulKubeletDelayLock:
+			out[node] = ptr.To(true)
+		case vocab.GracefulNone:
+			out[node] = ptr.To(false)
+		}
+	}
+	return out
+}
+
+// nodeFencing parses fenced's state of node n: its taint and evidence, its
+// latest fenced Event, whether it has fencing configured (the inventory)
+// and whether its devices answer (the fencer's monitor Events, or the
+// agent's metric).
+func (o *Operator) nodeFencing(n *corev1.Node, events []corev1.Event, agent *AgentView) diagnose.NodeFencing {
+	nf := diagnose.NodeFencing{Tainted: taint.HasTaint(n), ByFenced: taint.AppliedByFenced(n)}
+	if nf.ByFenced {
+		if ev, ok, err := taint.EvidenceOf(n); err != nil {
+			nf.EvidenceError = err.Error()
+		} else if ok {
+			nf.Evidence = &ev
+		}
+	}
+	var last, monitor *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.InvolvedObject.Name != n.Name || !fencedEvent(e) {
+			continue
+		}
+		if last == nil || diagnose.EventTime(e).After(diagnose.EventTime(last)) {
+			last = e
+		}
+		if (e.Reason == core.ReasonCannotBeFenced || e.Reason == core.ReasonFenceable) &&
+			(monitor == nil || diagnose.EventTime(e).After(diagnose.EventTime(monitor))) {
+			monitor = e
+		}
+	}
+	if last != nil {
+		nf.LastEvent = &diagnose.NodeEvent{Type: last.Type, Reason: last.Reason, Message: last.Message, Time: diagnose.EventTime(last)}
+	}
+	if monitor != nil {
+		ok := monitor.Reason == core.ReasonFenceable
+		nf.Fenceable, nf.FenceableSays = &ok, fmt.Sprintf("%s %s: %s", monitor.Reason, age(diagnose.EventTime(monitor), o.now()), monitor.Message)
+	}
+	if agent != nil {
+		if r, ok := agent.LevelsReady[n.Name]; ok {
+			ready := r > 0
+			nf.Fenceable, nf.FenceableSays = &ready, fmt.Sprintf("%d fencing level(s) answer, says the agent %s", r, agent.URL)
+		}
+	}
+	if o.Inventory != nil {
+		_, hasBMC := o.Inventory.BMC(n.Name)
+		configured := hasBMC
+		if src, ok := o.Inventory.(levelSource); ok && len(src.Levels(n.Name)) > 0 {
+			configured = true
+		}
+		nf.Configured = &configured
+	}
+	return nf
+}
+
+// fencedEvent reports whether fenced recorded e (the agent as "fenced",
+// the commands as "fenced-confirm", ...).
+func fencedEvent(e *corev1.Event) bool {
+	return strings.HasPrefix(e.Source.Component, "fenced") || strings.HasPrefix(e.ReportingController, "fenced")
+}
+
+// Diagnose is `fenced diagnose`: it gathers a Snapshot, explains every pod
+// that cannot attach its volume and writes the report; with Fix it then
+// cures what is safe. It returns ErrStuck when something is stuck and was
+// not cured, an error wrapping ErrRefused when a cure was refused.
+func (o *Operator) Diagnose(ctx context.Context, opts DiagnoseOptions) (diagnose.Report, error) {
+	s, err := o.Snapshot(ctx, opts.Scope, opts.AgentURL)
+	if err != nil {
+		return diagnose.Report{}, err
+	}
+	r := diagnose.Diagnose(s, opts.Scope)
+	if err := WriteDiagnosis(o.Out, r, opts.Output, opts.Color, s.Now); err != nil {
+		return r, err
+	}
+	if opts.Fix {
+		return r, o.fix(ctx, s, r, opts)
+	}
+	if r.Stuck() {
+		return r, ErrStuck
+	}
+	return r, nil
+}
+
+// cure is one thing --fix does.
+type cure struct {
+	action diagnose.FixAction
+	cause  diagnose.Cause
+	// va and its UID for FixDeleteAttachment; node for FixConfirmNode.
+	va      string
+	vaUID   types.UID
+	node    string
+	summary string
+	// findings are the findings it cures.
+	findings int
+}
+
+// plan picks the cures of r: automatic fixes with no refusal, one per
+// VolumeAttachment or node. The rest is printed with why not.
+func (o *Operator) plan(s diagnose.Snapshot, r diagnose.Report) (cures []*cure, uncured int) {
+	w := o.Out
+	uids := map[string]types.UID{}
+	for _, va := range s.VolumeAttachments {
+		uids[va.Name] = va.UID
+	}
+	byKey := map[string]*cure{}
+	fmt.Fprintln(w, "\nfenced diagnose --fix:")
+	for _, f := range r.Findings {
+		switch {
+		case f.Fix.Automatic && len(f.Fix.Refusals) > 0:
+			fmt.Fprintf(w, "  %s: will NOT %s: %s\n", f.Pod, f.Fix.Action, diagnose.Refusals(f.Fix.Refusals))
+			uncured++
+			continue
+		case f.Fix.Action == diagnose.FixPatchWorkload:
+			fmt.Fprintf(w, "  %s: fenced never changes a workload; to cure it, apply:\n      %s\n", f.Pod, f.Fix.Command)
+			uncured++
+			continue
+		case !f.Fix.Automatic:
+			fmt.Fprintf(w, "  %s: nothing to cure automatically (%s: %s)\n", f.Pod, f.Cause, f.Fix.Action)
+			uncured++
+			continue
+		}
+		key := string(f.Fix.Action) + "/" + f.Attachment
+		c := &cure{action: f.Fix.Action, cause: f.Cause, summary: f.Summary}
+		switch f.Fix.Action {
+		case diagnose.FixDeleteAttachment, diagnose.FixReleaseAttachment:
+			c.va, c.vaUID = f.Attachment, uids[f.Attachment]
+		case diagnose.FixConfirmNode:
+			key, c.node = string(f.Fix.Action)+"/"+f.HeldBy, f.HeldBy
+		default:
+			uncured++
+			continue
+		}
+		if prev := byKey[key]; prev != nil {
+			prev.findings++
+			continue
+		}
+		c.findings = 1
+		byKey[key] = c
+		cures = append(cures, c)
+		switch c.action {
+		case diagnose.FixDeleteAttachment:
+			fmt.Fprintf(w, "  %s: delete volumeattachment %s (node %s), after checking again that nothing uses it\n", f.Pod, c.va, orDeleted(f.HeldBy))
+		case diagnose.FixReleaseAttachment:
+			fmt.Fprintf(w, "  %s: remove the finalizers of volumeattachment %s (node %s), which the CSI driver does not detach, after checking again that nothing uses it\n", f.Pod, c.va, f.HeldBy)
+		case diagnose.FixConfirmNode:
+			fmt.Fprintf(w, "  %s: fenced confirm %s: fence the dead node with manual evidence (refused if its BMC or a fencing level reads it on).\n"+
+				"      WARNING: if node %s is not really powered off, two machines will write to the same disks.\n", f.Pod, c.node, c.node)
+		}
+	}
+	return cures, uncured
+}
+
+func orDeleted(node string) string {
+	if node == "" {
+		return "(deleted)"
+	}
+	return node
+}
+
+// fix carries out --fix on report r of snapshot s.
+func (o *Operator) fix(ctx context.Context, s diagnose.Snapshot, r diagnose.Report, opts DiagnoseOptions) error {
+	w := o.Out
+	if !r.Stuck() {
+		fmt.Fprintln(w, "Nothing to fix.")
+		return nil
+	}
+	cures, uncured := o.plan(s, r)
+	if len(cures) == 0 {
+		fmt.Fprintln(w, "Nothing fenced can cure safely: nothing changed.")
+		return ErrStuck
+	}
+	user := o.identity(ctx)
+	fmt.Fprintf(w, "  you: %s (recorded in the Events)\n", user)
+	if err := ask(ctx, w, prompt{opts.Yes, opts.Terminal, opts.In}, fmt.Sprintf("Apply these %d cure(s)?", len(cures))); err != nil {
+		fmt.Fprintln(w, "Nothing changed.")
+		return err
+	}
+	var errs []error
+	for _, c := range cures {
+		var err error
+		switch c.action {
+		case diagnose.FixDeleteAttachment:
+			err = o.deleteAttachment(ctx, c, user)
+		case diagnose.FixReleaseAttachment:
+			err = o.releaseAttachment(ctx, c, user)
+		case diagnose.FixConfirmNode:
+			fmt.Fprintf(w, "\n--- fenced confirm %s\n", c.node)
+			err = o.Confirm(ctx, ConfirmOptions{Node: c.node, Yes: true, AgentURL: opts.AgentURL,
+				Reason: ConfirmReasonPrefix + string(c.cause) + ": " + c.summary})
+			o.log().Info("diagnose --fix: confirm", "node", c.node, "cause", c.cause, "by", user, "err", err)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "NOT cured: %v\n", err)
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if uncured > 0 {
+		return ErrStuck
+	}
+	return nil
+}
+
+// deleteAttachment deletes c's VolumeAttachment if StaleAttachment, run
+// again on objects read now, allows it, with a precondition on the UID and
+// resourceVersion it checked: an object that changed in between is not
+// deleted (and not retried: the next run decides anew).
+func (o *Operator) deleteAttachment(ctx context.Context, c *cure, user string) error {
+	w := o.Out
+	va, err := o.recheck(ctx, c, user)
+	if va == nil || err != nil {
+		return err
+	}
+	uid, rv := va.UID, va.ResourceVersion
+	err = o.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	switch {
+	case apierrors.IsConflict(err):
+		return o.refuseVA(va, user, "it changed since it was checked ("+err.Error()+")")
+	case apierrors.IsNotFound(err):
+		fmt.Fprintf(w, "volumeattachment %s is already gone.\n", va.Name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting volumeattachment %s: %w", va.Name, err)
+	}
+	why := fmt.Sprintf("%s deleted VolumeAttachment %s of volume %s on node %s (fenced diagnose --fix, %s): %s",
+		user, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
+	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentDeleted, why)
+	o.log().Info("diagnose --fix: deleted a VolumeAttachment", "volumeattachment", va.Name, "uid", uid, "resourceVersion", rv,
+		"node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
+	fmt.Fprintf(w, "Deleted volumeattachment %s (node %s, volume %s).\n", va.Name, va.Spec.NodeName, pvOf(va))
+	return nil
+}
+
+// recheck reads c's VolumeAttachment and runs StaleAttachment again on
+// objects read now. It returns the object it checked, or nil when it is
+// gone (nothing to do) or refused (the error says why).
+func (o *Operator) recheck(ctx context.Context, c *cure, user string) (*storagev1.VolumeAttachment, error) {
+	va, err := o.Client.StorageV1().VolumeAttachments().Get(ctx, c.va, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		fmt.Fprintf(o.Out, "volumeattachment %s is already gone.\n", c.va)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("volumeattachment %s: %w", c.va, err)
+	}
+	if c.vaUID != "" && va.UID != c.vaUID {
+		return nil, o.refuseVA(va, user, "it was replaced by a new object since it was checked")
+	}
+	a, err := o.attachmentNow(ctx, va)
+	if err != nil {
+		return nil, err
+	}
+	if rs := diagnose.StaleAttachment(a); len(rs) > 0 {
+		return nil, o.refuseVA(va, user, diagnose.Refusals(rs))
+	}
+	if o.beforeDelete != nil {
+		o.beforeDelete(ctx, va)
+	}
+	return va, nil
+}
+
+// releaseAttachment removes the finalizers of c's VolumeAttachment, which
+// is being deleted but which its CSI driver does not detach, if
+// StaleAttachment, run again on objects read now, allows it. The update
+// carries the resourceVersion it checked: an object that changed in
+// between is not released (the API server answers Conflict).
+func (o *Operator) releaseAttachment(ctx context.Context, c *cure, user string) error {
+	w := o.Out
+	va, err := o.recheck(ctx, c, user)
+	if va == nil || err != nil {
+		return err
+	}
+	if va.DeletionTimestamp == nil {
+		return o.refuseVA(va, user, "it is not being deleted any more, so its finalizers are not what holds it")
+	}
+	finalizers, rv := va.Finalizers, va.ResourceVersion
+	va = va.DeepCopy()
+	va.Finalizers = nil
+	_, err = o.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		return o.refuseVA(va, user, "it changed since it was checked ("+err.Error()+")")
+	case apierrors.IsNotFound(err):
+		fmt.Fprintf(w, "volumeattachment %s is already gone.\n", va.Name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("removing the finalizers of volumeattachment %s: %w", va.Name, err)
+	}
+	why := fmt.Sprintf("%s removed the finalizers %v of VolumeAttachment %s of volume %s on node %s, which its CSI driver did not detach (fenced diagnose --fix, %s): %s",
+		user, finalizers, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
+	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentReleased, why)
+	o.log().Info("diagnose --fix: released a VolumeAttachment stuck in deletion", "volumeattachment", va.Name, "uid", va.UID,
+		"resourceVersion", rv, "finalizers", finalizers, "node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
+	fmt.Fprintf(w, "Removed the finalizers of volumeattachment %s (node %s, volume %s): it goes now.\n", va.Name, va.Spec.NodeName, pvOf(va))
+	return nil
+}
+
+// attachmentNow reads what StaleAttachment needs about va, fresh: its
+// Node, its PersistentVolume, the pods bound to the node and their claims.
+func (o *Operator) attachmentNow(ctx context.Context, va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
+	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
+	n, err := o.Client.CoreV1().Nodes().Get(ctx, va.Spec.NodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return a, fmt.Errorf("node %s: %w", va.Spec.NodeName, err)
+	default:
+		a.Node = n
+	}
+	if pv := pvOf(va); pv != "" {
+		v, err := o.Client.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return a, fmt.Errorf("persistentvolume %s: %w", pv, err)
+		default:
+			a.Volume = v
+		}
+	}
+	if a.Node == nil {
+		return a, nil
+	}
+	pods, err := o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.Node.Name).String()})
+	if err != nil {
+		return a, fmt.Errorf("listing the pods of node %s: %w", a.Node.Name, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		a.Pods = append(a.Pods, p)
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			key := p.Namespace + "/" + v.PersistentVolumeClaim.ClaimName
+			if _, done := a.Claims[key]; done {
+				continue
+			}
+			c, err := o.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				// Left out: StaleAttachment refuses on a claim it cannot resolve.
+			case err != nil:
+				return a, fmt.Errorf("persistentvolumeclaim %s: %w", key, err)
+			default:
+				a.Claims[key] = c
+			}
+		}
+	}
+	return a, nil
+}
+
+// refuseVA records and returns the refusal to delete va.
+func (o *Operator) refuseVA(va *storagev1.VolumeAttachment, user, why string) error {
+	o.log().Info("diagnose --fix: refused to delete a VolumeAttachment", "volumeattachment", va.Name, "node", va.Spec.NodeName,
+		"volume", pvOf(va), "by", user, "why", why)
+	return refused("volumeattachment %s not deleted or released: %s", va.Name, why)
+}
+
+// vaEvent records an Event on a VolumeAttachment (cluster-scoped: the
+// recorder files it in "default").
+func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ, reason, msg string) {
+	if o.Recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "VolumeAttachment", APIVersion: "storage.k8s.io/v1", Name: va.Name, UID: va.UID}
+	o.Recorder.Event(ref, typ, reason, msg)
+}
+
+func pvOf(va *storagev1.VolumeAttachment) string {
+	if va.Spec.Source.PersistentVolumeName == nil {
+		return ""
+	}
+	return *va.Spec.Source.PersistentVolumeName
+}
+
+// pointers returns a pointer to each item of a List's Items, in order.
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+// Package operator holds the logic of the commands an operator runs by hand:
+// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`. cmd/fenced only
+// wires flags, configuration and clients to it.
+//
+// These commands are the human side of the safety invariant (docs/design.md §2).
+// confirm is the only way to `manual` evidence: it records who confirmed and
+// why, and refuses when the BMC reads the power as on. unfence removes only
+// taints fenced applied, and only after the same checks the fencer makes
+// (Ready, new boot ID, no VolumeAttachment left) unless forced, which is
+// recorded. status only reads. diagnose reads, and with --fix deletes a
+// VolumeAttachment only when pkg/diagnose's StaleAttachment, run again on
+// objects read right before, allows it, with preconditions on the object.
+//
+// The taint itself is always written through pkg/taint, which re-checks the
+// evidence against the Node; nothing here writes a Node directly.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
+)
+
+// ErrRefused is wrapped by the errors of Confirm and Unfence when they
+// decline to act for a safety reason (BMC reads on, checks failed, not
+// confirmed, a taint fenced did not apply), as opposed to failing.
+var ErrRefused = errors.New("refused")
+
+// UnknownIdentity is recorded as the operator when the API server does not
+// say who the caller is.
+const UnknownIdentity = "unknown"
+
+// Inventory is where the commands find a node's BMC. *device.Inventory
+// implements it; tests use fakes.
+type Inventory interface {
+	BMC(node string) (device.BMC, bool)
+	Endpoint(node string) (string, bool)
+}
+
+// Operator runs the operator commands against one cluster.
+type Operator struct {
+	// Client talks to the API server with the operator's credentials.
+	Client kubernetes.Interface
+	// Inventory holds the BMCs; nil when none is configured.
+	Inventory Inventory
+	// Recorder receives the Events written on Nodes; nil means none.
+	Recorder record.EventRecorder
+	// Out receives the human-readable report and the prompt.
+	Out io.Writer
+	// Log receives the log lines that must outlive the terminal (forced
+	// unfence, identity fallback); nil discards them.
+	Log *slog.Logger
+	// Verify bounds confirm --power-off.
+	Verify device.VerifyOptions
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// LeaseNamespace is fenced's namespace (fencer.leaseNamespace of the
+	// configuration, as the agents use it), where diagnose reads the
+	// agents' Leases fenced-agent-<node>; empty: not read.
+	LeaseNamespace string
+
+	// beforeDelete, when set (tests only), runs between the last check of
+	// a VolumeAttachment and its deletion: the window the deletion's
+	// preconditions guard.
+	beforeDelete func(context.Context, *storagev1.VolumeAttachment)
+}
+
+func (o *Operator) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+func (o *Operator) log() *slog.Logger {
+	if o.Log != nil {
+		return o.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// warn records a Warning Event on the node, if there is a Recorder.
+func (o *Operator) warn(n *corev1.Node, reason, format string, args ...any) {
+	if o.Recorder != nil {
+		// A reference rather than the Node, as pkg/taint does, so that any
+		// recorder, whatever scheme it was built with, can use it.
+		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
+		o.Recorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)
+	}
+}
+
+// bmc returns node's BMC and endpoint, if an inventory has it.
+func (o *Operator) bmc(node string) (device.BMC, string, bool) {
+	if o.Inventory == nil {
+		return nil, "", false
+	}
+	b, ok := o.Inventory.BMC(node)
+	if !ok {
+		return nil, "", false
+	}
+	ep, _ := o.Inventory.Endpoint(node)
+	return b, ep, true
+}
+
+// identity asks the API server who the caller is: the name recorded as the
+// operator's must be the one the cluster authenticated, not one the caller
+// typed. An API server that refuses (old version, RBAC) is no reason to stop
+// an operator at 3 a.m., so the fallback is "unknown", said out loud.
+func (o *Operator) identity(ctx context.Context) string {
+	r, err := o.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err == nil && r.Status.UserInfo.Username != "" {
+		return r.Status.UserInfo.Username
+	}
+	if err == nil {
+		err = errors.New("the API server returned no user name")
+	}
+	fmt.Fprintf(o.Out, "WARNING: could not ask the API server who you are (%v); you will be recorded as %q\n", err, UnknownIdentity)
+	o.log().Warn("SelfSubjectReview failed; recording the operator as unknown", "err", err)
+	return UnknownIdentity
+}
+
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
+}
+
+// age is a duration as kubectl prints ages ("3m", "5h2m"), or "-".
+func age(t time.Time, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(now.Sub(t))
+}
+
+// taintsText lists a node's taints as kubectl's --overwrite syntax spells
+// them, so that an operator can copy one.
+func taintsText(n *corev1.Node) string {
+	if len(n.Spec.Taints) == 0 {
+		return "(none)"
+	}
+	var parts []string
+	for _, t := range n.Spec.Taints {
+		s := t.Key
+		if t.Value != "" {
+			s += "=" + t.Value
+		}
+		parts = append(parts, s+":"+string(t.Effect))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not reported)"
+	}
+	return s
+}
+
+// kindOf names a BMC failure for a table cell: the driver's ErrorKind, or
+// "error" for anything it did not classify.
+func kindOf(err error) string {
+	if k := device.KindOf(err); k != "" {
+		return string(k)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return string(core.KindTimeout)
+	}
+	return "error"
+}

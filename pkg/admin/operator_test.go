@@ -1,0 +1,628 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
+
+const (
+	nodeUUID = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
+	bootA    = "boot-a"
+	bootB    = "boot-b"
+)
+
+// fakeBMC is a BMC whose power is a variable.
+type fakeBMC struct {
+	mu       sync.Mutex
+	state    core.PowerState
+	err      error // returned by PowerState
+	guid     string
+	offCalls int
+}
+
+func (b *fakeBMC) PowerState(context.Context) (core.PowerState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return core.PowerUnknown, b.err
+	}
+	return b.state, nil
+}
+
+func (b *fakeBMC) PowerOff(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.offCalls++
+	b.state = core.PowerOff
+	return nil
+}
+
+func (b *fakeBMC) PowerOn(context.Context) error    { return nil }
+func (b *fakeBMC) PowerCycle(context.Context) error { return nil }
+func (b *fakeBMC) Close() error                     { return nil }
+
+func (b *fakeBMC) SystemGUID(context.Context) (string, error) {
+	if b.guid == "" {
+		return "", &device.Error{Op: core.OpSystemGUID, Kind: core.KindNotSupported, Err: errors.New("no GUID")}
+	}
+	return b.guid, nil
+}
+
+func (b *fakeBMC) off() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.offCalls
+}
+
+// fakeInventory maps node names to fake BMCs.
+type fakeInventory map[string]*fakeBMC
+
+func (i fakeInventory) BMC(node string) (device.BMC, bool) {
+	b, ok := i[node]
+	if !ok {
+		return nil, false
+	}
+	return b, true
+}
+
+func (i fakeInventory) Endpoint(node string) (string, bool) {
+	_, ok := i[node]
+	return "ipmi://bmc-" + node + ":623", ok
+}
+
+func timeoutErr(node string) error {
+	return &device.Error{Node: node, Op: core.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
+		Kind: core.KindTimeout, Err: context.DeadlineExceeded}
+}
+
+// newNode is a Node as its kubelet left it: Ready since an hour before t0.
+func newNode(name string, ready corev1.ConditionStatus, mods ...func(*corev1.Node)) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Status: corev1.NodeStatus{
+			NodeInfo: corev1.NodeSystemInfo{BootID: bootA, SystemUUID: nodeUUID},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady",
+				LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}},
+		},
+	}
+	for _, m := range mods {
+		m(n)
+	}
+	return n
+}
+
+// fencedWith puts fenced's taint on a node, with evidence for boot.
+func fencedWith(boot string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		ev, _ := json.Marshal(core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1", At: t0.Add(-10 * time.Minute), BootID: boot,
+			Reason: "lost power", BMC: &core.Reading{Power: "off", At: t0.Add(-10 * time.Minute), Endpoint: "ipmi://x:623"}})
+		foreignTaint(n)
+		n.Annotations = map[string]string{taint.AnnotationAppliedBy: "fencer-1", taint.AnnotationEvidence: string(ev)}
+	}
+}
+
+func foreignTaint(n *corev1.Node) {
+	added := metav1.NewTime(t0.Add(-10 * time.Minute))
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: taint.TaintKey, Value: taint.TaintValue, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added})
+}
+
+type env struct {
+	op  *Operator
+	cs  *fake.Clientset
+	rec *record.FakeRecorder
+	out *bytes.Buffer
+	log *bytes.Buffer
+}
+
+// newEnv returns an Operator on a fake clientset holding objs, whose
+// SelfSubjectReview says the caller is "alice".
+func newEnv(inv Inventory, objs ...runtime.Object) *env {
+	cs := fake.NewClientset(objs...)
+	cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authnv1.SelfSubjectReview{Status: authnv1.SelfSubjectReviewStatus{
+			UserInfo: authnv1.UserInfo{Username: "alice"}}}, nil
+	})
+	e := &env{cs: cs, rec: record.NewFakeRecorder(100), out: &bytes.Buffer{}, log: &bytes.Buffer{}}
+	e.op = &Operator{Client: cs, Inventory: inv, Recorder: e.rec, Out: e.out,
+		Log: slog.New(slog.NewTextHandler(e.log, nil)), Now: func() time.Time { return t0 },
+		Verify: device.VerifyOptions{PowerWait: time.Millisecond, Interval: time.Millisecond, Timeout: time.Second}}
+	return e
+}
+
+func (e *env) node(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := e.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) events() []string {
+	var evs []string
+	for {
+		select {
+		case ev := <-e.rec.Events:
+			evs = append(evs, ev)
+		default:
+			return evs
+		}
+	}
+}
+
+func (e *env) writes() int {
+	n := 0
+	for _, a := range e.cs.Actions() {
+		if a.GetVerb() == "update" || a.GetVerb() == "patch" || a.GetVerb() == "delete" {
+			n++
+		}
+	}
+	return n
+}
+
+func hasEvent(evs []string, prefix string, contains ...string) bool {
+	for _, ev := range evs {
+		if !strings.HasPrefix(ev, prefix) {
+			continue
+		}
+		ok := true
+		for _, c := range contains {
+			ok = ok && strings.Contains(ev, c)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
+	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
+	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
+	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "power ON") {
+		t.Fatalf("err = %v, want a refusal because the power is on", err)
+	}
+	if taint.HasTaint(e.node(t, "n1")) || bmc.off() != 0 || e.writes() != 0 {
+		t.Fatalf("refusal wrote something: taint %v, power-offs %d, writes %d", taint.HasTaint(e.node(t, "n1")), bmc.off(), e.writes())
+	}
+	if !strings.Contains(e.out.String(), "power on, system GUID "+nodeUUID+" (matches") {
+		t.Errorf("output does not show the reading:\n%s", e.out)
+	}
+}
+
+func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
+	bmc := &fakeBMC{state: core.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
+	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
+	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "another machine") {
+		t.Fatalf("err = %v", err)
+	}
+	if bmc.off() != 0 || e.writes() != 0 {
+		t.Fatal("switched off or wrote despite a GUID mismatch")
+	}
+}
+
+func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
+	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
+	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true, Reason: "hung"}); err != nil {
+		t.Fatalf("Confirm: %v\n%s", err, e.out)
+	}
+	if bmc.off() != 1 {
+		t.Fatalf("power-off requests = %d, want 1", bmc.off())
+	}
+	ev, ok, err := taint.EvidenceOf(e.node(t, "n1"))
+	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.BMC == nil || ev.BMC.Power != "off" ||
+		!ev.BMC.PoweredOffByFenced || ev.BMC.SystemGUID != nodeUUID {
+		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
+	}
+	if !strings.Contains(e.out.String(), "Switching node n1 off") {
+		t.Errorf("output:\n%s", e.out)
+	}
+}
+
+func TestConfirmNeedsATerminalOrYes(t *testing.T) {
+	cases := []struct {
+		name      string
+		terminal  bool
+		answer    string
+		wantTaint bool
+	}{
+		{"no terminal, no --yes", false, "y\n", false},
+		{"terminal, answer n", true, "n\n", false},
+		{"terminal, empty answer", true, "\n", false},
+		{"terminal, answer y", true, "y\n", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, newNode("n1", corev1.ConditionUnknown))
+			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Terminal: tc.terminal, In: strings.NewReader(tc.answer)})
+			if tc.wantTaint != (err == nil) || (err != nil && !errors.Is(err, ErrRefused)) {
+				t.Fatalf("err = %v", err)
+			}
+			if got := taint.HasTaint(e.node(t, "n1")); got != tc.wantTaint {
+				t.Fatalf("tainted = %v, want %v", got, tc.wantTaint)
+			}
+			if !strings.Contains(e.out.String(), "WARNING: if node n1 is not really powered off, two machines will write to the same disks") {
+				t.Errorf("no warning:\n%s", e.out)
+			}
+		})
+	}
+}
+
+func TestConfirmYesRecordsManualEvidence(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "app", UID: "p1"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app", UID: "p2"}, Spec: corev1.PodSpec{NodeName: "n2"}}
+	bmcs := fakeInventory{
+		"n1": {err: timeoutErr("n1")}, // unreadable: the operator's word is the evidence
+		"n2": {state: core.PowerOff, guid: nodeUUID},
+	}
+	e := newEnv(bmcs, newNode("n1", corev1.ConditionUnknown), newNode("n2", corev1.ConditionTrue), pod, other)
+
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "PSU dead"}); err != nil {
+		t.Fatalf("Confirm: %v\n%s", err, e.out)
+	}
+	n := e.node(t, "n1")
+	ev, ok, err := taint.EvidenceOf(n)
+	if !ok || err != nil || ev.Method != vocab.EvidenceManual || ev.By != "alice" || ev.Reason != "PSU dead" ||
+		!ev.At.Equal(t0) || ev.BootID != bootA || ev.BMC != nil {
+		t.Fatalf("evidence = %+v (%v, %v)", ev, ok, err)
+	}
+	if n.Annotations[taint.AnnotationAppliedBy] != "fenced-confirm/alice" {
+		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
+	}
+	if c := taint.ReadyCondition(n); c.Status != corev1.ConditionFalse || c.Reason != taint.ReasonPoweredOff {
+		t.Errorf("Ready = %+v", c)
+	}
+	if _, err := e.cs.CoreV1().Pods("app").Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod of n1 not deleted: %v", err)
+	}
+	if _, err := e.cs.CoreV1().Pods("app").Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+		t.Errorf("pod of n2: %v", err)
+	}
+	out := e.out.String()
+	for _, want := range []string{"power state could NOT be read (timeout)", "not a refusal", "gossip:      not checked", "you:         alice"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	evs := e.events()
+	if !hasEvent(evs, "Normal "+taint.EventTaintApplied, "manual") ||
+		!hasEvent(evs, "Warning "+EventManualFenceConfirmed, "alice", "PSU dead") {
+		t.Errorf("events = %q", evs)
+	}
+
+	// A BMC reading of off goes into the evidence.
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n2", Yes: true}); err != nil {
+		t.Fatal(err)
+	}
+	ev, _, _ = taint.EvidenceOf(e.node(t, "n2"))
+	if ev.BMC == nil || ev.BMC.Power != "off" || ev.BMC.PoweredOffByFenced || ev.BMC.Endpoint != "ipmi://bmc-n2:623" {
+		t.Fatalf("evidence BMC = %+v", ev.BMC)
+	}
+}
+
+// TestConfirmOnExcludedNode: the exclusion label keeps fenced's automatic
+// actions away, not a person's: confirm says so and goes on.
+func TestConfirmOnExcludedNode(t *testing.T) {
+	n := newNode("n1", corev1.ConditionUnknown)
+	n.Labels = map[string]string{taint.Medik8sExcludeLabel: "true"}
+	e := newEnv(fakeInventory{"n1": {state: core.PowerOff, guid: nodeUUID}}, n)
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "maintenance, checked on site"}); err != nil {
+		t.Fatalf("Confirm: %v\n%s", err, e.out)
+	}
+	if !taint.HasTaint(e.node(t, "n1")) {
+		t.Error("not tainted")
+	}
+	if !strings.Contains(e.out.String(), "excluded:    yes ("+taint.Medik8sExcludeLabel+"=true)") {
+		t.Errorf("output does not say the node is excluded:\n%s", e.out)
+	}
+}
+
+func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
+	e := newEnv(nil, newNode("n1", corev1.ConditionUnknown))
+	e.cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}, "", errors.New("no"))
+	})
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _, _ := taint.EvidenceOf(e.node(t, "n1")); ev.By != UnknownIdentity {
+		t.Fatalf("by = %q", ev.By)
+	}
+	if !strings.Contains(e.out.String(), `WARNING: could not ask the API server who you are`) {
+		t.Errorf("no warning:\n%s", e.out)
+	}
+}
+
+func TestConfirmOnFencedNodeIsANoop(t *testing.T) {
+	for name, mod := range map[string]func(*corev1.Node){"fenced": fencedWith(bootA), "foreign": foreignTaint} {
+		t.Run(name, func(t *testing.T) {
+			bmc := &fakeBMC{state: core.PowerOn}
+			e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionFalse, mod))
+			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true}); err != nil {
+				t.Fatal(err)
+			}
+			if e.writes() != 0 || bmc.off() != 0 || len(e.events()) != 0 {
+				t.Fatalf("writes %d, power-offs %d", e.writes(), bmc.off())
+			}
+			if !strings.Contains(e.out.String(), "nothing to do") {
+				t.Errorf("output:\n%s", e.out)
+			}
+		})
+	}
+}
+
+// squash collapses runs of white space, so that tests don't depend on
+// column widths.
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func va(name, node string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.VolumeAttachmentSpec{NodeName: node}}
+}
+
+func TestUnfence(t *testing.T) {
+	rebooted := func(n *corev1.Node) { n.Status.NodeInfo.BootID = bootB }
+	cases := []struct {
+		name       string
+		node       *corev1.Node
+		extra      []runtime.Object
+		force      bool
+		wantErr    string // "" means success
+		wantOut    []string
+		wantRemove bool
+	}{
+		{"foreign taint", newNode("n1", corev1.ConditionTrue, foreignTaint, rebooted), nil, false,
+			"not applied by fenced", nil, false},
+		{"foreign taint, forced", newNode("n1", corev1.ConditionTrue, foreignTaint, rebooted), nil, true,
+			"not applied by fenced", nil, false},
+		{"same boot ID", newNode("n1", corev1.ConditionTrue, fencedWith(bootA)), nil, false,
+			"failed check(s): new boot ID", []string{"[FAIL] new boot ID:", "same boot ID boot-a", "[ok  ] ready:"}, false},
+		{"not ready", newNode("n1", corev1.ConditionUnknown, fencedWith(bootA), rebooted), nil, false,
+			"failed check(s): ready", []string{"[FAIL] ready:"}, false},
+		{"volume attachment left", newNode("n1", corev1.ConditionTrue, fencedWith(bootA), rebooted),
+			[]runtime.Object{va("csi-123", "n1"), va("csi-456", "n2")}, false,
+			"failed check(s): volume attachments", []string{"[FAIL] volume attachments: 1 left: csi-123"}, false},
+		{"new boot, no VA", newNode("n1", corev1.ConditionTrue, fencedWith(bootA), rebooted),
+			[]runtime.Object{va("csi-456", "n2")}, false,
+			"", []string{"[ok  ] new boot ID:", "boot-b (fenced at boot boot-a)", "[ok  ] volume attachments: none", "Removed"}, true},
+		{"forced", newNode("n1", corev1.ConditionTrue, fencedWith(bootA)), []runtime.Object{va("csi-123", "n1")}, true,
+			"", []string{"[FAIL] new boot ID:", "Removed"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, append(tc.extra, tc.node)...)
+			err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: tc.force, Reason: "back"})
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("Unfence: %v\n%s", err, e.out)
+			}
+			if tc.wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want a refusal containing %q", err, tc.wantErr)
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(squash(e.out.String()), squash(w)) {
+					t.Errorf("output lacks %q:\n%s", w, e.out)
+				}
+			}
+			n := e.node(t, "n1")
+			if removed := !taint.HasTaint(n); removed != tc.wantRemove {
+				t.Fatalf("taint removed = %v, want %v", removed, tc.wantRemove)
+			}
+			evs := e.events()
+			if tc.wantRemove && !hasEvent(evs, "Normal "+taint.EventTaintRemoved, "alice", "back") {
+				t.Errorf("events = %q", evs)
+			}
+			forcedEvent := hasEvent(evs, "Warning "+EventUnfenceForced, "alice", "--force", "new boot ID", "back")
+			forcedLog := strings.Contains(e.log.String(), "unfence forced")
+			if tc.wantRemove && tc.force != (forcedEvent && forcedLog) {
+				t.Errorf("forced: event %v log %v; events %q log %q", forcedEvent, forcedLog, evs, e.log)
+			}
+			if !tc.wantRemove && e.writes() != 0 {
+				t.Errorf("a refusal wrote %d times", e.writes())
+			}
+		})
+	}
+}
+
+const agentMetrics = `# HELP fenced_members Gossip ring members by state.
+# TYPE fenced_members gauge
+fenced_members{state="alive"} 2
+fenced_members{state="dead"} 1
+fenced_members{state="left"} 0
+# HELP fenced_node_state Phase.
+# TYPE fenced_node_state gauge
+fenced_node_state{node="healthy",state="Healthy"} 1
+fenced_node_state{node="fenced",state="Fenced"} 1
+# HELP fenced_node_fence_levels_ready Levels.
+# TYPE fenced_node_fence_levels_ready gauge
+fenced_node_fence_levels_ready{node="healthy"} 2
+fenced_node_fence_levels_ready{node="hung"} 0
+# HELP fenced_paused Paused.
+# TYPE fenced_paused gauge
+fenced_paused 1
+# HELP fenced_dry_run Dry-run.
+# TYPE fenced_dry_run gauge
+fenced_dry_run 1
+`
+
+func TestStatus(t *testing.T) {
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, agentMetrics)
+	}))
+	defer agent.Close()
+
+	bmcs := fakeInventory{
+		"healthy": {state: core.PowerOn},
+		"fenced":  {state: core.PowerOff},
+		"hung":    {err: timeoutErr("hung")},
+	}
+	fencedNode := newNode("fenced", corev1.ConditionFalse, fencedWith(bootA))
+	fencedNode.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0.Add(-3 * time.Minute))
+	healthy := newNode("healthy", corev1.ConditionTrue)
+	healthy.Labels = map[string]string{taint.ExcludeLabel: "true"}
+	e := newEnv(bmcs, healthy, fencedNode,
+		newNode("foreign", corev1.ConditionUnknown, foreignTaint), newNode("hung", corev1.ConditionUnknown))
+
+	s, err := e.op.Status(context.Background(), StatusOptions{AgentURL: agent.URL, BMCTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := s.Write(&table, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
+		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m", "-"},
+		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m", "-"},
+		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-", "excluded"},
+		"hung":    {"Unknown", "60m", "-", "timeout", "0", "(cannot", "fence)", "-", "-", "-", "-"},
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("table:\n%s", table.String())
+	}
+	for i, name := range []string{"NAME", "fenced", "foreign", "healthy", "hung"} {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != name+" "+strings.Join(want[name], " ") {
+			t.Errorf("row %d = %q, want %q", i, got, append([]string{name}, want[name]...))
+		}
+	}
+	if !strings.Contains(table.String(), "fencing PAUSED cluster-wide") || !strings.Contains(table.String(), "dry-run") {
+		t.Errorf("no pause or dry-run line:\n%s", table.String())
+	}
+	if !strings.Contains(table.String(), "gossip ring 2 alive, 1 dead, 0 left") {
+		t.Errorf("no ring summary:\n%s", table.String())
+	}
+
+	var wide bytes.Buffer
+	if err := s.Write(&wide, "wide", t0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(wide.String(), "BOOT-ID") || !strings.Contains(wide.String(), "ipmi://bmc-fenced:623") ||
+		!strings.Contains(wide.String(), "lost power") {
+		t.Errorf("wide:\n%s", wide.String())
+	}
+
+	var js bytes.Buffer
+	if err := s.Write(&js, "json", t0); err != nil {
+		t.Fatal(err)
+	}
+	var back Status
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("json: %v\n%s", err, js.String())
+	}
+	if len(back.Nodes) != 4 || back.Nodes[0].Name != "fenced" || back.Nodes[0].Evidence == nil ||
+		back.Nodes[0].Evidence.Method != vocab.EvidenceBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
+		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[2].Excluded != taint.ExcludeLabel || back.Nodes[0].Excluded != "" || back.Nodes[3].Power != "unknown" ||
+		back.Agent == nil || back.Agent.Members["alive"] != 2 {
+		t.Fatalf("json:\n%s", js.String())
+	}
+	var yml bytes.Buffer
+	if err := s.Write(&yml, "yaml", t0); err != nil || !strings.Contains(yml.String(), "taint: other") {
+		t.Fatalf("yaml (%v):\n%s", err, yml.String())
+	}
+}
+
+func TestStatusWithoutInventoryOrAgent(t *testing.T) {
+	e := newEnv(nil, newNode("n1", corev1.ConditionTrue))
+	s, err := e.op.Status(context.Background(), StatusOptions{AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := s.Write(&out, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(strings.Split(out.String(), "\n")[1]); strings.Join(got, " ") != "n1 True 60m - - - - - - -" {
+		t.Errorf("row = %q", got)
+	}
+	if !strings.Contains(out.String(), "agent: reading agent metrics") {
+		t.Errorf("agent error not shown:\n%s", out.String())
+	}
+	if CheckFormat("xml") == nil {
+		t.Error("CheckFormat accepted xml")
+	}
+}
+
+// topologyInventory is a fakeInventory whose nodes also have a PDU level
+// (fencing topology): level 1 the BMC, level 2 the outlets in pdus.
+type topologyInventory struct {
+	fakeInventory
+	pdus map[string][]*fakeBMC
+}
+
+func (i topologyInventory) Levels(node string) [][]device.Plug {
+	levels := [][]device.Plug{{{Device: vocab.DeviceBMC, Driver: i.fakeInventory[node], Endpoint: "ipmi://bmc-" + node + ":623"}}}
+	var pdu []device.Plug
+	for n, b := range i.pdus[node] {
+		pdu = append(pdu, device.Plug{Device: fmt.Sprintf("pdu-%d", n), Plug: "3", Driver: b, Endpoint: "fence_apc_snmp://pdu/3"})
+	}
+	return append(levels, pdu)
+}
+
+// TestConfirmReadsTheOtherLevels: with the BMC dark, an outlet that still
+// feeds the node is a reading of on — refused; both outlets off — the
+// operator's confirmation goes on.
+func TestConfirmReadsTheOtherLevels(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		outlets []core.PowerState
+		refused string
+	}{
+		{"one outlet still on", []core.PowerState{core.PowerOff, core.PowerOn}, "fencing level 2 reads node n1's power ON"},
+		{"both outlets off", []core.PowerState{core.PowerOff, core.PowerOff}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bmc := &fakeBMC{err: timeoutErr("n1")}
+			inv := topologyInventory{fakeInventory{"n1": bmc}, map[string][]*fakeBMC{"n1": {{state: c.outlets[0]}, {state: c.outlets[1]}}}}
+			e := newEnv(inv, newNode("n1", corev1.ConditionUnknown))
+			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
+			if c.refused != "" {
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.refused) || e.writes() != 0 {
+					t.Fatalf("err = %v, writes %d; want a refusal %q and nothing written", err, e.writes(), c.refused)
+				}
+				return
+			}
+			if err != nil || !taint.HasTaint(e.node(t, "n1")) {
+				t.Fatalf("err = %v, taint %v; want the manual taint", err, taint.HasTaint(e.node(t, "n1")))
+			}
+			if !strings.Contains(e.out.String(), "level 2:     pdu-0:3 off, pdu-1:3 off") {
+				t.Errorf("output does not show the level:\n%s", e.out)
+			}
+		})
+	}
+}

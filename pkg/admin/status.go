@@ -1,0 +1,298 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
+)
+
+// DefaultBMCTimeout bounds each BMC read of Status, retries included.
+const DefaultBMCTimeout = 5 * time.Second
+
+// bmcParallel caps concurrent BMC sessions of one Status, so a large
+// inventory does not open hundreds of sessions on the management network
+// at once.
+const bmcParallel = 16
+
+// Taint column values.
+const (
+	TaintFenced = "fenced" // out-of-service taint applied by fenced
+	TaintOther  = "other"  // out-of-service taint applied by someone else
+)
+
+// StatusOptions are the inputs of Status.
+type StatusOptions struct {
+	// AgentURL is an agent's metrics endpoint; empty: no agent view.
+	AgentURL string
+	// BMCTimeout bounds each BMC read (default DefaultBMCTimeout).
+	BMCTimeout time.Duration
+}
+
+// NodeStatus is one row of `fenced status`.
+type NodeStatus struct {
+	Name string `json:"name"`
+	// Ready is the Ready condition's status ("True", "False", "Unknown"),
+	// empty when the node has none; ReadySince its last transition.
+	Ready      string     `json:"ready,omitempty"`
+	ReadySince *time.Time `json:"readySince,omitempty"`
+	// Gossip is the decision phase the --agent fencer reports for the node
+	// (fenced_node_state); empty when unknown (see AgentView).
+	Gossip string `json:"gossip,omitempty"`
+	// Power is "on", "off" or "unknown" when the node is in the BMC
+	// inventory, empty otherwise. A failed read has PowerErrorKind
+	// (timeout, unreachable, auth, bmc-error, ...) and PowerError.
+	Power string `json:"power,omitempty"`
+	// LevelsReady is how many of the node's fencing levels answered the
+	// --agent fencer's last device check; nil when unknown.
+	LevelsReady    *int   `json:"levelsReady,omitempty"`
+	PowerErrorKind string `json:"powerErrorKind,omitempty"`
+	PowerError     string `json:"powerError,omitempty"`
+	BMCEndpoint    string `json:"bmcEndpoint,omitempty"`
+	// Taint is TaintFenced, TaintOther or empty; TaintedSince is the
+	// taint's timeAdded.
+	Taint        string     `json:"taint,omitempty"`
+	TaintedSince *time.Time `json:"taintedSince,omitempty"`
+	// Evidence is what fenced recorded for its taint.
+	Evidence *core.Evidence `json:"evidence,omitempty"`
+	BootID   string         `json:"bootID,omitempty"`
+	// Excluded is the label that excludes the node from fencing
+	// (taint.ExcludeLabel or taint.Medik8sExcludeLabel, value "true"): no
+	// fencer reads its power, taints it or switches it. Empty otherwise.
+	Excluded string `json:"excluded,omitempty"`
+}
+
+// Status is the result of `fenced status`.
+type Status struct {
+	Nodes []NodeStatus `json:"nodes"`
+	// Agent is the --agent view, if one was asked for.
+	Agent *AgentView `json:"agent,omitempty"`
+}
+
+// Status reads every Node, the agent's metrics if asked, and the power state
+// of every inventoried node (concurrently, each bounded by BMCTimeout). It
+// only reads; a BMC or agent that fails shows as such in its cell.
+func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, error) {
+	list, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	s := &Status{Nodes: make([]NodeStatus, len(list.Items))}
+	if opts.AgentURL != "" {
+		if s.Agent, err = ReadAgent(ctx, opts.AgentURL); err != nil {
+			s.Agent = &AgentView{URL: opts.AgentURL, Error: err.Error()}
+		}
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	for i := range list.Items {
+		s.Nodes[i] = nodeStatus(&list.Items[i], s.Agent)
+	}
+	o.readPower(ctx, s.Nodes, opts.BMCTimeout)
+	return s, nil
+}
+
+func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
+	ns := NodeStatus{Name: n.Name, BootID: n.Status.NodeInfo.BootID, Excluded: taint.ExcludedBy(n)}
+	if c := taint.ReadyCondition(n); c != nil {
+		ns.Ready = string(c.Status)
+		if t := c.LastTransitionTime.Time; !t.IsZero() {
+			ns.ReadySince = &t
+		}
+	}
+	if agent != nil {
+		ns.Gossip = agent.Phases[n.Name]
+		if r, ok := agent.LevelsReady[n.Name]; ok {
+			ns.LevelsReady = &r
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == taint.TaintKey && t.TimeAdded != nil {
+			since := t.TimeAdded.Time
+			ns.TaintedSince = &since
+		}
+	}
+	switch {
+	case taint.HasTaint(n) && taint.AppliedByFenced(n):
+		ns.Taint = TaintFenced
+		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+			ns.Evidence = &ev
+		}
+	case taint.HasTaint(n):
+		ns.Taint = TaintOther
+	}
+	return ns
+}
+
+// readPower fills in the power column of the inventoried nodes.
+func (o *Operator) readPower(ctx context.Context, rows []NodeStatus, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = DefaultBMCTimeout
+	}
+	sem := make(chan struct{}, bmcParallel)
+	var wg sync.WaitGroup
+	for i := range rows {
+		b, endpoint, ok := o.bmc(rows[i].Name)
+		if !ok {
+			continue
+		}
+		row := &rows[i]
+		row.BMCEndpoint = endpoint
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			state, err := b.PowerState(ctx)
+			row.Power = string(state)
+			if err != nil {
+				row.Power, row.PowerErrorKind, row.PowerError = "unknown", kindOf(err), err.Error()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// CheckFormat reports whether format is one Write knows.
+func CheckFormat(format string) error {
+	switch format {
+	case "", "wide", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("output format %q: want wide, json or yaml (default: a table)", format)
+}
+
+// Write prints s as a table ("" or "wide") or as JSON or YAML. now is the
+// reference for the ages in the table.
+func (s *Status) Write(w io.Writer, format string, now time.Time) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(s, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(s)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	if err := CheckFormat(format); err != nil {
+		return err
+	}
+	wide := format == "wide"
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "NAME\tREADY\tGOSSIP\tPOWER\tLEVELS\tTAINT\tEVIDENCE\tSINCE\tFENCING"
+	if wide {
+		header += "\tBOOT-ID\tBMC\tREASON"
+	}
+	fmt.Fprintln(tw, header)
+	for _, n := range s.Nodes {
+		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now), fencingCell(n)}
+		if wide {
+			reason := ""
+			if n.Evidence != nil {
+				reason = n.Evidence.Reason
+			}
+			cells = append(cells, dash(n.BootID), dash(n.BMCEndpoint), dash(reason))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if a := s.Agent; a != nil {
+		if a.Error != "" {
+			fmt.Fprintf(w, "\nagent: %s (GOSSIP shows -)\n", a.Error)
+		} else {
+			fmt.Fprintf(w, "\nagent %s: gossip ring %s\n", a.URL, a.MembersText())
+			if a.Paused {
+				fmt.Fprintf(w, "fencing PAUSED cluster-wide (ConfigMap %s, key %s): no taint, no Node write, no power action\n", taint.PauseConfigMap, taint.PauseKey)
+			}
+			if a.DryRun {
+				fmt.Fprintln(w, "this fencer runs in dry-run (policy.dryRun): it reports what it would do and changes nothing")
+			}
+		}
+	}
+	return nil
+}
+
+func readyCell(n NodeStatus, now time.Time) string {
+	if n.Ready == "" {
+		return "-"
+	}
+	if n.ReadySince == nil {
+		return n.Ready
+	}
+	return n.Ready + " " + age(*n.ReadySince, now)
+}
+
+func powerCell(n NodeStatus) string {
+	if n.PowerErrorKind != "" {
+		return n.PowerErrorKind
+	}
+	return dash(n.Power)
+}
+
+// levelsCell is how many fencing levels answer; "0 (cannot fence)" says
+// that a failure of this node would need a person.
+func levelsCell(n NodeStatus) string {
+	switch {
+	case n.LevelsReady == nil:
+		return "-"
+	case *n.LevelsReady == 0:
+		return "0 (cannot fence)"
+	}
+	return strconv.Itoa(*n.LevelsReady)
+}
+
+func evidenceCell(n NodeStatus) string {
+	switch {
+	case n.Taint != TaintFenced:
+		return "-"
+	case n.Evidence == nil:
+		return "unreadable"
+	case n.Evidence.By == "":
+		return string(n.Evidence.Method)
+	}
+	return string(n.Evidence.Method) + " by " + n.Evidence.By
+}
+
+// fencingCell says whether fenced may act on the node: "excluded" (by
+// which label, in -o wide's json/yaml) or "-".
+func fencingCell(n NodeStatus) string {
+	if n.Excluded != "" {
+		return "excluded"
+	}
+	return "-"
+}
+
+func sinceCell(n NodeStatus, now time.Time) string {
+	if n.TaintedSince == nil {
+		return "-"
+	}
+	return age(*n.TaintedSince, now)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

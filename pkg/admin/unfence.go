@@ -1,0 +1,129 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
+)
+
+// EventUnfenceForced is the Warning Event Unfence records on the Node when
+// --force skipped the checks.
+const EventUnfenceForced = "UnfenceForced"
+
+// UnfenceOptions are the inputs of Unfence.
+type UnfenceOptions struct {
+	// Node is the node to unfence.
+	Node string
+	// Reason is the operator's explanation, recorded in the Events.
+	Reason string
+	// Force removes the taint even when checks fail; recorded.
+	Force bool
+}
+
+// Unfence is `fenced unfence`: it removes the out-of-service taint fenced
+// applied once the node is Ready with a boot ID other than the one the
+// evidence recorded and no VolumeAttachment of it is left — the fencer's own
+// recovery conditions (docs/design.md §2). Force skips them (they are still
+// printed) and records that it did. A taint fenced did not apply is never
+// touched, forced or not. Refusals wrap ErrRefused.
+func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
+	w := o.Out
+	n, err := o.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", opts.Node, err)
+	}
+	if !taint.HasTaint(n) {
+		fmt.Fprintf(w, "Node %s has no %s taint: nothing to do.\n", n.Name, taint.TaintKey)
+		return nil
+	}
+	if !taint.AppliedByFenced(n) {
+		return refused("the %s taint on node %s was not applied by fenced (no %s annotation): fenced never removes it. "+
+			"Whoever applied it removes it: kubectl taint nodes %s %s-", taint.TaintKey, n.Name, taint.AnnotationAppliedBy, n.Name, taint.TaintKey)
+	}
+	ev, _, evErr := taint.EvidenceOf(n)
+	fmt.Fprintf(w, "Node %s: fenced by %s", n.Name, n.Annotations[taint.AnnotationAppliedBy])
+	if evErr == nil {
+		fmt.Fprintf(w, " (%s)", ev.Summary())
+	}
+	fmt.Fprintln(w)
+
+	checks := o.unfenceChecks(ctx, n, ev, evErr)
+	var failed []string
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+			failed = append(failed, c.Name)
+		}
+		fmt.Fprintf(w, "  [%s] %-20s %s\n", mark, c.Name+":", c.Detail)
+	}
+	if len(failed) > 0 && !opts.Force {
+		return refused("node %s stays fenced: failed check(s): %s. Fix that, or pass --force to remove the taint anyway (recorded)",
+			n.Name, strings.Join(failed, ", "))
+	}
+
+	user := o.identity(ctx)
+	why := fmt.Sprintf("unfenced by %s (fenced unfence), checks passed: %s", user, reasonOr(opts.Reason))
+	skipped := "none failed"
+	if len(failed) > 0 {
+		skipped = "failed: " + strings.Join(failed, ", ")
+	}
+	if opts.Force {
+		why = fmt.Sprintf("unfenced by %s with --force, checks skipped (%s): %s", user, skipped, reasonOr(opts.Reason))
+	}
+	removed, err := taint.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder).Remove(ctx, n.Name, why)
+	if errors.Is(err, taint.ErrNotOurs) {
+		return refused("%v", err) // the taint was replaced by someone else's meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if !removed {
+		fmt.Fprintf(w, "Node %s lost its taint meanwhile: nothing to do.\n", n.Name)
+		return nil
+	}
+	if opts.Force {
+		// Recorded where the next person to look will find it: on the Node
+		// and in the log, besides the terminal.
+		o.log().Warn("unfence forced: out-of-service taint removed without the recovery checks",
+			"node", n.Name, "by", user, "reason", opts.Reason, "failedChecks", failed)
+		o.warn(n, EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
+			user, skipped, reasonOr(opts.Reason))
+	}
+	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.TaintKey, n.Name)
+	return nil
+}
+
+// unfenceChecks evaluates the recovery rule (core.Recovery, the fencer's
+// own) without acting on it, with what an operator needs to read: the Ready
+// condition as the API shows it, and why a check could not be made.
+func (o *Operator) unfenceChecks(ctx context.Context, n *corev1.Node, ev core.Evidence, evErr error) []core.RecoveryCheck {
+	c := taint.ReadyCondition(n)
+	ready := c != nil && c.Status == corev1.ConditionTrue
+	var left []string
+	list, listErr := o.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if listErr == nil {
+		// VolumeAttachments have no field selector on spec.nodeName.
+		for _, a := range list.Items {
+			if a.Spec.NodeName == n.Name {
+				left = append(left, a.Name)
+			}
+		}
+	}
+	checks := core.Recovery(ready, n.Status.NodeInfo.BootID, ev.BootID, len(left), left...)
+	checks[0].Detail = o.readyText(n)
+	if evErr != nil {
+		checks[1] = core.RecoveryCheck{Name: checks[1].Name, Detail: fmt.Sprintf("cannot verify a reboot: %v", evErr)}
+	}
+	if listErr != nil {
+		checks[2] = core.RecoveryCheck{Name: checks[2].Name, Detail: fmt.Sprintf("cannot list VolumeAttachments: %v", listErr)}
+	}
+	return checks
+}

@@ -1,0 +1,1327 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// This file is the decision core: a state machine per target node, with no
+// I/O. The fencer loop (pkg/fencing, fencer.go) feeds it an Observation —
+// everything known about the node, its gossip member, its BMC and the
+// cluster, plus the time — and carries out the Actions it returns. Results of those
+// actions come back as later Observations. Tests drive it from tables with
+// a fake clock (decide_test.go).
+//
+// The one rule it must never break (docs/design.md §2): ApplyTaint is returned
+// only with evidence that the node cannot write to its volumes — a BMC
+// reading of "off" taken after the node stopped answering, whose GUID (when
+// known on both sides) matches the node; the node's own clean-shutdown
+// announcement for its current boot after which it left the ring; or (in
+// `fenced confirm`, not here) an operator's confirmation. Everything else is
+// suspicion.
+
+// Phase is where a target node stands.
+type Phase string
+
+// Phases, in the order a failure walks through them.
+const (
+	PhaseHealthy     Phase = "Healthy"     // responsive, or not our business
+	PhaseSuspect     Phase = "Suspect"     // stopped answering on a channel; no evidence yet
+	PhaseConfirming  Phase = "Confirming"  // asking (or waiting to ask again) the BMC
+	PhasePoweringOff Phase = "PoweringOff" // power-off mode: switching it off under the lease
+	PhaseFenced      Phase = "Fenced"      // tainted with evidence
+	PhaseRecovering  Phase = "Recovering"  // back with a new boot; waiting for old attachments to go
+)
+
+// Mode says whether fenced may switch nodes off.
+type Mode string
+
+// Modes.
+const (
+	// ModeConfirmOnly taints only nodes whose BMC already reads off.
+	ModeConfirmOnly Mode = "confirm-only"
+	// ModePowerOff also switches off nodes that are unresponsive on both
+	// channels for FenceAfter, under quorum, storm budget and a Lease.
+	ModePowerOff Mode = "power-off"
+)
+
+// Policy holds the decision settings (see pkg/config for defaults).
+type Policy struct {
+	Mode Mode
+	// FenceAfter is how long a node must be unresponsive on both channels
+	// (gossip and Kubernetes) before it may be switched off.
+	FenceAfter time.Duration
+	// MaxUnhealthy is the largest share of Nodes (0..1) that may be down
+	// for power actions to be allowed at all.
+	MaxUnhealthy float64
+	// MaxConcurrentPowerActions across all fencers (counted by Leases).
+	MaxConcurrentPowerActions int
+	// FenceDelay is the pause between taking the Lease and switching off,
+	// a last chance for the node to come back.
+	FenceDelay time.Duration
+	// PowerOnAfterFence switches a node fenced by power-off on again once
+	// its volumes are released, so capacity returns by itself.
+	PowerOnAfterFence bool
+	// ForceDeletePods deletes the node's pods (grace 0) once tainted.
+	ForceDeletePods bool
+	// ReadBackoffMin/Max bound the retry delay after a failed BMC read.
+	ReadBackoffMin, ReadBackoffMax time.Duration
+	// RecheckPoweredOn is how often a node that is unresponsive but powered
+	// on is read again (it may be switched off by a person meanwhile).
+	RecheckPoweredOn time.Duration
+	// ShutdownWait is how long a node that is shutting down cleanly (its
+	// agent announced it, or its kubelet reports it) while its agent is
+	// still in the ring is left alone — no BMC read, no power action —
+	// waiting for its shutdown-complete announcement. 0: not at all.
+	ShutdownWait time.Duration
+	// ChallengeInterval is how often the agent of a node that may be
+	// switched off is asked for a proof of life.
+	ChallengeInterval time.Duration
+	// StormWindow is how far back clean-shutdown fences count for the
+	// storm guard: more than MaxUnhealthy of the nodes tainted on their own
+	// word within it stops that kind of evidence.
+	StormWindow time.Duration
+	// MaxEvidenceAge is how old a power reading may be when its taint is
+	// written; an older one is read again first (the write was held up,
+	// say by an API server outage, and the node may be back since).
+	MaxEvidenceAge time.Duration
+	// DryRun (policy.dryRun): decide and report everything, change
+	// nothing — every effect leaves as ActHeld (hold.go).
+	DryRun bool
+}
+
+// Ready is the status of a Node's Ready condition.
+type Ready string
+
+// Ready values, as Kubernetes spells them.
+const (
+	ReadyTrue    Ready = "True"
+	ReadyFalse   Ready = "False"
+	ReadyUnknown Ready = "Unknown"
+)
+
+// NodeObs is what the API says about the node.
+type NodeObs struct {
+	Exists bool
+	Ready  Ready
+	// ReadySince is the Ready condition's last transition time.
+	ReadySince   time.Time
+	BootID       string
+	SystemUUID   string
+	ControlPlane bool
+	// TaintedByFenced: the out-of-service taint is there with fenced's
+	// annotation; Evidence is what the annotation records.
+	TaintedByFenced bool
+	Evidence        *Evidence
+	// VolumeAttachments of this node that still exist.
+	VolumeAttachments int
+	// ShuttingDown: the kubelet reports a graceful node shutdown in
+	// progress (its Ready condition says "node is shutting down").
+	ShuttingDown bool
+	// NeverReady: the node has not been Ready since it registered — it is
+	// joining the cluster, not gone. Nothing that needs fencing can run
+	// there: pods with volumes are only scheduled to Ready nodes.
+	NeverReady bool
+	// KubeletRenew is the renew time of the kubelet's node Lease (its
+	// heartbeat, written under NodeRestriction), by the kubelet's clock.
+	KubeletRenew time.Time
+	// PodsForceDeleted: the node's pods were force-deleted for the fence
+	// it carries now.
+	PodsForceDeleted bool
+	// Excluded is the label that excludes the node from fencing
+	// (fenced.io/exclude or medik8s' exclude-from-remediation, value
+	// "true"), or "" (hold.go).
+	Excluded string
+}
+
+// MemberObs is what gossip says about the node's agent. Any holder of the
+// gossip key can say any of it in any member's name, except what Signed
+// vouches for.
+type MemberObs struct {
+	Known bool
+	State vocab.MemberState
+	Since time.Time
+	// BootID and Announced come from the member's metadata.
+	BootID    string
+	Announced vocab.Announcement
+	// Signed: Announced and BootID (and, for a left member, its leave
+	// notice) are signed with the key the node itself published for that
+	// boot, and are not a replay of an older statement. Only then is the
+	// announcement the node's own word.
+	Signed bool
+}
+
+// AgentObs is what the node's agent proved to this fencer: answers to
+// liveness challenges sent to the node's address from the Kubernetes API.
+// Unlike gossip state, silence here cannot be forged for a live node, nor
+// an answer for a dead one.
+type AgentObs struct {
+	// LastProof is when the agent last answered a challenge.
+	LastProof time.Time
+	// SilentSince is when the first of the current run of unanswered
+	// challenges was sent, LastSilent when the latest one was; both are
+	// zero after an answer.
+	SilentSince, LastSilent time.Time
+	// Challenging: a challenge is waiting for its answer.
+	Challenging bool
+}
+
+// BMCObs is what fenced knows from the node's BMC.
+type BMCObs struct {
+	Configured bool
+	// Reading is the latest successful power reading, if any.
+	Reading *Reading
+	// Failure is the latest failed request, if any.
+	Failure *Failure
+	// InFlight: a read or a power action is running now.
+	InFlight bool
+}
+
+// Failure is one failed BMC request.
+type Failure struct {
+	Op      string
+	Kind    ErrorKind
+	Message string
+	At      time.Time
+}
+
+// ClusterObs is the context a power action needs.
+type ClusterObs struct {
+	// Nodes in the cluster, and how many are unhealthy (not Ready, dead in
+	// gossip, or fenced), this one included.
+	Nodes, Unhealthy int
+	// GossipAlive is the number of ring members alive as this fencer sees
+	// them, itself included.
+	GossipAlive int
+	// PowerActions is the number of power-off Leases held now, by any
+	// fencer, for other nodes.
+	PowerActions int
+	// ControlPlaneDown counts other control-plane nodes that are fenced or
+	// being switched off.
+	ControlPlaneDown int
+	// LeaseHeld: this fencer holds the target's Lease.
+	LeaseHeld bool
+	// CleanShutdownFences counts other nodes tainted with clean-shutdown
+	// evidence within the policy's StormWindow.
+	CleanShutdownFences int
+	// Paused: the cluster-wide pause is on (hold.go); PauseReason is what
+	// the operator wrote as its reason, if anything.
+	Paused      bool
+	PauseReason string
+}
+
+// Observation is the input of one Step.
+type Observation struct {
+	Now     time.Time
+	Node    NodeObs
+	Member  MemberObs
+	Agent   AgentObs
+	BMC     BMCObs
+	Cluster ClusterObs
+}
+
+// unknownMethod stands for a fence adopted from a taint whose evidence
+// annotation is missing or unreadable.
+const unknownMethod vocab.EvidenceMethod = "unknown"
+
+// ActionKind names what the fencer loop must do.
+type ActionKind string
+
+// Actions.
+const (
+	ActReadPower       ActionKind = "ReadPower"       // read power state and GUID
+	ActAcquireLease    ActionKind = "AcquireLease"    // take the target's power Lease
+	ActReleaseLease    ActionKind = "ReleaseLease"    // give it back
+	ActPowerOff        ActionKind = "PowerOff"        // switch off and confirm off (under the Lease)
+	ActPowerOn         ActionKind = "PowerOn"         // switch on again after a fence
+	ActApplyTaint      ActionKind = "ApplyTaint"      // taint with Evidence
+	ActMarkNotReady    ActionKind = "MarkNotReady"    // fast path: Ready=False reason PoweredOff
+	ActForceDeletePods ActionKind = "ForceDeletePods" // fast path: pods deleted with grace 0
+	ActRemoveTaint     ActionKind = "RemoveTaint"     // the node is back
+	ActEvent           ActionKind = "Event"           // a Kubernetes Event on the Node
+	ActSafetyAlarm     ActionKind = "SafetyAlarm"     // evidence proved wrong: Event, metric, error log
+	ActRequeue         ActionKind = "Requeue"         // call Step again after After
+	ActChallenge       ActionKind = "Challenge"       // ask the node's agent for a proof of life
+	ActHeld            ActionKind = "Held"            // an effect a switch held back: report it (hold.go)
+)
+
+// Action is one thing to do.
+type Action struct {
+	Kind ActionKind
+	// Evidence for ActApplyTaint.
+	Evidence *Evidence
+	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
+	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
+	EventType, Reason, Message string
+	// After for ActRequeue.
+	After time.Duration
+	// Held and Hold, for ActHeld: the action held back, and by what.
+	Held ActionKind
+	Hold Hold
+}
+
+// Event reasons (stable: tests, alerts and runbooks match on them).
+const (
+	ReasonSuspected                  = "NodeSuspected"
+	ReasonShuttingDown               = "NodeShuttingDown"
+	ReasonSuspicionCleared           = "NodeResponsive"
+	ReasonCannotConfirmPowerState    = "CannotConfirmPowerState"
+	ReasonUnresponsiveButPoweredOn   = "NodeUnresponsiveButPoweredOn"
+	ReasonPoweringOff                = "PoweringOffUnresponsiveNode"
+	ReasonPowerOffAborted            = "PowerOffAborted"
+	ReasonPowerOffFailed             = "PowerOffFailed"
+	ReasonFenced                     = "NodeFenced"
+	ReasonPoweringOnAfterFence       = "PoweringOnAfterFence"
+	ReasonWaitingForVolumeDetach     = "WaitingForVolumeAttachments"
+	ReasonCannotVerifyReboot         = "CannotVerifyReboot"
+	ReasonRecovered                  = "NodeRecovered"
+	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
+	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
+	ReasonEvidenceVoided             = "FenceEvidenceVoided"
+	ReasonPowerReadingContradicted   = "PowerReadingContradicted"
+	// The fencer's device monitor (pkg/fencing/monitor.go): no fencing level
+	// of the node answers, or they answer again.
+	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
+	ReasonFenceable      = "FenceDevicesAnswer"
+	// The device monitor: a fencing level of a Ready node reads off while
+	// its agent answers — the inventory is wrong (a safety alarm).
+	ReasonDeviceReadsOffLiveNode = "PowerDeviceReadsOffLiveNode"
+)
+
+// TaintRetry is how long the core waits to see its own taint on the Node
+// before writing it again (and to see the rest of the fence done before
+// redoing it). The fencer goes on from the Node its write returned, so a
+// write that succeeded is seen at once: a retry means the write failed.
+const TaintRetry = 2 * time.Second
+
+// SuspectSince is when the current suspicion began (zero when healthy).
+func (t *Target) SuspectSince() time.Time { return t.suspectSince }
+
+// Target is the decision state of one node. The zero value (with Name
+// set) is a healthy node. Its state can always be rebuilt from the API
+// (the taint annotations), so a restarted fencer carries on.
+type Target struct {
+	Name  string
+	Phase Phase
+	Since time.Time // when Phase was entered
+
+	suspectSince  time.Time
+	nextRead      time.Time
+	readBackoff   time.Duration
+	lastNotice    string // dedupes Events: one per distinct situation
+	poweringFrom  time.Time
+	powerOffSent  bool
+	poweredOnSent bool
+	alarmed       bool
+	stormAlarmed  bool      // the clean-shutdown storm alarm was raised
+	taintSeen     bool      // our taint has been observed on the Node
+	taintSent     time.Time // when ApplyTaint was last returned
+	// switchedOff is the boot ID fenced switched off in power-off mode
+	// when that reading was void (the node lived until the switch-off): a
+	// fence of the same boot on a later reading is still its power-off.
+	switchedOff string
+	// voidedUpTo: power readings up to this answer time were contradicted
+	// by a sign of life and are no evidence.
+	voidedUpTo time.Time
+	// contradicted: during this suspicion a power device read off while
+	// the node lived on in the same boot; the alarm was raised once, and
+	// the device is read at the slowest pace from then on.
+	contradicted bool
+	fence        *Evidence
+	// held: the ActHeld reports sent during this suspicion (by Event
+	// reason), each sent once.
+	held map[string]bool
+}
+
+// Decision is the result of one Step: the actions, and one line saying
+// why, for the decision log.
+type Decision struct {
+	Phase   Phase
+	Reason  string
+	Actions []Action
+}
+
+// Step advances the target with observation o under policy p.
+func (t *Target) Step(o Observation, p Policy) Decision {
+	d := &decider{t: t, o: o, p: p}
+	d.step()
+	if t.Phase == "" {
+		t.Phase = PhaseHealthy
+	}
+	return Decision{Phase: t.Phase, Reason: d.reason, Actions: d.actions}
+}
+
+type decider struct {
+	t       *Target
+	o       Observation
+	p       Policy
+	reason  string
+	actions []Action
+}
+
+// do adds a to the decision — unless one of the operator's switches holds
+// it back (HeldBy): then it is reported, once per suspicion, as ActHeld.
+// It reports whether a goes out.
+func (d *decider) do(a Action) bool {
+	if h := d.heldBy(a.Kind); h != HoldNone {
+		d.hold(h, a)
+		return false
+	}
+	d.actions = append(d.actions, a)
+	return true
+}
+
+func (d *decider) enter(p Phase, reason string) {
+	if d.t.Phase != p {
+		d.t.Phase, d.t.Since = p, d.o.Now
+	}
+	d.reason = reason
+}
+
+// notice emits an Event once per distinct key, so a node that stays in
+// one situation does not flood the API.
+func (d *decider) notice(key, eventType, reason, msg string) {
+	if d.t.lastNotice == key {
+		return
+	}
+	d.t.lastNotice = key
+	d.do(Action{Kind: ActEvent, EventType: eventType, Reason: reason, Message: msg})
+}
+
+func (d *decider) requeue(after time.Duration) {
+	if after < 0 {
+		after = 0
+	}
+	d.do(Action{Kind: ActRequeue, After: after})
+}
+
+func (d *decider) step() {
+	o, t := d.o, d.t
+	if !o.Node.Exists {
+		if o.Cluster.LeaseHeld {
+			d.do(Action{Kind: ActReleaseLease})
+		}
+		*t = Target{Name: t.Name, Phase: PhaseHealthy, Since: o.Now}
+		d.reason = "node object gone"
+		return
+	}
+	// The taint annotations are the durable state: adopt a fence made by
+	// another fencer, or by this one before a restart.
+	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
+		t.fence = o.Node.Evidence
+		if t.fence == nil {
+			t.fence = &Evidence{Method: unknownMethod}
+		}
+		t.taintSeen = true
+		d.enter(PhaseFenced, "adopted existing fenced taint")
+	}
+	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) && !t.taintSeen {
+		// Our own taint has landed: the fence is a fact now, and the Event
+		// says so (dated with the evidence, not with the decision).
+		t.taintSeen = true
+		if f := t.fence; f != nil {
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
+				"tainted out-of-service with %s evidence taken at %s: %s",
+				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
+		}
+	}
+	if !o.Node.TaintedByFenced && t.taintSeen {
+		// Removed by `fenced unfence` or by hand: start over from what
+		// the node looks like now. (Until the taint has been seen once, an
+		// absent taint is only the informer lagging behind our own write.)
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "fenced taint removed from outside")
+	}
+
+	switch t.Phase {
+	case PhaseFenced, PhaseRecovering:
+		d.fenced()
+	case PhasePoweringOff:
+		d.poweringOff()
+	default:
+		d.detect()
+	}
+}
+
+// unresponsive reports whether either channel says the node is gone. A
+// gossip "alive" that the agent itself did not back up — a challenge sent
+// after it went unanswered — is not the node's word and counts as gone.
+func (d *decider) unresponsive() bool {
+	o := d.o
+	return o.Node.Ready != ReadyTrue || o.Member.State.Gone() || d.aliveUnbacked()
+}
+
+// aliveUnbacked reports whether gossip says the member is alive while its
+// agent left a challenge sent after that unanswered.
+func (d *decider) aliveUnbacked() bool {
+	o, a := d.o, d.o.Agent
+	return o.Member.State == vocab.MemberAlive && a.LastSilent.After(o.Member.Since) && !a.LastProof.After(a.LastSilent)
+}
+
+// responsiveSince reports whether the node answers on both channels and
+// came back after t: its Ready condition turned True after t, and its
+// gossip member (if it has one) is alive. Condition times are stored with
+// one-second precision, so a node back within the second of t counts: a
+// fenced node that fenced itself switched on again (afterFence: on) can
+// report Ready within that second.
+func (d *decider) responsiveSince(t time.Time) bool {
+	o := d.o
+	if o.Node.Ready != ReadyTrue || o.Node.ReadySince.Before(t.Truncate(time.Second)) {
+		return false
+	}
+	return !o.Member.Known || o.Member.State == vocab.MemberAlive || o.Member.State == vocab.MemberSuspect
+}
+
+// detect handles Healthy, Suspect and Confirming.
+func (d *decider) detect() {
+	o, t := d.o, d.t
+	if !d.unresponsive() {
+		if t.Phase != PhaseHealthy && t.Phase != "" {
+			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonSuspicionCleared,
+				Message: "node answers again on every channel; no action taken"})
+			*t = Target{Name: t.Name}
+			d.enter(PhaseHealthy, "responsive again")
+			return
+		}
+		d.enter(PhaseHealthy, "responsive")
+		return
+	}
+	if (t.Phase == PhaseHealthy || t.Phase == "") && o.Node.NeverReady {
+		// A node registering is not Ready yet: no suspicion, no BMC read,
+		// no Warning on every node that joins.
+		d.enter(PhaseHealthy, "joining: not Ready since it registered")
+		return
+	}
+	if t.Phase == PhaseHealthy || t.Phase == "" {
+		t.suspectSince = o.Now
+		t.readBackoff = 0
+		t.nextRead = o.Now
+		d.enter(PhaseSuspect, "stopped answering: "+d.channels())
+		next := "confirming its power state before any action"
+		if o.Node.Excluded != "" {
+			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
+		}
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonSuspected,
+			Message: "node stopped answering (" + d.channels() + "); " + next})
+	}
+
+	// Evidence 2: the node announced, in its own signed word, a clean
+	// shutdown of its current boot and then left the ring. No BMC needed —
+	// unless too many nodes said so at once (storm guard): then only a
+	// power device's reading or an operator counts.
+	if ev, ok := d.cleanShutdown(); ok {
+		if !d.cleanShutdownStorm() {
+			d.fenceIfStillTrue(ev)
+			return
+		}
+	}
+	// A node shutting down cleanly, with its agent still in the ring, is
+	// neither dead nor off: a BMC read would say on, and a power action
+	// would cut the shutdown short. Wait for its announcement; waiting
+	// never taints, and ShutdownWait bounds it.
+	if d.shuttingDown() {
+		until := t.suspectSince.Add(d.p.ShutdownWait)
+		d.enter(PhaseSuspect, "shutting down: waiting for its shutdown-complete announcement")
+		d.notice("shutdown-wait", "Normal", ReasonShuttingDown, fmt.Sprintf(
+			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
+			d.shutdownSource(), d.p.ShutdownWait))
+		d.requeue(until.Sub(o.Now))
+		return
+	}
+	if h := d.heldBy(ActReadPower); h != HoldNone {
+		// Excluded: no read, so no evidence and nothing to wait for. The
+		// label's removal changes the Node, which brings it back here.
+		d.do(Action{Kind: ActReadPower})
+		d.enter(PhaseSuspect, fmt.Sprintf("not reading its power: held (%s, label %s)", h, o.Node.Excluded))
+		return
+	}
+	if !o.BMC.Configured {
+		d.enter(PhaseSuspect, "no BMC in the inventory: waiting")
+		d.notice("no-bmc", "Warning", ReasonCannotConfirmPowerState,
+			"node stopped answering but has no BMC in the fencer's inventory: cannot confirm it is off, so it is not tainted")
+		return
+	}
+
+	// The kubelet shows life: ask the agent together with the first read,
+	// so that an off reading (of a mislabelled plug, say) meets its answer,
+	// or its silence, without waiting (proofPending).
+	if d.kubeletShowsLife() && o.Agent.LastSilent.Before(t.suspectSince) && !o.Agent.LastProof.After(t.suspectSince) {
+		d.challenge()
+	}
+	r := o.BMC.Reading
+	fresh := r != nil && r.At.After(t.suspectSince) && r.At.After(t.voidedUpTo)
+	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspectSince) &&
+		(r == nil || o.BMC.Failure.At.After(r.At))
+
+	switch {
+	case fresh && r.Power == PowerOff && !d.guidMatches(r):
+		bad := r.GUIDMismatch(o.Node.SystemUUID)
+		d.enter(PhaseConfirming, "BMC identity mismatch")
+		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+			"%s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
+			source(bad), bad.SystemGUID, o.Node.SystemUUID))
+		d.scheduleRead(true)
+	case fresh && r.Power == PowerOff:
+		ev := Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+			Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
+				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())}
+		if t.switchedOff != "" && t.switchedOff == ev.BootID && !r.PoweredOffByFenced {
+			// fenced switched this boot off before (that reading was void):
+			// the fence is its power-off, as the evidence says.
+			own := *r
+			own.PoweredOffByFenced = true
+			ev.BMC = &own
+		}
+		d.fenceIfStillTrue(ev)
+	case o.BMC.InFlight:
+		d.enter(PhaseConfirming, "BMC request in flight")
+	case failedSince:
+		f := o.BMC.Failure
+		d.enter(PhaseConfirming, "BMC request failed: "+string(f.Kind))
+		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
+		d.scheduleRead(true)
+	case fresh && r.Power == PowerOn:
+		d.poweredOn(r)
+	default:
+		d.enter(PhaseConfirming, "reading the BMC")
+		d.scheduleRead(false)
+	}
+}
+
+// scheduleRead returns ActReadPower when one is due, else a requeue for
+// when it is. After a failure the delay doubles up to ReadBackoffMax.
+func (d *decider) scheduleRead(afterFailure bool) {
+	o, t, p := d.o, d.t, d.p
+	if o.BMC.InFlight {
+		return
+	}
+	if o.Now.Before(t.nextRead) {
+		d.requeue(t.nextRead.Sub(o.Now))
+		return
+	}
+	d.do(Action{Kind: ActReadPower})
+	if afterFailure {
+		t.readBackoff = min(max(2*t.readBackoff, p.ReadBackoffMin), p.ReadBackoffMax)
+	} else {
+		t.readBackoff = 0
+	}
+	t.nextRead = o.Now.Add(max(t.readBackoff, p.ReadBackoffMin))
+}
+
+// cleanShutdownStorm reports whether tainting one more node on its own
+// clean-shutdown word would make more than MaxUnhealthy of the nodes
+// fenced that way within StormWindow. So many at once means something is
+// wrong (a leaked key, a bug): raise the alarm once and take no node's
+// word; power devices and operators still can fence.
+func (d *decider) cleanShutdownStorm() bool {
+	c, p := d.o.Cluster, d.p
+	if float64(c.CleanShutdownFences+1) <= p.MaxUnhealthy*float64(c.Nodes) {
+		return false
+	}
+	if !d.t.stormAlarmed {
+		d.t.stormAlarmed = true
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonCleanShutdownStorm, Message: fmt.Sprintf(
+			"SAFETY: %d node(s) were tainted on their own clean-shutdown announcement within %s and this one would make %d of %d, more than maxUnhealthy %.0f%%: not taking this node's word. Its power device is asked instead; an operator can run fenced confirm.",
+			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
+	}
+	return true
+}
+
+// poweredOn handles a fresh "on" reading of an unresponsive node.
+func (d *decider) poweredOn(r *Reading) {
+	o, t, p := d.o, d.t, d.p
+	recheck := p.RecheckPoweredOn
+	if p.Mode != ModePowerOff {
+		d.enter(PhaseConfirming, "powered on (confirm-only mode)")
+		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+			"node is unresponsive but its %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
+			source(r)))
+	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
+		d.challengeIfDue()
+		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
+		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+			"node is unresponsive but its %s reads on; not switching it off: %s", source(r), blocked))
+		if retryIn > 0 && retryIn < recheck {
+			recheck = retryIn
+		}
+	} else if h := d.heldBy(ActPowerOff); h != HoldNone {
+		// Reported once; challenges and reads go on, so that the node is
+		// switched off at once when the hold ends.
+		d.challengeIfDue()
+		d.do(Action{Kind: ActPowerOff})
+		d.enter(PhaseConfirming, fmt.Sprintf("powered on and unresponsive on both channels: would switch off; held (%s)", h))
+	} else if !o.Cluster.LeaseHeld {
+		d.enter(PhaseConfirming, "powered on and unresponsive: taking the power Lease")
+		d.do(Action{Kind: ActAcquireLease})
+		d.requeue(p.ReadBackoffMin)
+		return
+	} else {
+		t.poweringFrom, t.powerOffSent = o.Now, false
+		d.enter(PhasePoweringOff, "powered on and unresponsive on both channels: switching off")
+		// Ask its agent once more during the fence delay: the switch
+		// happens only if this challenge, too, goes unanswered.
+		d.challenge()
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPoweringOff, Message: fmt.Sprintf(
+			"node unresponsive on both channels for %s and its BMC reads on: switching it off in %s (power-off mode)",
+			p.FenceAfter, p.FenceDelay)})
+		d.requeue(p.FenceDelay)
+		return
+	}
+	if o.Cluster.LeaseHeld {
+		d.do(Action{Kind: ActReleaseLease})
+	}
+	// Evaluate again when something may have changed: someone may switch
+	// the node off, it may recover, or a power-off condition may clear.
+	if next := r.At.Add(p.RecheckPoweredOn); t.nextRead.Before(next) {
+		t.nextRead = next
+	}
+	if o.Now.Before(t.nextRead) {
+		d.requeue(min(t.nextRead.Sub(o.Now), recheck))
+		return
+	}
+	d.do(Action{Kind: ActReadPower})
+	t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+	d.requeue(recheck)
+}
+
+// powerOffBlocked returns why a power action is not allowed now ("" if it
+// is), and, when the only obstacle is time, how long until it clears.
+//
+// "Unresponsive on both channels" rests only on what no other node can
+// forge: the kubelet's Ready condition (written under NodeRestriction) and
+// the agent's silence to this fencer's liveness challenges (sent to the
+// node's address from the API; a live agent answers them whatever gossip
+// says). Gossip's own dead or alive plays no part.
+func (d *decider) powerOffBlocked() (string, time.Duration) {
+	o, p := d.o, d.p
+	c, a := o.Cluster, o.Agent
+	switch {
+	case !o.Member.Known:
+		return "the node's agent never joined the gossip ring, so it is not unresponsive on both channels", 0
+	case o.Node.Ready == ReadyTrue:
+		return "Kubernetes still sees the node Ready", 0
+	case a.SilentSince.IsZero():
+		if a.LastProof.After(d.t.suspectSince) {
+			return "its agent answers liveness challenges", 0
+		}
+		return "asking its agent for a proof of life", p.ChallengeInterval
+	}
+	waited := min(o.Now.Sub(a.SilentSince), o.Now.Sub(o.Node.ReadySince))
+	switch {
+	case waited < p.FenceAfter:
+		return fmt.Sprintf("not yet unresponsive on both channels for fenceAfter (%s)", p.FenceAfter), p.FenceAfter - waited
+	case c.Nodes == 0 || 2*c.GossipAlive <= c.Nodes:
+		return fmt.Sprintf("no quorum: this fencer sees %d of %d nodes alive in gossip", c.GossipAlive, c.Nodes), 0
+	case float64(c.Unhealthy) > p.MaxUnhealthy*float64(c.Nodes):
+		return fmt.Sprintf("storm: %d of %d nodes are down, more than maxUnhealthy %.0f%%", c.Unhealthy, c.Nodes, 100*p.MaxUnhealthy), 0
+	case c.PowerActions >= p.MaxConcurrentPowerActions:
+		return fmt.Sprintf("%d power action(s) already running (maxConcurrentPowerActions %d)", c.PowerActions, p.MaxConcurrentPowerActions), 0
+	case o.Node.ControlPlane && c.ControlPlaneDown > 0:
+		return "another control-plane node is already fenced", 0
+	}
+	return "", 0
+}
+
+// challengeIfDue asks the node's agent for a proof of life when the last
+// answer (or silence) is older than ChallengeInterval or than the
+// suspicion: only in power-off mode, where its silence is half of what a
+// power action needs.
+func (d *decider) challengeIfDue() {
+	o, p := d.o, d.p
+	if p.Mode != ModePowerOff || !o.Member.Known {
+		return
+	}
+	last := o.Agent.LastProof
+	if o.Agent.LastSilent.After(last) {
+		last = o.Agent.LastSilent
+	}
+	if last.After(d.t.suspectSince) && o.Now.Sub(last) < p.ChallengeInterval {
+		return
+	}
+	d.challenge()
+}
+
+// challenge asks the node's agent for a proof of life unless a challenge
+// is waiting for its answer already.
+func (d *decider) challenge() {
+	if !d.o.Agent.Challenging && !slices.ContainsFunc(d.actions, func(a Action) bool { return a.Kind == ActChallenge }) {
+		d.do(Action{Kind: ActChallenge})
+	}
+}
+
+// poweringOff handles the PoweringOff phase.
+func (d *decider) poweringOff() {
+	o, t, p := d.o, d.t, d.p
+	r := o.BMC.Reading
+	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
+		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+			Reason: fmt.Sprintf("fenced switched the node off through %s and read power off at %s",
+				source(r), r.At.UTC().Format(time.RFC3339))})
+		return
+	}
+	if d.responsiveSince(t.suspectSince) || o.Agent.LastProof.After(t.poweringFrom) {
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
+			Message: "node answers again before it was switched off: power-off cancelled"})
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "responsive again during fence delay")
+		return
+	}
+	if h := d.heldBy(ActPowerOff); h != HoldNone && !t.powerOffSent {
+		// Held during the fence delay (a pause): give the Lease back
+		// rather than sit on it, and look again later.
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActPowerOff})
+		t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+		d.enter(PhaseConfirming, fmt.Sprintf("power-off held (%s): not switching off", h))
+		d.requeue(p.RecheckPoweredOn)
+		return
+	}
+	if !o.Cluster.LeaseHeld {
+		d.enter(PhaseConfirming, "lost the power Lease: another fencer may act")
+		t.powerOffSent = false
+		d.requeue(p.ReadBackoffMin)
+		return
+	}
+	if f := o.BMC.Failure; t.powerOffSent && !o.BMC.InFlight && f != nil && f.At.After(t.poweringFrom) {
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffFailed, Message: fmt.Sprintf(
+			"switching the node off failed (%s: %s); not tainted, will read the BMC again", f.Kind, f.Message)})
+		t.powerOffSent = false
+		t.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.readBackoff))
+		d.enter(PhaseConfirming, "power-off failed")
+		d.requeue(t.nextRead.Sub(o.Now))
+		return
+	}
+	if wait := t.poweringFrom.Add(p.FenceDelay).Sub(o.Now); wait > 0 {
+		d.reason = "fence delay"
+		d.requeue(wait)
+		return
+	}
+	if !t.powerOffSent && !o.BMC.InFlight {
+		// The agent must have stayed silent to a challenge sent during
+		// the fence delay: a node that came back answers it.
+		if !o.Agent.LastSilent.After(t.poweringFrom) {
+			d.challenge()
+			d.reason = "fence delay over: waiting for the agent's answer to the last challenge"
+			return
+		}
+		// The guards held when the fence delay started; check them again
+		// now, right before the switch: quorum may be lost, a storm may
+		// have begun, another fencer may have started a power action.
+		if blocked, _ := d.powerOffBlocked(); blocked != "" {
+			d.do(Action{Kind: ActReleaseLease})
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
+				Message: "power-off cancelled at the last moment: " + blocked})
+			t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+			d.enter(PhaseConfirming, "power-off cancelled: "+blocked)
+			d.requeue(p.RecheckPoweredOn)
+			return
+		}
+		t.powerOffSent = true
+		d.reason = "fence delay over: switching off"
+		d.do(Action{Kind: ActPowerOff})
+		return
+	}
+	d.reason = "waiting for the power-off to be confirmed"
+}
+
+// Evidence must be true when the taint lands (docs/design.md §2): a power
+// reading, or a node's own announcement, is evidence only while nothing
+// newer contradicts it, and a reading only while it is younger than
+// MaxEvidenceAge. The fencer checks the same rule once more right before
+// its write, against the freshest view (see EvidenceHolds).
+
+// evidenceTime is when the evidence was taken: the BMC's answer, or when
+// the fencer saw the node's announcement.
+func evidenceTime(ev *Evidence) time.Time {
+	if ev.BMC != nil {
+		return ev.BMC.At
+	}
+	return ev.At
+}
+
+// LifeAfter returns a sign of life of the node after ev was taken that no
+// other node can fake, or "" when there is none: a new boot ID in the API
+// or in its agent's signed announcement, an answer of its agent to a
+// liveness challenge, or (for a power reading) a renewal of its kubelet's
+// Lease. Gossip's own "alive" is not one (any key holder can say it); it
+// only makes the fencer ask the agent (see proofPending).
+func LifeAfter(ev *Evidence, o Observation) string {
+	at := evidenceTime(ev)
+	if why := newBoot(ev, o); why != "" {
+		return why
+	}
+	switch {
+	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
+		return fmt.Sprintf("its %s reads power on at %s", source(o.BMC.Reading), o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
+	case o.Agent.LastProof.After(at):
+		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
+	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt):
+		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after the reading", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// lateRenewal reports whether the one sign of life LifeAfter finds is a
+// renewal of the kubelet's Lease stamped, by the kubelet's clock, before
+// the reading was asked for. Most likely the renewal came before the
+// reading and the fencer had not seen it when it read: its informer lags
+// the API server after an outage, and the reading's baseline comes from it
+// when the API server cannot be asked. Such a renewal still voids the
+// reading (a clock far behind could hide a real one: the safe side), but it
+// is no contradiction of the device — no safety alarm, no long pause; the
+// power is read again at once.
+func lateRenewal(ev *Evidence, o Observation) bool {
+	if ev.BMC == nil || !o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt) {
+		return false
+	}
+	asked := ev.BMC.SentAt
+	if asked.IsZero() || ev.BMC.PoweredOffByFenced {
+		// After fenced's own power-off, the off reading is when the
+		// switch-off was confirmed: a node that came back to life (a hang
+		// that ended) after the fence delay, just as fenced switched it
+		// off, renewed its Lease until then. The reading is still void —
+		// read again — but it contradicts nothing (soak seed
+		// 1795470187429725287 raised a false alarm on it). A mislabelled
+		// plug is caught on the next reading: the node lives on after it.
+		asked = ev.BMC.At
+	}
+	without := o
+	without.Node.KubeletRenew = ev.BMC.KubeletLeaseRenewedAt
+	return LifeAfter(ev, without) == "" && o.Node.KubeletRenew.Before(asked)
+}
+
+// newBoot returns how the node is known to run another boot than the one
+// ev is about, or "": it was switched off and came back, which is no
+// contradiction of the evidence.
+func newBoot(ev *Evidence, o Observation) string {
+	switch {
+	case ev.BootID != "" && o.Node.BootID != "" && o.Node.BootID != ev.BootID:
+		return fmt.Sprintf("Kubernetes reports boot %s, not boot %s of the evidence", o.Node.BootID, ev.BootID)
+	case ev.BootID != "" && o.Member.Signed && o.Member.State == vocab.MemberAlive && o.Member.BootID != "" && o.Member.BootID != ev.BootID:
+		return fmt.Sprintf("its agent announced boot %s, signed, not boot %s of the evidence", o.Member.BootID, ev.BootID)
+	}
+	return ""
+}
+
+// EvidenceHolds applies the whole rule at time o.Now: no sign of life since
+// ev, and a power reading no older than maxAge. It returns why not.
+func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, why string) {
+	if life := LifeAfter(ev, o); life != "" {
+		return false, life
+	}
+	if ev.BMC != nil && maxAge > 0 && o.Now.Sub(ev.BMC.At) > maxAge {
+		return false, fmt.Sprintf("the reading is %s old, more than %s", o.Now.Sub(ev.BMC.At).Round(time.Millisecond), maxAge)
+	}
+	return true, ""
+}
+
+// proofPending reports whether the node's agent must be asked before ev
+// is used: a power device that reads off for a live node — a mislabelled
+// outlet, another node's VM — must meet the agent's answer before any
+// taint (the answer voids the reading). The agent is asked when either
+//
+//   - gossip says it is alive, and no challenge sent after the evidence
+//     has been answered or gone unanswered (a node cut off from the API
+//     server only is NotReady yet alive); or
+//   - for power evidence, the kubelet shows life since the suspicion began
+//     (kubeletShowsLife), whatever gossip says, and no challenge sent since
+//     then went unanswered. Gossip's dead can be forged by any key holder
+//     or be false under CPU starvation, and the kubelet's next renewal may
+//     come seconds after the taint: its silence to a challenge is what a
+//     dead node gives and a live one cannot.
+//
+// One unanswered challenge is enough, so forged alive messages delay a
+// fence by one challenge timeout per reading at most; the challenge is sent
+// together with the first read (detect), so the fast path waits for
+// whichever of the two answers last.
+func (d *decider) proofPending(ev *Evidence) bool {
+	o, at := d.o, evidenceTime(ev)
+	if o.Member.State == vocab.MemberAlive && !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at) {
+		return true
+	}
+	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.t.suspectSince)
+}
+
+// kubeletShowsLife reports whether the node shows life since the
+// suspicion began on a channel no gossip-key holder can forge: its Ready
+// condition says True (the kubelet's own word, or its last one before it
+// fell silent: only the node lifecycle controller's grace period tells
+// the two apart) or its kubelet renewed its node Lease after the
+// suspicion began. Both are written under NodeRestriction.
+func (d *decider) kubeletShowsLife() bool {
+	o := d.o
+	return o.Node.Ready == ReadyTrue || o.Node.KubeletRenew.After(d.t.suspectSince)
+}
+
+// lifeShown says which sign of life makes the agent be asked first.
+func (d *decider) lifeShown() string {
+	o := d.o
+	var why []string
+	if o.Member.State == vocab.MemberAlive {
+		why = append(why, "gossip says its agent is alive")
+	}
+	if o.Node.Ready == ReadyTrue {
+		why = append(why, "Kubernetes sees it Ready")
+	}
+	if o.Node.KubeletRenew.After(d.t.suspectSince) {
+		why = append(why, "its kubelet renewed its node Lease since the suspicion began")
+	}
+	return strings.Join(why, ", ")
+}
+
+// silentSince reports whether a liveness challenge sent at or after t went
+// unanswered, and the agent has not answered one since.
+func (d *decider) silentSince(t time.Time) bool {
+	a := d.o.Agent
+	return !a.LastSilent.IsZero() && !a.LastSilent.Before(t) && !a.LastProof.After(a.LastSilent)
+}
+
+// fenceIfStillTrue fences with ev unless the node was seen alive after it
+// (the evidence is void: reported, and the reading never used again), its
+// agent has to be asked first, or the reading is too old (read again).
+func (d *decider) fenceIfStillTrue(ev Evidence) {
+	o, t := d.o, d.t
+	if life := LifeAfter(&ev, o); life != "" {
+		d.void(&ev, life)
+		return
+	}
+	if d.proofPending(&ev) {
+		d.challenge()
+		d.enter(PhaseConfirming, "the node may be alive ("+d.lifeShown()+"): asking its agent before using the evidence")
+		d.requeue(d.p.ReadBackoffMin)
+		return
+	}
+	if ok, why := EvidenceHolds(&ev, o, d.p.MaxEvidenceAge); !ok {
+		// Too old (the write was held up): say so, and read again, now.
+		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", ReasonEvidenceVoided, fmt.Sprintf(
+			"not tainting on %s evidence taken at %s: %s; reading the power state again",
+			ev.Method, evidenceTime(&ev).UTC().Format(time.RFC3339Nano), why))
+		t.nextRead = o.Now
+		d.enter(PhaseConfirming, "evidence too old to use: "+why+"; reading again")
+		d.scheduleRead(false)
+		return
+	}
+	d.fenceWith(ev)
+}
+
+// void drops evidence that a sign of life contradicts: an Event says so,
+// a contradicted reading is never used again, and the node is looked at
+// afresh.
+func (d *decider) void(ev *Evidence, why string) {
+	o, t, p := d.o, d.t, d.p
+	at := evidenceTime(ev)
+	late := lateRenewal(ev, o)
+	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" && !late
+	switch {
+	case late:
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
+			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
+	case contradiction && t.contradicted:
+		// Said once for this suspicion; the same device saying it again
+		// is no news, and a stream of alarms would drown the first.
+	case contradiction:
+		// A power device read off a node that went on living in the same
+		// boot: the device, or the plug the configuration maps to this
+		// node, is not this node's (a mislabelled outlet, a VM of the same
+		// name). Nothing it says about this node can be trusted until a
+		// person looks.
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonPowerReadingContradicted, Message: fmt.Sprintf(
+			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): not tainting; check that the device and plug in the configuration really feed this node",
+			source(ev.BMC), at.UTC().Format(time.RFC3339Nano), why)})
+	default:
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+			"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
+			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
+	}
+	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
+		t.voidedUpTo = ev.BMC.At
+	}
+	switchedOff := t.switchedOff
+	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+		// The reading is void as evidence, but fenced did switch this
+		// boot off: a later reading's fence is still fenced's power-off
+		// (afterFence: on must switch it on again).
+		switchedOff = ev.BootID
+	}
+	voidedUpTo, suspectSince, contradicted := t.voidedUpTo, t.suspectSince, t.contradicted || contradiction
+	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo, contradicted: contradicted, switchedOff: switchedOff}
+	if d.unresponsive() {
+		// Still suspect: start over from a fresh reading — after the
+		// longest pause when the device contradicted the node.
+		t.suspectSince, t.nextRead = suspectSince, o.Now
+		if contradicted {
+			t.readBackoff, t.nextRead = p.ReadBackoffMax, o.Now.Add(p.ReadBackoffMax)
+		}
+		d.enter(PhaseSuspect, "evidence void: "+why)
+		return
+	}
+	d.enter(PhaseHealthy, "evidence void, the node answers: "+why)
+}
+
+// fenceWith asks for the taint with evidence. The rest of the fence —
+// Ready=False, the pods' force-deletion, the NodeFenced Event — follows
+// once the taint is there (fenced), and is redone until done.
+func (d *decider) fenceWith(ev Evidence) {
+	o, t := d.o, d.t
+	t.fence, t.taintSent, t.taintSeen = &ev, o.Now, false
+	sent := d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
+	if o.Cluster.LeaseHeld {
+		d.do(Action{Kind: ActReleaseLease})
+	}
+	if !sent {
+		d.enter(PhaseFenced, fmt.Sprintf("would fence with %s evidence; held (%s)", ev.Method, d.heldBy(ActApplyTaint)))
+		return
+	}
+	d.enter(PhaseFenced, "fencing: "+string(ev.Method))
+	d.requeue(TaintRetry)
+}
+
+// fenced handles Fenced and Recovering: until the taint is there, keep
+// writing it while the evidence holds; then finish the fence and wait for
+// the node to come back with a new boot, and remove the taint once no
+// attachment is left.
+func (d *decider) fenced() {
+	o, t, p := d.o, d.t, d.p
+	fence := t.fence
+	if fence == nil {
+		fence = &Evidence{Method: unknownMethod}
+	}
+	if !o.Node.TaintedByFenced && !t.taintSeen {
+		// Our taint write has not shown up: it failed (API unreachable, a
+		// conflict) or is still on its way. Write again — but only with
+		// evidence that still holds now.
+		if t.fence == nil {
+			*t = Target{Name: t.Name}
+			d.enter(PhaseHealthy, "no evidence to write")
+			return
+		}
+		if h := d.heldBy(ActApplyTaint); h != HoldNone {
+			// Held, not lost: nothing to write again. The evidence stands
+			// while nothing contradicts it; when the hold ends (the fencer
+			// looks at every node again then) the path below checks it,
+			// reads again if it is too old, and writes the taint.
+			if life := LifeAfter(t.fence, o); life != "" {
+				d.void(t.fence, life)
+				return
+			}
+			d.reason = fmt.Sprintf("would be fenced with %s evidence; held (%s)", t.fence.Method, h)
+			return
+		}
+		ev := *t.fence
+		if ev.Method == vocab.EvidenceCleanShutdown {
+			// The node's own word is re-derived from what gossip and the
+			// API show now, not replayed from memory.
+			fresh, ok := d.cleanShutdown()
+			if !ok || d.cleanShutdownStorm() {
+				*t = Target{Name: t.Name, suspectSince: t.suspectSince, nextRead: o.Now}
+				t.Phase = PhaseSuspect
+				d.detect()
+				return
+			}
+			fresh.At = ev.At
+			ev = fresh
+		}
+		if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
+			// A newer reading of off: fence on that one.
+			*t = Target{Name: t.Name, suspectSince: t.suspectSince, voidedUpTo: t.voidedUpTo}
+			t.Phase = PhaseConfirming
+			d.detect()
+			return
+		}
+		t.Phase = PhaseSuspect // fenceIfStillTrue re-enters Fenced
+		if o.Now.Sub(t.taintSent) < TaintRetry && t.Since.Before(o.Now) {
+			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(&ev) {
+				t.Phase = PhaseFenced
+				d.reason = "waiting to see our taint on the Node"
+				d.requeue(TaintRetry - o.Now.Sub(t.taintSent))
+				return
+			}
+		}
+		t.fence = nil
+		d.fenceIfStillTrue(ev)
+		return
+	}
+	bootNow := d.bootID()
+	// Only the member's own signed word counts here: a forged alive with
+	// the fenced boot ID must not raise a false alarm.
+	memberBackSameBoot := o.Member.State == vocab.MemberAlive && o.Member.Signed && o.Member.BootID != "" &&
+		o.Member.BootID == fence.BootID && o.Member.Since.After(fence.At)
+	// Back on a new boot: Ready with a boot ID other than the fenced one,
+	// whether or not its Ready condition changed since the fence (the node
+	// may have come back within the node-monitor grace period, or the fence
+	// was adopted after a restart).
+	backNewBoot := o.Node.Ready == ReadyTrue && o.Node.BootID != "" && fence.BootID != "" && o.Node.BootID != fence.BootID
+	// The kubelet wrote Ready=True after the fence on the fenced boot:
+	// whatever gossip says of its agent (a forged or false dead), the node
+	// never went off. (Condition times have one-second precision, as in
+	// responsiveSince.)
+	kubeletBackSameBoot := o.Node.Ready == ReadyTrue && !o.Node.ReadySince.Before(fence.At.Truncate(time.Second)) &&
+		o.Node.BootID != "" && o.Node.BootID == fence.BootID
+	if backNewBoot || d.responsiveSince(fence.At) || memberBackSameBoot || kubeletBackSameBoot {
+		if fence.BootID != "" && bootNow == fence.BootID {
+			if !t.alarmed {
+				t.alarmed = true
+				d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
+					"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
+					fence.Method, bootNow)})
+			}
+			d.enter(PhaseFenced, "back with the same boot ID: safety alarm, taint kept")
+			return
+		}
+		if memberBackSameBoot {
+			d.enter(PhaseFenced, "gossip member back with the fenced boot ID")
+			return
+		}
+		if bootNow == "" {
+			d.enter(PhaseFenced, "back, but its boot ID is unknown")
+			d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
+				"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
+			return
+		}
+		checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
+		if o.Node.VolumeAttachments > 0 {
+			d.enter(PhaseRecovering, "back with a new boot, VolumeAttachments left")
+			d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
+				"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
+				o.Node.VolumeAttachments))
+			return
+		}
+		if !Recovered(checks) {
+			// Answering (its gossip member, or a Ready transition after
+			// the fence) but not yet Ready on its new boot.
+			d.enter(PhaseFenced, "back, not yet Ready on a new boot")
+			return
+		}
+		if !d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)}) {
+			d.enter(PhaseRecovering, fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
+			return
+		}
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
+		*t = Target{Name: t.Name}
+		d.enter(PhaseHealthy, "recovered")
+		return
+	}
+	if d.t.Phase == PhaseRecovering {
+		d.enter(PhaseFenced, "no longer responsive")
+	}
+	d.reason = "fenced: waiting for the node to come back"
+	// The rest of the fence, redone until done: after an API outage or a
+	// fencer restart nothing of it is lost.
+	// (A held step is reported once and not redone: nothing to retry.)
+	done := true
+	// Ready=True (or no condition) keeps the pod GC from acting on the
+	// taint; False and Unknown both mean not ready, and the node lifecycle
+	// controller turns False into Unknown after every write once the
+	// kubelet is silent, so Unknown is left alone (no write war).
+	if o.Node.Ready != ReadyFalse && o.Node.Ready != ReadyUnknown && d.do(Action{Kind: ActMarkNotReady}) {
+		done = false
+	}
+	if p.ForceDeletePods && !o.Node.PodsForceDeleted && d.do(Action{Kind: ActForceDeletePods}) {
+		done = false
+	}
+	if !done {
+		d.requeue(TaintRetry)
+	}
+	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.poweredOnSent &&
+		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight && d.do(Action{Kind: ActPowerOn}) {
+		t.poweredOnSent = true
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
+			Message: "volumes released: switching the node on again (afterFence: on)"})
+	}
+}
+
+// shuttingDown reports whether the node is in a clean shutdown that is
+// still going on: its agent is in the ring and it (or its kubelet) said
+// so, and ShutdownWait since the suspicion began has not passed.
+func (d *decider) shuttingDown() bool {
+	o := d.o
+	if d.p.ShutdownWait <= 0 || !o.Member.Known || (o.Member.State != vocab.MemberAlive && o.Member.State != vocab.MemberSuspect) {
+		return false
+	}
+	if !o.Member.announcedShutdown() && !o.Node.ShuttingDown {
+		return false
+	}
+	return o.Now.Before(d.t.suspectSince.Add(d.p.ShutdownWait))
+}
+
+// shutdownSource says who reported the shutdown.
+func (d *decider) shutdownSource() string {
+	if d.o.Member.announcedShutdown() {
+		return "its agent announced " + string(d.o.Member.Announced)
+	}
+	return "its kubelet reports it"
+}
+
+// announcedShutdown reports whether the member's agent announced, in its
+// own signed word, that its host is shutting down (or has finished with
+// its volumes). An unsigned announcement could be anyone's: it would hold
+// back the BMC read for ShutdownWait, so it counts for nothing.
+func (m MemberObs) announcedShutdown() bool {
+	return m.Signed && m.Announced.Shutdown()
+}
+
+// cleanShutdown returns clean-shutdown evidence when the member announced
+// shutdown-complete for the node's current boot and has left the ring.
+func (d *decider) cleanShutdown() (Evidence, bool) {
+	m, n := d.o.Member, d.o.Node
+	if !m.Known || !m.Signed || m.State != vocab.MemberLeft || m.Announced != vocab.AnnounceShutdownComplete || m.BootID == "" {
+		return Evidence{}, false
+	}
+	// The announcement must be about the boot the API knows; an old
+	// announcement of an earlier boot proves nothing about this one.
+	if n.BootID != "" && n.BootID != m.BootID {
+		return Evidence{}, false
+	}
+	return Evidence{Method: vocab.EvidenceCleanShutdown, At: d.o.Now, BootID: m.BootID,
+		Reason: fmt.Sprintf("node announced shutdown-complete (no CSI volume mounted) for boot %s, signed with its own key, and left the ring at %s",
+			m.BootID, m.Since.UTC().Format(time.RFC3339))}, true
+}
+
+// guidMatches applies the identity check "when known": a reading without
+// a GUID, or a node without a systemUUID, passes.
+func (d *decider) guidMatches(r *Reading) bool {
+	return r.GUIDMismatch(d.o.Node.SystemUUID) == nil
+}
+
+// source names where a reading comes from in messages: "BMC <endpoint>",
+// or "fencing level N (device:plug, ...)" for a level of several devices.
+func source(r *Reading) string {
+	if r.Level > 0 {
+		return "fencing " + r.Endpoint
+	}
+	if r.Device != "" && r.Device != vocab.DeviceBMC {
+		return "power device " + r.Endpoint
+	}
+	return "BMC " + r.Endpoint
+}
+
+// bootID is the node's current boot ID: the API's, else the member's.
+func (d *decider) bootID() string {
+	if d.o.Node.BootID != "" {
+		return d.o.Node.BootID
+	}
+	return d.o.Member.BootID
+}
+
+// channels describes which channels say the node is gone.
+func (d *decider) channels() string {
+	var c []string
+	if d.o.Node.Ready != ReadyTrue {
+		c = append(c, "Kubernetes Ready="+string(d.o.Node.Ready))
+	}
+	if s := d.o.Member.State; s.Gone() {
+		c = append(c, "gossip "+string(s))
+	}
+	if d.aliveUnbacked() {
+		c = append(c, "gossip alive, but its agent does not answer challenges")
+	}
+	return strings.Join(c, ", ")
+}

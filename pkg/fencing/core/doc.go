@@ -1,0 +1,31 @@
+// Package core is fenced's decision core: a state machine per target node
+// that turns what is known about the node into what must be done, with no
+// I/O (docs/design.md §3 and §4). It imports only the standard library, which
+// TestCoreStaysPure checks.
+//
+// A failure travels through three files in three packages:
+//
+//  1. event: pkg/fencing, fencer.go — informers (Nodes, VolumeAttachments,
+//     Leases) and gossip notifications queue the node; Fencer.sync builds an
+//     [Observation] (Fencer.observe) and calls [Target.Step].
+//  2. decision: here, decide.go — [Target.Step] returns a [Decision]: the
+//     node's [Phase] and the [Action]s to take. The only path to
+//     [ActApplyTaint] is evidence ([Evidence]); table tests with a fake
+//     clock and a randomized invariant walk drive it (decide_test.go).
+//  3. action: pkg/fencing, fencer.go — Fencer.execute carries out each Action:
+//     BMC reads and verified power actions through pkg/fencing/device (power.go),
+//     the taint with its evidence through pkg/taint. Their results come
+//     back as later Observations.
+//
+// The words the core shares with the BMC drivers of pkg/fencing/device — [PowerState],
+// [ErrorKind], the Op names — are defined here (vocab.go), as is the rule that
+// a BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
+// core, by pkg/taint and by `fenced confirm`.
+//
+// [Evidence] (evidence.go) is fenced's one model of why a node is fenced:
+// what the core decides a taint with, what `fenced confirm` builds from an
+// operator's word, and, through its JSON tags, the format of the Node's
+// evidence annotation that pkg/taint writes and reads. [Evidence.Validate] is
+// the one rule of what counts as evidence on its own (docs/design.md §2); pkg/taint
+// applies it before every taint and adds only the checks against the Node.
+package core

@@ -1,0 +1,129 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/internal/testbed/pdusim"
+	"fenced.io/fenced/pkg/fencing/core"
+)
+
+// apcAgent builds the driver on ClusterLabs' fence_apc_snmp for the PDU.
+func apcAgent(t *testing.T, pdu *pdusim.PDU, community string) *FenceAgent {
+	t.Helper()
+	a, err := NewFenceAgent(context.Background(), FenceAgentOptions{
+		DriverOptions: DriverOptions{Node: "pdu", Timeout: 30 * time.Second},
+		Agent:         "fence_apc_snmp",
+		Options:       map[string]string{"ip": pdu.Host, "ipport": strconv.Itoa(pdu.Port), "snmp_version": "2c"},
+		Secrets:       map[string]func() (string, error){"community": staticPassword(community)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestFenceAgentAPCSNMP(t *testing.T) {
+	requireIntegration(t)
+	pdu := pdusim.Start(t, pdusim.Options{Outlets: 4, Off: []int{2}, Names: []string{"worker-1", "worker-2"}})
+	a := apcAgent(t, pdu, pdu.Community)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		plug string
+		want core.PowerState
+	}{
+		{"1", core.PowerOn},
+		{"2", core.PowerOff},
+		{"worker-2", core.PowerOff}, // by outlet name
+	} {
+		if got, err := a.Status(ctx, tc.plug); got != tc.want || err != nil {
+			t.Fatalf("Status(%s) = %s, %v; want %s", tc.plug, got, err, tc.want)
+		}
+	}
+	if err := a.Monitor(ctx); err != nil {
+		t.Fatalf("Monitor: %v", err)
+	}
+	plugs, err := a.List(ctx)
+	want := []FencePlug{{"1", "worker-1"}, {"2", "worker-2"}, {"3", "outlet-3"}, {"4", "outlet-4"}}
+	if err != nil || fmt.Sprint(plugs) != fmt.Sprint(want) {
+		t.Fatalf("List = %v, %v; want %v", plugs, err, want)
+	}
+
+	// Through the BMC-shaped handle and the verified actions the fencer uses.
+	plug := a.Plug("worker-3", "3")
+	if _, err := PowerOffVerified(ctx, plug, fastVerify); err != nil {
+		t.Fatalf("PowerOffVerified: %v", err)
+	}
+	if pdu.Outlet(3) {
+		t.Fatal("outlet 3 on after PowerOffVerified")
+	}
+	if _, err := PowerOnVerified(ctx, plug, fastVerify); err != nil {
+		t.Fatalf("PowerOnVerified: %v", err)
+	}
+	if !pdu.Outlet(3) {
+		t.Fatal("outlet 3 off after PowerOnVerified")
+	}
+	// A change at the PDU is what the agent reads next.
+	pdu.SetOutlet(3, false)
+	if got, err := plug.PowerState(ctx); got != core.PowerOff || err != nil {
+		t.Fatalf("PowerState after the outlet was cut = %s, %v", got, err)
+	}
+}
+
+func TestFenceAgentAPCSNMPWrongCommunity(t *testing.T) {
+	requireIntegration(t)
+	pdu := pdusim.Start(t, pdusim.Options{Outlets: 2, Off: []int{1, 2}})
+	a := apcAgent(t, pdu, "not-"+pdu.Community)
+	got, err := a.Plug("worker-1", "1").PowerState(context.Background())
+	// SNMP v2c has no authentication failure answer: the agent hears nothing.
+	if got != core.PowerUnknown || KindOf(err) != core.KindTimeout {
+		t.Fatalf("wrong community: %s, %v; want unknown and a timeout", got, err)
+	}
+	if msg := err.Error(); strings.Contains(msg, pdu.Community) {
+		t.Fatalf("error leaks the community: %s", msg)
+	}
+	if err := a.Monitor(context.Background()); err == nil {
+		t.Fatal("Monitor with a wrong community succeeded")
+	}
+}
+
+func TestFenceAgentIPMILan(t *testing.T) {
+	requireIntegration(t)
+	sim := ipmisim.Start(t, ipmisim.Options{})
+	newAgent := func(password string) *FenceAgent {
+		a, err := NewFenceAgent(context.Background(), FenceAgentOptions{
+			DriverOptions: DriverOptions{Node: "node-a", Timeout: 30 * time.Second},
+			Agent:         "fence_ipmilan",
+			Options: map[string]string{"ip": sim.Addr, "ipport": strconv.Itoa(sim.Port), "username": sim.Username,
+				"lanplus": "1", "cipher": "3", "privlvl": "administrator"},
+			Secrets: map[string]func() (string, error){"password": staticPassword(password)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	b := newAgent(sim.Password).Plug("node-a", "")
+	ctx := context.Background()
+	assertState(t, sim, b, core.PowerOn)
+	if _, err := PowerOffVerified(ctx, b, fastVerify); err != nil {
+		t.Fatalf("PowerOffVerified: %v", err)
+	}
+	assertState(t, sim, b, core.PowerOff)
+	if _, err := PowerOnVerified(ctx, b, fastVerify); err != nil {
+		t.Fatalf("PowerOnVerified: %v", err)
+	}
+	assertState(t, sim, b, core.PowerOn)
+
+	got, err := newAgent("wrong-"+sim.Password).Plug("node-a", "").PowerState(ctx)
+	if got != core.PowerUnknown || err == nil {
+		t.Fatalf("wrong password: %s, %v; want an error", got, err)
+	}
+	t.Logf("wrong password: %v (kind %s)", err, KindOf(err))
+}

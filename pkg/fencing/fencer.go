@@ -1,0 +1,1044 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	coordinformers "k8s.io/client-go/informers/coordination/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+
+	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// MemberSource is the gossip view the fencer reads and the way it asks an
+// agent for a proof of life (a *heartbeat.Ring).
+type MemberSource interface {
+	Member(name string) (heartbeat.Member, bool)
+	Alive() int
+	Challenge(ctx context.Context, name, addr string) (heartbeat.Proof, error)
+}
+
+// Informers are what a fencer watches. Nodes and VolumeAttachments come
+// from the process's one factory for cluster-scoped objects (the agent
+// reads Nodes from it too); the Leases from factories limited to their
+// namespace (see NewInformers).
+type Informers struct {
+	Nodes             coreinformers.NodeInformer
+	VolumeAttachments storageinformers.VolumeAttachmentInformer
+	// Leases are the Leases in Config.LeaseNamespace: power Leases and
+	// the agents' key Leases.
+	Leases coordinformers.LeaseInformer
+	// KubeletLeases are the kubelets' node Leases (KubeletLeaseNamespace).
+	KubeletLeases coordinformers.LeaseInformer
+	// Pause is the pause ConfigMap (taint.PauseConfigMap in the lease
+	// namespace, that one object only); nil: never paused (switches.go).
+	Pause coreinformers.ConfigMapInformer
+}
+
+// NewInformers takes a fencer's Nodes and VolumeAttachments from cluster,
+// the process's shared factory for cluster-scoped objects, and builds one
+// factory per Lease namespace: leaseNamespace and KubeletLeaseNamespace.
+// The Lease factories are separate because a factory's informers list and
+// watch across all namespaces unless the factory is limited to one, and a
+// fencer may read Leases only in these two (a namespaced Role in each,
+// deploy/daemonset/base). The caller starts and shuts down the returned
+// factories, as it does cluster.
+func NewInformers(client kubernetes.Interface, cluster informers.SharedInformerFactory, leaseNamespace string) (Informers, []informers.SharedInformerFactory) {
+	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace))
+	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace))
+	pause := newPauseFactory(client, leaseNamespace)
+	return Informers{
+		Nodes:             cluster.Core().V1().Nodes(),
+		VolumeAttachments: cluster.Storage().V1().VolumeAttachments(),
+		Leases:            inNS.Coordination().V1().Leases(),
+		KubeletLeases:     nodeLeases.Coordination().V1().Leases(),
+		Pause:             pause.Core().V1().ConfigMaps(),
+	}, []informers.SharedInformerFactory{inNS, nodeLeases, pause}
+}
+
+// Config wires a Fencer.
+type Config struct {
+	// Identity names this fencer in Leases, annotations and Events
+	// (its node name).
+	Identity string
+	// Client writes: Leases, taints, Events. Reads go through Informers.
+	Client    kubernetes.Interface
+	Informers Informers
+	Inventory *device.Inventory
+	Members   MemberSource
+	Tainter   *taint.Tainter
+	Recorder  record.EventRecorder
+	Policy    core.Policy
+	// LeaseNamespace holds the per-target power Leases.
+	LeaseNamespace string
+	// LeaseDuration of a power Lease; it is renewed every third of it
+	// while a power action runs, so a dead fencer's Lease lapses quickly.
+	LeaseDuration time.Duration
+	// Verify controls how power actions are confirmed.
+	Verify device.VerifyOptions
+	// GossipPort is where agents listen for gossip, and so for liveness
+	// challenges (at their Node's InternalIP).
+	GossipPort int
+	// ChallengeTimeout bounds the wait for a proof of life.
+	ChallengeTimeout time.Duration
+	// MonitorInterval is how often every power device is checked
+	// (monitor.go); 0 disables the checks.
+	MonitorInterval time.Duration
+	// MaxConcurrentPowerReads bounds the power reads in flight at once
+	// (readgate.go); 0: config.DefaultMaxConcurrentPowerReads.
+	MaxConcurrentPowerReads int
+	Metrics                 *Metrics
+	Logger                  *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Fencer watches Nodes, VolumeAttachments and Leases, runs the decision
+// core for every node and carries out its actions. All inputs arrive
+// through informers and gossip notifications; there is no polling.
+type Fencer struct {
+	cfg   Config
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	nodes  corelisters.NodeLister
+	vas    cache.Indexer
+	leases coordlisters.LeaseNamespaceLister
+	// kubeletLeases are the kubelets' node Leases (their heartbeats).
+	kubeletLeases coordlisters.LeaseNamespaceLister
+	synced        []cache.InformerSynced
+
+	mu      sync.Mutex
+	targets map[string]*core.Target
+	bmc     map[string]*core.BMCObs
+	agents  map[string]*core.AgentObs     // liveness challenges and their answers
+	renew   map[string]context.CancelFunc // Lease renewals running
+	seqs    map[string]seqSeen            // latest signed statement per node (replays)
+	forged  map[claimID]struct{}          // forgeries counted, to count each once
+	// forgeryWarnings rate-limits the warnings about forgeries: forgers
+	// choose how many distinct claims they send.
+	forgeryWarnings *heartbeat.WarnLimiter
+	// cleanFences remembers this fencer's own clean-shutdown taints (the
+	// storm guard must count them before the informer shows them).
+	cleanFences map[string]time.Time
+	seenReady   map[string]bool // nodes seen Ready: not joining
+	// written holds the Node as this fencer's own taint write returned
+	// it, until the informer shows that write (or a later one): the fence
+	// goes on from it at once, not after the informer's lag.
+	written map[string]*corev1.Node
+	// podsDeleted is when the node's pods were last force-deleted.
+	podsDeleted map[string]time.Time
+	// fenceable is, per node, whether the last device monitor round found
+	// a fencing level that answers.
+	fenceable map[string]bool
+	// misfed: the device monitor found a level of this Ready node reading
+	// off while its agent answered, and raised the alarm (monitor.go).
+	misfed map[string]bool
+
+	// pause reads the pause ConfigMap (nil: no pause informer).
+	pause corelisters.ConfigMapNamespaceLister
+	// pausedSeen is the pause state last reported (switches.go).
+	pausedSeen pauseState
+
+	// policyOK: the admission policy binding agent keys to nodes is in
+	// force (checkPolicy); policyChecked: it was checked once.
+	policyOK      atomic.Bool
+	policyChecked bool
+
+	// keys: the Lease keys shown stale (stalekey.go); under mu.
+	keys keyTrust
+
+	// reads bounds the power reads in flight (readgate.go).
+	reads *readGate
+
+	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
+}
+
+// LeasePrefix names the per-target power Leases: fenced-power-<node>.
+const LeasePrefix = "fenced-power-"
+
+// KubeletLeaseNamespace holds the kubelets' node Leases.
+const KubeletLeaseNamespace = corev1.NamespaceNodeLease
+
+// ErrEvidenceVoided is wrapped by a taint write that the evidence no
+// longer allowed when it was about to happen.
+var ErrEvidenceVoided = errors.New("evidence no longer holds")
+
+const vaByNode = "byNode"
+
+// New builds a Fencer and registers its handlers on cfg.Informers, which
+// must not have started yet (an indexer cannot be added to a running
+// informer); Run runs it once they are started.
+func New(cfg Config) (*Fencer, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = config.DefaultLeaseDuration
+	}
+	if cfg.GossipPort == 0 {
+		cfg.GossipPort = config.DefaultGossipPort
+	}
+	if cfg.ChallengeTimeout <= 0 {
+		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
+	}
+	if cfg.Metrics == nil {
+		// Registered nowhere: a fencer always has its metrics to update.
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if cfg.MaxConcurrentPowerReads <= 0 {
+		cfg.MaxConcurrentPowerReads = config.DefaultMaxConcurrentPowerReads
+	}
+	f := &Fencer{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		queue:       workqueue.NewTypedRateLimitingQueue(retryLimiter()),
+		targets:     map[string]*core.Target{},
+		bmc:         map[string]*core.BMCObs{},
+		agents:      map[string]*core.AgentObs{},
+		renew:       map[string]context.CancelFunc{},
+		seqs:        map[string]seqSeen{},
+		forged:      map[claimID]struct{}{},
+		cleanFences: map[string]time.Time{},
+		seenReady:   map[string]bool{},
+		written:     map[string]*corev1.Node{},
+		podsDeleted: map[string]time.Time{},
+		fenceable:   map[string]bool{},
+		misfed:      map[string]bool{},
+		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
+	}
+	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
+	if err := f.watch(cfg.Informers); err != nil {
+		return nil, err
+	}
+	if err := f.watchPause(cfg.Informers.Pause); err != nil {
+		return nil, err
+	}
+	f.cfg.Metrics.setDryRun(cfg.Policy.DryRun)
+	return f, nil
+}
+
+// maxRetryDelay bounds the backoff of a node whose sync keeps failing.
+// client-go's default grows to 1000 s: after an API server outage of half
+// a minute a pending taint would wait 20 s more to be written. A fencer
+// has a handful of nodes to retry, so it retries every 2 s at most.
+const maxRetryDelay = 2 * time.Second
+
+// retryLimiter is client-go's default controller rate limiter with the
+// per-item backoff capped at maxRetryDelay.
+func retryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// Notify tells the fencer that the gossip view of name changed. Quorum
+// depends on every member, so targets that are not healthy are looked at
+// again too.
+//
+// It is the ring's change handler (heartbeat.Ring.OnChange), called with
+// memberlist's node lock held: it only queues names and holds f.mu for a
+// map walk. That is safe because nothing holds f.mu while calling into the
+// ring (observe, evidenceCheck and startChallenge read Members with f.mu
+// released; TestNotifyFromInsideTheRing holds the fencer to it).
+func (f *Fencer) Notify(name string) {
+	f.queue.Add(name)
+	var others []string
+	f.mu.Lock()
+	for n, t := range f.targets {
+		if t.Phase != core.PhaseHealthy && n != name {
+			others = append(others, n)
+		}
+	}
+	f.mu.Unlock()
+	for _, n := range others {
+		f.queue.Add(n)
+	}
+}
+
+// watch registers the fencer's handlers and indexer on its informers:
+// every change queues the node it is about.
+func (f *Fencer) watch(inf Informers) error {
+	nodeInf, vaInf, leaseInf, kubeletLeaseInf := inf.Nodes, inf.VolumeAttachments, inf.Leases, inf.KubeletLeases
+	if err := vaInf.Informer().AddIndexers(cache.Indexers{vaByNode: func(obj any) ([]string, error) {
+		return []string{obj.(*storagev1.VolumeAttachment).Spec.NodeName}, nil
+	}}); err != nil {
+		return err
+	}
+	enqueue := func(name string) {
+		if name != "" {
+			f.queue.Add(name)
+		}
+	}
+	handlers := []struct {
+		inf  cache.SharedIndexInformer
+		name func(any) string
+	}{
+		{nodeInf.Informer(), func(o any) string { return metaName(o) }},
+		{vaInf.Informer(), func(o any) string {
+			if va, ok := unwrap(o).(*storagev1.VolumeAttachment); ok {
+				return va.Spec.NodeName
+			}
+			return ""
+		}},
+		{leaseInf.Informer(), func(o any) string {
+			if l, ok := unwrap(o).(*coordinationv1.Lease); ok {
+				return leaseTarget(l)
+			}
+			return ""
+		}},
+		// A kubelet's heartbeat matters only for a node under suspicion
+		// or fenced (it voids evidence): healthy nodes are not queued on
+		// every renewal.
+		{kubeletLeaseInf.Informer(), func(o any) string {
+			name := metaName(o)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if t, ok := f.targets[name]; ok && t.Phase != core.PhaseHealthy {
+				return name
+			}
+			return ""
+		}},
+	}
+	for _, h := range handlers {
+		name := h.name
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { enqueue(name(o)) },
+			UpdateFunc: func(_, o any) { enqueue(name(o)) },
+			DeleteFunc: func(o any) { enqueue(name(o)) },
+		}); err != nil {
+			return err
+		}
+		f.synced = append(f.synced, h.inf.HasSynced)
+	}
+	f.nodes = nodeInf.Lister()
+	f.vas = vaInf.Informer().GetIndexer()
+	f.leases = leaseInf.Lister().Leases(f.cfg.LeaseNamespace)
+	f.kubeletLeases = kubeletLeaseInf.Lister().Leases(KubeletLeaseNamespace)
+	return nil
+}
+
+// Run waits for the informers (started by their owner) to sync, then runs
+// the worker until ctx ends.
+func (f *Fencer) Run(ctx context.Context) error {
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.checkPolicy(ctx)
+	}()
+	defer func() {
+		f.queue.ShutDown()
+		f.bg.Wait()
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
+		return errors.New("fencer: informer caches did not sync")
+	}
+	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", f.cfg.Policy.Mode,
+		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace, "dryRun", f.cfg.Policy.DryRun)
+	if f.cfg.Policy.DryRun {
+		f.log.Warn("dry-run (policy.dryRun): deciding and reporting everything, changing nothing — no taint, no Ready=False, no pod deleted, no power switched")
+	}
+
+	// The worker is waited for on return like the background calls: a
+	// decision still running must not outlive Run (and log after it).
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		for f.processNext(ctx) {
+		}
+	}()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.monitorDevices(ctx)
+	}()
+	<-ctx.Done()
+	return nil
+}
+
+func (f *Fencer) processNext(ctx context.Context) bool {
+	name, quit := f.queue.Get()
+	if quit {
+		return false
+	}
+	defer f.queue.Done(name)
+	if err := f.sync(ctx, name); err != nil {
+		f.log.Error("fencer: sync failed, will retry", "node", name, "err", err)
+		f.queue.AddRateLimited(name)
+		return true
+	}
+	f.queue.Forget(name)
+	return true
+}
+
+// sync runs one decision for node name and carries out its actions.
+func (f *Fencer) sync(ctx context.Context, name string) error {
+	if name == f.cfg.Identity {
+		return nil // a fencer is never its own target
+	}
+	o, node, err := f.observe(name)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	t, ok := f.targets[name]
+	if !ok {
+		t = &core.Target{Name: name}
+		f.targets[name] = t
+	}
+	before := t.Phase
+	d := t.Step(o, f.cfg.Policy)
+	suspectSince := t.SuspectSince()
+	if d.Phase == core.PhaseHealthy && !o.Node.Exists {
+		delete(f.targets, name)
+		delete(f.seenReady, name)
+		delete(f.misfed, name)
+	}
+	f.mu.Unlock()
+
+	f.cfg.Metrics.setPhase(name, before, d.Phase)
+	if before != d.Phase || significant(d.Actions) {
+		f.log.Info("decision", "node", name, "from", string(before), "phase", string(d.Phase), "reason", d.Reason,
+			"actions", actionNames(d.Actions), "evidence", evidenceMethod(d.Actions))
+	}
+	var errs []error
+	for _, a := range d.Actions {
+		if err := f.execute(ctx, name, node, a, suspectSince); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.Kind, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// observe assembles the core's input from the listers, gossip and the
+// BMC state. node is nil when the Node does not exist.
+func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
+	now := f.cfg.Now()
+	o := core.Observation{Now: now}
+	node, err := f.nodes.Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return o, nil, err
+	}
+	if err == nil {
+		node = f.freshest(node)
+		o.Node = nodeObs(node)
+		o.Node.Excluded = taint.ExcludedBy(node)
+		vas, _ := f.vas.ByIndex(vaByNode, name)
+		o.Node.VolumeAttachments = len(vas)
+		o.Node.KubeletRenew = f.kubeletRenew(name)
+		// A node this fencer has seen Ready is not joining, however soon
+		// after its registration it stopped (the registration-time
+		// heuristic of neverReady is for nodes seen only after a restart).
+		f.mu.Lock()
+		if o.Node.Ready == core.ReadyTrue {
+			f.seenReady[name] = true
+		}
+		if f.seenReady[name] {
+			o.Node.NeverReady = false
+		}
+		if o.Node.Evidence != nil {
+			o.Node.PodsForceDeleted = f.podsDeleted[name].After(o.Node.Evidence.At)
+		}
+		f.mu.Unlock()
+	} else {
+		node = nil
+	}
+	if m, ok := f.cfg.Members.Member(name); ok {
+		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+			Signed: f.signed(name, m)}
+	}
+	configured := f.cfg.Inventory.Fenceable(name)
+	f.mu.Lock()
+	if b, ok := f.bmc[name]; ok {
+		o.BMC = *b
+	}
+	if a, ok := f.agents[name]; ok {
+		o.Agent = *a
+	}
+	cleanFences := map[string]bool{}
+	for n, at := range f.cleanFences {
+		if now.Sub(at) < f.cfg.Policy.StormWindow {
+			cleanFences[n] = true
+		} else {
+			delete(f.cleanFences, n)
+		}
+	}
+	f.mu.Unlock()
+	o.BMC.Configured = configured
+
+	all, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return o, node, err
+	}
+	o.Cluster.Nodes = len(all)
+	o.Cluster.GossipAlive = f.cfg.Members.Alive()
+	o.Cluster.Paused, o.Cluster.PauseReason = f.paused()
+	excluded := 0
+	for _, n := range all {
+		if taint.ExcludedBy(n) != "" {
+			excluded++
+		}
+		m, known := f.cfg.Members.Member(n.Name)
+		gone := known && m.State.Gone()
+		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
+		if ready, _ := readyCondition(n); ready != core.ReadyTrue || gone || fenced {
+			o.Cluster.Unhealthy++
+		}
+		if fenced {
+			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown &&
+				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
+				cleanFences[n.Name] = true
+			}
+		}
+		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
+		if n.Name != name && isCP && (fenced || f.leaseActive(n.Name, now) != "") {
+			o.Cluster.ControlPlaneDown++
+		}
+	}
+	f.cfg.Metrics.NodesExcluded.Set(float64(excluded))
+	leases, err := f.leases.List(labels.Everything())
+	if err != nil {
+		return o, node, err
+	}
+	for _, l := range leases {
+		target := strings.TrimPrefix(l.Name, LeasePrefix)
+		if target == name || !strings.HasPrefix(l.Name, LeasePrefix) {
+			continue
+		}
+		if f.leaseActive(target, now) != "" {
+			o.Cluster.PowerActions++
+		}
+	}
+	o.Cluster.LeaseHeld = f.leaseActive(name, now) == f.cfg.Identity
+	delete(cleanFences, name)
+	o.Cluster.CleanShutdownFences = len(cleanFences)
+	return o, node, nil
+}
+
+// freshest returns the newer of the informer's Node and the one this
+// fencer's own taint write returned, forgetting the latter once the
+// informer has caught up with it.
+func (f *Fencer) freshest(n *corev1.Node) *corev1.Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, ok := f.written[n.Name]
+	if !ok {
+		return n
+	}
+	if newerOrSame(n.ResourceVersion, w.ResourceVersion) {
+		delete(f.written, n.Name)
+		return n
+	}
+	return w
+}
+
+// newerOrSame compares resource versions: the API server's are etcd
+// revisions, numbers that only grow. Anything else counts as newer, so a
+// remembered write is dropped rather than kept over the informer.
+func newerOrSame(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 != nil || err2 != nil || x >= y
+}
+
+// kubeletRenew is the renew time of node's kubelet Lease, as the informer
+// has it (zero when unknown).
+func (f *Fencer) kubeletRenew(node string) time.Time {
+	if f.kubeletLeases == nil {
+		return time.Time{}
+	}
+	l, err := f.kubeletLeases.Get(node)
+	if err != nil || l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// kubeletRenewFromAPI reads node's kubelet Lease from the API server, not
+// the informer, which may lag: its renew time, whether it has one, and the
+// read's error. A missing Lease is no error: it has no renew time.
+func (f *Fencer) kubeletRenewFromAPI(ctx context.Context, node string) (renew time.Time, ok bool, err error) {
+	l, err := f.cfg.Client.CoordinationV1().Leases(KubeletLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, err
+	case l.Spec.RenewTime == nil:
+		return time.Time{}, false, nil
+	}
+	return l.Spec.RenewTime.Time, true, nil
+}
+
+// evidenceCheck is the last check before a taint write, run by the Tainter
+// on the Node it just read: the core's rule (EvidenceHolds) against the
+// freshest view there is — that Node, the kubelet's Lease read from the API
+// now, the gossip member and the agent's answers as they are now.
+func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Evidence) func(*corev1.Node) error {
+	return func(n *corev1.Node) error {
+		o := core.Observation{Now: f.cfg.Now(), Node: nodeObs(n)}
+		o.Node.KubeletRenew = f.kubeletRenew(name)
+		renew, ok, err := f.kubeletRenewFromAPI(ctx, name)
+		switch {
+		case ok:
+			o.Node.KubeletRenew = renew
+		case err != nil && !apierrors.IsForbidden(err):
+			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
+		}
+		if m, ok := f.cfg.Members.Member(name); ok {
+			o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+				Signed: f.signed(name, m)}
+		}
+		f.mu.Lock()
+		if a, ok := f.agents[name]; ok {
+			o.Agent = *a
+		}
+		if b, ok := f.bmc[name]; ok {
+			o.BMC = *b
+		}
+		f.mu.Unlock()
+		if ok, why := core.EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
+			return fmt.Errorf("%w: %s", ErrEvidenceVoided, why)
+		}
+		return nil
+	}
+}
+
+// leaseActive returns the holder of node's power Lease if it has not
+// expired, else "".
+func (f *Fencer) leaseActive(node string, now time.Time) string {
+	l, err := f.leases.Get(LeasePrefix + node)
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" ||
+		l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return ""
+	}
+	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	if now.After(expiry) {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// nodeObs reads what the core needs from a Node.
+func nodeObs(n *corev1.Node) core.NodeObs {
+	o := core.NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
+	o.Ready, o.ReadySince = readyCondition(n)
+	o.ShuttingDown = kubeletShuttingDown(n)
+	o.NeverReady = neverReady(n)
+	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
+	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
+		o.TaintedByFenced = true
+		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+			o.Evidence = &ev
+		}
+	}
+	return o
+}
+
+// readyCondition returns the status of the Node's Ready condition and
+// when it last changed; a Node without one counts as Unknown.
+func readyCondition(n *corev1.Node) (core.Ready, time.Time) {
+	if c := taint.ReadyCondition(n); c != nil {
+		return core.Ready(c.Status), c.LastTransitionTime.Time
+	}
+	return core.ReadyUnknown, time.Time{}
+}
+
+// joinGrace bounds the time between a Node's creation and its kubelet's
+// first status report: a Ready condition that last changed within it of
+// the creation never changed since, so the node was never Ready.
+const joinGrace = 30 * time.Second
+
+// neverReady reports whether the node has not been Ready since it
+// registered: no Ready condition yet, or a not-Ready one whose last
+// transition came with the registration. A node whose kubelet reports a
+// graceful shutdown was running, however young it is.
+func neverReady(n *corev1.Node) bool {
+	c := taint.ReadyCondition(n)
+	if kubeletShuttingDown(n) {
+		return false
+	}
+	return c == nil || c.Status != corev1.ConditionTrue && c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < joinGrace
+}
+
+// kubeletShuttingDown reports whether the kubelet's graceful node
+// shutdown manager marked the node NotReady because it is shutting down.
+func kubeletShuttingDown(n *corev1.Node) bool {
+	c := taint.ReadyCondition(n)
+	return c != nil && c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down")
+}
+
+// execute carries out one action for node name.
+func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a core.Action, suspectSince time.Time) error {
+	if f.heldNow(name, node, a) {
+		return nil
+	}
+	switch a.Kind {
+	case core.ActHeld:
+		f.reportHeld(name, node, a)
+	case core.ActRequeue:
+		f.queue.AddAfter(name, a.After)
+	case core.ActReadPower:
+		f.startBMC(ctx, name, core.OpPowerStatus)
+	case core.ActPowerOff:
+		f.startBMC(ctx, name, core.OpPowerOff)
+	case core.ActPowerOn:
+		f.startBMC(ctx, name, core.OpPowerOn)
+	case core.ActAcquireLease:
+		return f.acquireLease(ctx, name)
+	case core.ActReleaseLease:
+		return f.releaseLease(ctx, name)
+	case core.ActApplyTaint:
+		// The core's evidence as it is, in this fencer's name (a copy: the
+		// core keeps its own).
+		ev := *a.Evidence
+		ev.By = f.cfg.Identity
+		written, err := f.cfg.Tainter.ApplyIf(ctx, name, ev, f.evidenceCheck(ctx, name, a.Evidence))
+		f.cfg.Metrics.fence(ev.Method, err)
+		if errors.Is(err, ErrEvidenceVoided) {
+			// Not an error of the fencer's: the node was alive after the
+			// evidence (the core voids it too once its view shows why), or
+			// the reading got too old (it is read again).
+			f.log.Warn("taint not written: the evidence no longer holds", "node", name, "evidence", ev.Method, "why", err)
+			f.queue.AddAfter(name, time.Second)
+			return nil
+		}
+		if err != nil {
+			f.queue.AddAfter(name, core.TaintRetry)
+			return err
+		}
+		applied := written != nil
+		if applied {
+			f.mu.Lock()
+			f.written[name] = written
+			f.mu.Unlock()
+			f.queue.Add(name) // go on from the written Node at once
+		}
+		if applied && ev.Method == vocab.EvidenceCleanShutdown {
+			f.mu.Lock()
+			f.cleanFences[name] = f.cfg.Now()
+			f.mu.Unlock()
+		}
+		if applied {
+			if !suspectSince.IsZero() {
+				f.cfg.Metrics.DetectionToTaint.Observe(f.cfg.Now().Sub(suspectSince).Seconds())
+			}
+			f.log.Warn("out-of-service taint applied", "node", name, "evidence", ev.Method, "reason", ev.Reason,
+				"sinceSuspected", f.cfg.Now().Sub(suspectSince).Round(time.Millisecond))
+		}
+	case core.ActMarkNotReady:
+		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
+		return err
+	case core.ActForceDeletePods:
+		n, err := f.cfg.Tainter.ForceDeletePods(ctx, name)
+		if n > 0 {
+			f.log.Info("force-deleted pods of fenced node", "node", name, "pods", n)
+		}
+		if err == nil {
+			f.mu.Lock()
+			f.podsDeleted[name] = f.cfg.Now()
+			f.mu.Unlock()
+		}
+		return err
+	case core.ActRemoveTaint:
+		removed, err := f.cfg.Tainter.Remove(ctx, name, a.Message)
+		if err != nil {
+			return err
+		}
+		if removed {
+			f.cfg.Metrics.TaintsRemoved.Inc()
+			f.log.Info("out-of-service taint removed", "node", name, "reason", a.Message)
+		}
+	case core.ActEvent:
+		if node != nil {
+			f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
+		}
+	case core.ActChallenge:
+		f.startChallenge(ctx, name, node)
+	case core.ActSafetyAlarm:
+		f.cfg.Metrics.SafetyAlarms.WithLabelValues(a.Reason).Inc()
+		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)
+		if node != nil {
+			f.cfg.Recorder.Event(node, corev1.EventTypeWarning, a.Reason, a.Message)
+		}
+	}
+	return nil
+}
+
+// begin marks an operation on node name as running in its state in m
+// (made when absent) and queues the node, so that the core sees it
+// running; false when one is running already. running picks the state's
+// flag.
+func begin[T any](f *Fencer, m map[string]*T, name string, running func(*T) *bool) (*T, bool) {
+	f.mu.Lock()
+	st, ok := m[name]
+	if !ok {
+		st = new(T)
+		m[name] = st
+	}
+	flag := running(st)
+	if *flag {
+		f.mu.Unlock()
+		return st, false
+	}
+	*flag = true
+	f.mu.Unlock()
+	f.queue.Add(name)
+	return st, true
+}
+
+// startBMC runs one BMC operation in the background; its outcome is
+// stored for the next Observation and the node is queued again.
+func (f *Fencer) startBMC(ctx context.Context, name, op string) {
+	levels := f.cfg.Inventory.Levels(name)
+	if len(levels) == 0 {
+		return
+	}
+	st, begun := begin(f, f.bmc, name, func(b *core.BMCObs) *bool { return &b.InFlight })
+	if !begun {
+		return
+	}
+
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		start := f.cfg.Now()
+		var r *core.Reading
+		var fail *core.Failure
+		switch op {
+		case core.OpPowerStatus:
+			// The node stays InFlight while it waits for a slot: the core
+			// neither asks again nor decides on an older reading meanwhile.
+			// Its reading is dated when its own request goes out.
+			if !f.reads.acquire(ctx, f.readClassOf(name)) {
+				fail = &core.Failure{Op: op, Kind: core.KindTimeout, Message: "fencer stopping: read not started", At: f.cfg.Now()}
+				break
+			}
+			start = f.cfg.Now()
+			r, fail = f.readLevels(ctx, name, levels)
+			f.reads.release()
+		case core.OpPowerOff:
+			r, fail = f.powerOffLevels(ctx, name, levels)
+		case core.OpPowerOn:
+			fail = f.powerOnLevels(ctx, name, levels)
+		}
+		elapsed := f.cfg.Now().Sub(start)
+		f.mu.Lock()
+		st.InFlight = false
+		if fail != nil {
+			st.Failure = fail
+		} else if r != nil {
+			st.Reading = r
+		}
+		f.mu.Unlock()
+		var err error
+		if fail != nil {
+			err = errors.New(fail.Message)
+		}
+		f.log.Info("bmc", "node", name, "op", op, "elapsed", elapsed.Round(time.Millisecond),
+			"power", readingPower(r), "level", readingLevel(r), "err", err)
+		if ctx.Err() == nil {
+			f.queue.Add(name)
+		}
+	}()
+}
+
+// readingLevel is the fencing level a reading comes from, for logs: 0 for
+// a node's BMC alone.
+func readingLevel(r *core.Reading) int {
+	if r == nil {
+		return 0
+	}
+	return r.Level
+}
+
+func readingPower(r *core.Reading) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Power)
+}
+
+// acquireLease takes node's power Lease if it is free or expired.
+func (f *Fencer) acquireLease(ctx context.Context, node string) error {
+	now := metav1.NewMicroTime(f.cfg.Now())
+	dur := int32(f.cfg.LeaseDuration / time.Second)
+	leases := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace)
+	holder := f.leaseActive(node, now.Time)
+	if holder != "" && holder != f.cfg.Identity {
+		return nil // another fencer acts; the core waits
+	}
+	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(f.cfg.Identity), LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}
+	existing, err := f.leases.Get(LeasePrefix + node)
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeasePrefix + node}, Spec: spec}, metav1.CreateOptions{})
+	case err == nil:
+		l := existing.DeepCopy()
+		l.Spec = spec
+		// ResourceVersion makes this a compare-and-swap: of two fencers
+		// racing for an expired Lease, exactly one wins.
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		f.log.Info("power Lease taken by another fencer", "node", node)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f.log.Info("power Lease acquired", "node", node, "duration", f.cfg.LeaseDuration)
+	f.startRenewal(ctx, node)
+	return nil
+}
+
+// startRenewal renews node's Lease every third of its duration until
+// released, so a fencer that dies mid-action loses it within one duration.
+func (f *Fencer) startRenewal(ctx context.Context, node string) {
+	f.mu.Lock()
+	if _, running := f.renew[node]; running {
+		f.mu.Unlock()
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	f.renew[node] = cancel
+	f.mu.Unlock()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		tick := time.NewTicker(f.cfg.LeaseDuration / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			l, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Get(rctx, LeasePrefix+node, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
+				f.log.Warn("power Lease lost", "node", node, "err", err)
+				f.stopRenewal(node)
+				f.queue.Add(node)
+				return
+			}
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(f.cfg.Now()))
+			if _, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Update(rctx, l, metav1.UpdateOptions{}); err != nil {
+				f.log.Warn("power Lease renewal failed", "node", node, "err", err)
+			}
+		}
+	}()
+}
+
+func (f *Fencer) stopRenewal(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cancel, ok := f.renew[node]; ok {
+		cancel()
+		delete(f.renew, node)
+	}
+}
+
+// releaseLease gives node's Lease back (deletes it if we hold it).
+func (f *Fencer) releaseLease(ctx context.Context, node string) error {
+	f.stopRenewal(node)
+	l, err := f.leases.Get(LeasePrefix + node)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
+		return nil
+	}
+	err = f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Delete(ctx, l.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		f.log.Info("power Lease released", "node", node)
+	}
+	return err
+}
+
+// significant reports whether actions deserve a decision log line even
+// without a phase change.
+func significant(as []core.Action) bool {
+	for _, a := range as {
+		switch a.Kind {
+		case core.ActRequeue, core.ActReadPower:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func actionNames(as []core.Action) string {
+	var s []string
+	for _, a := range as {
+		if a.Kind == core.ActEvent || a.Kind == core.ActSafetyAlarm || a.Kind == core.ActHeld {
+			s = append(s, string(a.Kind)+":"+a.Reason)
+		} else if a.Kind != core.ActRequeue {
+			s = append(s, string(a.Kind))
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+func evidenceMethod(as []core.Action) string {
+	for _, a := range as {
+		if a.Kind == core.ActApplyTaint && a.Evidence != nil {
+			return string(a.Evidence.Method)
+		}
+	}
+	return ""
+}
+
+func unwrap(o any) any {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
+}
+
+func metaName(o any) string {
+	if m, ok := unwrap(o).(metav1.Object); ok {
+		return m.GetName()
+	}
+	return ""
+}

@@ -1,0 +1,135 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"fenced.io/fenced/pkg/fencing/core"
+)
+
+// startFencer builds a fencer from cfg on informers of cfg.Client, as the
+// agent does (one cluster-scoped factory, NewInformers for the Leases),
+// starts the informers and runs the fencer until the test ends.
+func startFencer(t *testing.T, cfg Config) *Fencer {
+	t.Helper()
+	return startFencerWatching(t, cfg, cfg.Client)
+}
+
+// startFencerWatching starts a fencer whose informers watch watched, which
+// may be another client than the one it writes with: an informer that lags
+// the API server.
+func startFencerWatching(t *testing.T, cfg Config, watched kubernetes.Interface) *Fencer {
+	t.Helper()
+	cluster := informers.NewSharedInformerFactory(watched, 0)
+	inf, leaseFactories := NewInformers(watched, cluster, cfg.LeaseNamespace)
+	cfg.Informers = inf
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factories := append(leaseFactories, cluster)
+	for _, fa := range factories {
+		fa.Start(ctx.Done())
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, fa := range factories {
+			fa.Shutdown()
+		}
+	})
+	return f
+}
+
+// TestKubeletShuttingDown reads the kubelet's graceful-shutdown report from
+// the Ready condition: only a not-Ready condition whose message carries the
+// shutdown manager's words counts.
+func TestKubeletShuttingDown(t *testing.T) {
+	node := func(status corev1.ConditionStatus, msg string) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Message: "node is shutting down"},
+			{Type: corev1.NodeReady, Status: status, Reason: "KubeletNotReady", Message: msg},
+		}}}
+	}
+	tests := []struct {
+		name string
+		n    *corev1.Node
+		want bool
+	}{
+		{"kubelet shutting down", node(corev1.ConditionFalse, "node is shutting down"), true},
+		{"among other errors", node(corev1.ConditionFalse, "[container runtime is down, node is shutting down]"), true},
+		{"not ready for another reason", node(corev1.ConditionFalse, "container runtime is down"), false},
+		{"ready (message ignored)", node(corev1.ConditionTrue, "node is shutting down"), false},
+		{"unknown: the kubelet stopped posting", node(corev1.ConditionUnknown, "Kubelet stopped posting node status."), false},
+		{"no Ready condition", &corev1.Node{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := kubeletShuttingDown(tt.n); got != tt.want {
+				t.Errorf("kubeletShuttingDown = %v, want %v", got, tt.want)
+			}
+			if got := nodeObs(tt.n).ShuttingDown; got != tt.want {
+				t.Errorf("nodeObs.ShuttingDown = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func shuttingDownAt(n *corev1.Node) *corev1.Node {
+	n.Status.Conditions[0].Message = "node is shutting down"
+	return n
+}
+
+// TestNeverReady tells a joining node (not Ready since it registered) from
+// one that was Ready and stopped.
+func TestNeverReady(t *testing.T) {
+	created := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	node := func(status corev1.ConditionStatus, changedAfter time.Duration) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+				LastTransitionTime: metav1.NewTime(created.Add(changedAfter))}}},
+		}
+	}
+	tests := []struct {
+		name string
+		n    *corev1.Node
+		want bool
+	}{
+		{"registered, not Ready yet", node(corev1.ConditionFalse, time.Second), true},
+		{"registered, no status yet", &corev1.Node{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}, true},
+		{"Ready", node(corev1.ConditionTrue, time.Second), false},
+		{"was Ready, kubelet reports not Ready", node(corev1.ConditionFalse, time.Hour), false},
+		{"was Ready, kubelet silent", node(corev1.ConditionUnknown, time.Hour), false},
+		{"never posted status: the lifecycle controller's Unknown", node(corev1.ConditionUnknown, 50*time.Second), false},
+		{"Ready, then shutting down within the join grace", shuttingDownAt(node(corev1.ConditionFalse, 20*time.Second)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := neverReady(tt.n); got != tt.want {
+				t.Errorf("neverReady = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// testPolicy is the decision core's test policy (pkg/fencing/core, decide_test.go),
+// for fencers under test.
+func testPolicy(mode core.Mode) core.Policy {
+	return core.Policy{
+		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
+		FenceDelay: 5 * time.Second, ForceDeletePods: true,
+		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
+		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
+		MaxEvidenceAge: 10 * time.Second,
+	}
+}

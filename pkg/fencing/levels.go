@@ -1,0 +1,120 @@
+package fencing
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
+)
+
+// The I/O half of fencing topology: the plugs of a level are read or
+// switched in parallel, the levels one after the other, and stop at the
+// first level that settles the matter; what the levels say together is
+// the core's rule (core.CombineLevels).
+
+// readLevels reads the node's levels in order until one decides.
+func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
+	var reads []core.LevelRead
+	for i, plugs := range levels {
+		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerStatus, device.ReadPlug)
+		reads = append(reads, lr)
+		if lr.Decides() {
+			break
+		}
+	}
+	return core.CombineLevels(reads)
+}
+
+// powerOffLevels switches off every plug of the first level where all of
+// them can be switched off and then read off (fence_ipmilan's way: send,
+// then poll until the state is reached). A level where any plug fails is
+// given up for the next one: its other plugs may be off already, which is
+// harmless on a node being switched off, but it is no evidence.
+func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
+	var failed []core.LevelRead
+	for i, plugs := range levels {
+		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerOff, func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+			res, err := device.PowerOffVerified(ctx, b, f.cfg.Verify)
+			return res.State, err
+		})
+		if !lr.Decides() {
+			failed = append(failed, lr)
+			continue
+		}
+		r, fail := core.CombineLevels([]core.LevelRead{lr})
+		if r != nil {
+			r.PoweredOffByFenced = true
+			for i := range r.Plugs {
+				r.Plugs[i].PoweredOffByFenced = true
+			}
+		}
+		return r, fail
+	}
+	_, fail := core.CombineLevels(failed)
+	if fail != nil {
+		fail.Op, fail.Message = core.OpPowerOff, strings.Replace(fail.Message, "no level could be read", "no level could be switched off", 1)
+	}
+	return nil, fail
+}
+
+// powerOnLevels switches on every plug of the first level where all of
+// them can be switched on: after a fence by a PDU the BMC is dark until
+// its outlets are on again, so the levels are tried in order.
+func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]device.Plug) *core.Failure {
+	var failed []core.LevelRead
+	for i, plugs := range levels {
+		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerOn, func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+			res, err := device.PowerOnVerified(ctx, b, f.cfg.Verify)
+			return res.State, err
+		})
+		if lr.Decides() {
+			return nil
+		}
+		failed = append(failed, lr)
+	}
+	_, fail := core.CombineLevels(failed)
+	if fail != nil {
+		fail.Op, fail.Message = core.OpPowerOn, strings.Replace(fail.Message, "no level could be read", "no level could be switched on", 1)
+	}
+	return fail
+}
+
+// onLevel runs do on every plug of one level (device.OnLevel), stamping
+// each reading with the kubelet heartbeat known before it was asked for
+// and counting each request.
+func (f *Fencer) onLevel(ctx context.Context, name string, level int, plugs []device.Plug, op string, do device.PlugOp) core.LevelRead {
+	renewed := f.kubeletRenewBefore(ctx, name)
+	return device.OnLevel(ctx, level, plugs, op, do, f.cfg.Now, func(_ device.Plug, r *core.Reading, err error, elapsed time.Duration) {
+		if r != nil {
+			r.KubeletLeaseRenewedAt = renewed
+		}
+		f.cfg.Metrics.bmcRequest(op, err, elapsed)
+	})
+}
+
+// kubeletRenewBefore is the renew time of node's kubelet Lease as the API
+// server has it now, before a power request: the line a later renewal must
+// cross to void the reading (core.LifeAfter). It is read from the API, not
+// the informer, because an informer can lag by a minute after an API
+// outage (client-go's reflector backs off up to 30 s, with jitter): a
+// renewal from before the reading that the informer had not seen yet would
+// look like a sign of life after it — a false contradiction, and a fence
+// held back for nothing. Taken before the request, so a renewal during it
+// counts as life (the safe side). When the API server cannot be asked, the
+// informer's value stands in (at worst a reading voided for nothing).
+func (f *Fencer) kubeletRenewBefore(ctx context.Context, node string) time.Time {
+	known := f.kubeletRenew(node)
+	if f.cfg.Client == nil {
+		return known
+	}
+	ctx, cancel := context.WithTimeout(ctx, config.DefaultKubeletLeaseReadTimeout)
+	defer cancel()
+	renew, ok, err := f.kubeletRenewFromAPI(ctx, node)
+	if err != nil || !ok || renew.Before(known) {
+		return known
+	}
+	return renew
+}

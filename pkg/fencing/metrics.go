@@ -1,0 +1,172 @@
+package fencing
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/metrics"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// Metrics are the fencer's Prometheus metrics.
+type Metrics struct {
+	// NodeState is 1 for each node's current phase (fenced_node_state).
+	NodeState *prometheus.GaugeVec
+	// BMCRequests counts BMC operations by op and result (ok or the
+	// ErrorKind).
+	BMCRequests *prometheus.CounterVec
+	// BMCDuration is the latency of BMC operations by op.
+	BMCDuration *prometheus.HistogramVec
+	// Fences counts taints applied, by evidence method and result.
+	Fences *prometheus.CounterVec
+	// TaintsRemoved counts taints removed after recovery.
+	TaintsRemoved prometheus.Counter
+	// DetectionToTaint is the time from suspicion to the taint.
+	DetectionToTaint prometheus.Histogram
+	// SafetyAlarms counts safety alarms by reason: a fenced node back with
+	// the same boot ID, a storm of clean-shutdown claims.
+	SafetyAlarms *prometheus.CounterVec
+	// DeviceUp is 1 for each power device that answered the last monitor
+	// check, 0 for one that did not (fenced_fence_device_up).
+	DeviceUp *prometheus.GaugeVec
+	// LevelsReady is, per node, how many of its fencing levels answered
+	// the last monitor round (fenced_node_fence_levels_ready); 0 means it
+	// cannot be fenced automatically.
+	LevelsReady *prometheus.GaugeVec
+	// Forgeries counts gossip claims in a node's name that its own key did
+	// not sign, by kind (see forgery kinds in verify.go).
+	Forgeries *prometheus.CounterVec
+	// DryRun is 1 while policy.dryRun is set (fenced_dry_run).
+	DryRun prometheus.Gauge
+	// DryRunActions counts the actions dry-run held back and reported,
+	// once per suspicion, by action (fenced_dry_run_actions_total).
+	DryRunActions *prometheus.CounterVec
+	// Paused is 1 while the cluster-wide pause is on (fenced_paused).
+	Paused prometheus.Gauge
+	// NodesExcluded is the number of Nodes with an exclusion label
+	// (fenced_nodes_excluded).
+	NodesExcluded prometheus.Gauge
+	// PowerReadsInFlight is the number of power reads running now
+	// (fenced_power_reads_in_flight), at most
+	// fencer.maxConcurrentPowerReads.
+	PowerReadsInFlight prometheus.Gauge
+	// PowerReadsWaiting is the number of power reads waiting for a slot
+	// (fenced_power_reads_waiting).
+	PowerReadsWaiting prometheus.Gauge
+}
+
+// NewMetrics registers the fencer's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		NodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metrics.NodeStateMetric,
+			Help: "1 for the decision phase each node is in (Healthy, Suspect, Confirming, PoweringOff, Fenced, Recovering).",
+		}, []string{"node", "state"}),
+		BMCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_bmc_requests_total",
+			Help: "BMC operations by op (power-status, power-off, power-on) and result (ok, unreachable, timeout, auth, bmc-error, not-supported).",
+		}, []string{"op", "result"}),
+		BMCDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fenced_bmc_request_duration_seconds",
+			Help:    "Latency of BMC operations, including session setup and, for power actions, confirmation.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"op"}),
+		Fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_fences_total",
+			Help: "Out-of-service taints applied, by evidence method and result (applied, error).",
+		}, []string{"evidence", "result"}),
+		TaintsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_taints_removed_total",
+			Help: "Out-of-service taints removed because the node came back with a new boot ID.",
+		}),
+		DetectionToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fenced_detection_to_taint_seconds",
+			Help:    "Time from suspecting a node to applying its out-of-service taint.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}),
+		SafetyAlarms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_safety_alarms_total",
+			Help: "Safety alarms by reason: FencedNodeBackWithSameBootID (the evidence was wrong), CleanShutdownStorm (too many nodes fenced on their own word), PowerReadingContradicted (a power device read off a node alive in the same boot: wrong device or plug).",
+		}, []string{"reason"}),
+		DeviceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenced_fence_device_up",
+			Help: "1 if the power device (bmc:<node>, or a fence device's name) answered the fencer's last monitor check, else 0.",
+		}, []string{"device"}),
+		LevelsReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metrics.LevelsReadyMetric,
+			Help: "Fencing levels of the node whose every device answered the last monitor check; 0: the node cannot be fenced automatically.",
+		}, []string{"node"}),
+		Forgeries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_gossip_forgeries_total",
+			Help: "Claims made over gossip in a node's name that the node's own key did not sign (rejected), by kind.",
+		}, []string{"kind"}),
+		DryRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.DryRunMetric,
+			Help: "1 while policy.dryRun is set: the fencer decides and reports, and changes nothing.",
+		}),
+		DryRunActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.DryRunActionsMetric,
+			Help: "Actions dry-run held back and reported (Events DryRunWould<action>), once per suspicion, by action (Taint, RemoveTaint, MarkNotReady, DeletePods, PowerOff, PowerOn).",
+		}, []string{"action"}),
+		Paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.PausedMetric,
+			Help: "1 while fencing is paused cluster-wide (ConfigMap fenced-pause, key paused: \"true\"): no taint, no Node write, no power action.",
+		}),
+		NodesExcluded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.NodesExcludedMetric,
+			Help: "Nodes labelled fenced.io/exclude=true or remediation.medik8s.io/exclude-from-remediation=true: never read, tainted or switched by fenced.",
+		}),
+		PowerReadsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_power_reads_in_flight",
+			Help: "Power reads (a node's fencing levels, in order) running now; at most fencer.maxConcurrentPowerReads.",
+		}),
+		PowerReadsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_power_reads_waiting",
+			Help: "Power reads waiting for a slot under fencer.maxConcurrentPowerReads.",
+		}),
+	}
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
+		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.PowerReadsInFlight, m.PowerReadsWaiting)
+	return m
+}
+
+func (m *Metrics) setPhase(node string, before, now core.Phase) {
+	if before == now {
+		return
+	}
+	if before != "" {
+		m.NodeState.DeleteLabelValues(node, string(before))
+	}
+	m.NodeState.WithLabelValues(node, string(now)).Set(1)
+}
+
+func (m *Metrics) setDryRun(on bool) {
+	if on {
+		m.DryRun.Set(1)
+		return
+	}
+	m.DryRun.Set(0)
+}
+
+func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = string(device.KindOf(err))
+		if result == "" {
+			result = "error"
+		}
+	}
+	m.BMCRequests.WithLabelValues(op, result).Inc()
+	m.BMCDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *Metrics) fence(method vocab.EvidenceMethod, err error) {
+	result := "applied"
+	if err != nil {
+		result = "error"
+	}
+	m.Fences.WithLabelValues(string(method), result).Inc()
+}
