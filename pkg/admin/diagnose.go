@@ -9,15 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -25,15 +24,6 @@ import (
 // ErrStuck is returned by Diagnose when a pod cannot attach its volume
 // (exit code 1), after the report was written.
 var ErrStuck = errors.New("a pod cannot attach its volume")
-
-// EventStaleAttachmentDeleted is the Event `fenced diagnose --fix` records
-// on a VolumeAttachment it deleted: who, and why.
-const EventStaleAttachmentDeleted = "StaleVolumeAttachmentDeleted"
-
-// EventStaleAttachmentReleased is the Event `fenced diagnose --fix`
-// records on a VolumeAttachment stuck in deletion whose finalizers it
-// removed: who, and why.
-const EventStaleAttachmentReleased = "StaleVolumeAttachmentReleased"
 
 // ConfirmReasonPrefix starts the reason of a `fenced confirm` run by
 // `fenced diagnose --fix`, in the evidence and the Events.
@@ -279,9 +269,9 @@ func (o *Operator) Diagnose(ctx context.Context, opts DiagnoseOptions) (diagnose
 type cure struct {
 	action diagnose.FixAction
 	cause  diagnose.Cause
-	// va and its UID for FixDeleteAttachment; node for FixConfirmNode.
-	va      string
-	vaUID   types.UID
+	// va as the report saw it for FixDeleteAttachment and
+	// FixReleaseAttachment; node for FixConfirmNode.
+	va      stale.Target
 	node    string
 	summary string
 	// findings are the findings it cures.
@@ -292,9 +282,9 @@ type cure struct {
 // VolumeAttachment or node. The rest is printed with why not.
 func (o *Operator) plan(s diagnose.Snapshot, r diagnose.Report) (cures []*cure, uncured int) {
 	w := o.Out
-	uids := map[string]types.UID{}
+	checked := map[string]*storagev1.VolumeAttachment{}
 	for _, va := range s.VolumeAttachments {
-		uids[va.Name] = va.UID
+		checked[va.Name] = va
 	}
 	byKey := map[string]*cure{}
 	fmt.Fprintln(w, "\nfenced diagnose --fix:")
@@ -317,7 +307,13 @@ func (o *Operator) plan(s diagnose.Snapshot, r diagnose.Report) (cures []*cure, 
 		c := &cure{action: f.Fix.Action, cause: f.Cause, summary: f.Summary}
 		switch f.Fix.Action {
 		case diagnose.FixDeleteAttachment, diagnose.FixReleaseAttachment:
-			c.va, c.vaUID = f.Attachment, uids[f.Attachment]
+			c.va = stale.Target{Name: f.Attachment, Action: stale.ActionDelete}
+			if f.Fix.Action == diagnose.FixReleaseAttachment {
+				c.va.Action = stale.ActionRelease
+			}
+			if va := checked[f.Attachment]; va != nil {
+				c.va.UID, c.va.ResourceVersion = va.UID, va.ResourceVersion
+			}
 		case diagnose.FixConfirmNode:
 			key, c.node = string(f.Fix.Action)+"/"+f.HeldBy, f.HeldBy
 		default:
@@ -333,9 +329,9 @@ func (o *Operator) plan(s diagnose.Snapshot, r diagnose.Report) (cures []*cure, 
 		cures = append(cures, c)
 		switch c.action {
 		case diagnose.FixDeleteAttachment:
-			fmt.Fprintf(w, "  %s: delete volumeattachment %s (node %s), after checking again that nothing uses it\n", f.Pod, c.va, orDeleted(f.HeldBy))
+			fmt.Fprintf(w, "  %s: delete volumeattachment %s (node %s), after checking again that nothing uses it\n", f.Pod, c.va.Name, orDeleted(f.HeldBy))
 		case diagnose.FixReleaseAttachment:
-			fmt.Fprintf(w, "  %s: remove the finalizers of volumeattachment %s (node %s), which the CSI driver does not detach, after checking again that nothing uses it\n", f.Pod, c.va, f.HeldBy)
+			fmt.Fprintf(w, "  %s: remove the finalizers of volumeattachment %s (node %s), which the CSI driver does not detach, after checking again that nothing uses it\n", f.Pod, c.va.Name, f.HeldBy)
 		case diagnose.FixConfirmNode:
 			fmt.Fprintf(w, "  %s: fenced confirm %s: fence the dead node with manual evidence (refused if its BMC or a fencing level reads it on).\n"+
 				"      WARNING: if node %s is not really powered off, two machines will write to the same disks.\n", f.Pod, c.node, c.node)
@@ -373,10 +369,8 @@ func (o *Operator) fix(ctx context.Context, s diagnose.Snapshot, r diagnose.Repo
 	for _, c := range cures {
 		var err error
 		switch c.action {
-		case diagnose.FixDeleteAttachment:
-			err = o.deleteAttachment(ctx, c, user)
-		case diagnose.FixReleaseAttachment:
-			err = o.releaseAttachment(ctx, c, user)
+		case diagnose.FixDeleteAttachment, diagnose.FixReleaseAttachment:
+			err = o.cureAttachment(ctx, c, user)
 		case diagnose.FixConfirmNode:
 			fmt.Fprintf(w, "\n--- fenced confirm %s\n", c.node)
 			err = o.Confirm(ctx, ConfirmOptions{Node: c.node, Yes: true, AgentURL: opts.AgentURL,
@@ -397,160 +391,47 @@ func (o *Operator) fix(ctx context.Context, s diagnose.Snapshot, r diagnose.Repo
 	return nil
 }
 
-// deleteAttachment deletes c's VolumeAttachment if StaleAttachment, run
-// again on objects read now, allows it, with a precondition on the UID and
-// resourceVersion it checked: an object that changed in between is not
-// deleted (and not retried: the next run decides anew).
-func (o *Operator) deleteAttachment(ctx context.Context, c *cure, user string) error {
+// cureAttachment deletes c's VolumeAttachment, or removes the finalizers
+// of one stuck in deletion, if StaleAttachment, run again on objects read
+// now, allows it (stale.Cure): an object that changed since the report
+// read it, or between the re-check and the write, is kept (and not
+// retried: the next run decides anew).
+func (o *Operator) cureAttachment(ctx context.Context, c *cure, user string) error {
 	w := o.Out
-	va, err := o.recheck(ctx, c, user)
-	if va == nil || err != nil {
-		return err
-	}
-	uid, rv := va.UID, va.ResourceVersion
-	err = o.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
-	switch {
-	case apierrors.IsConflict(err):
-		return o.refuseVA(va, user, "it changed since it was checked ("+err.Error()+")")
-	case apierrors.IsNotFound(err):
-		fmt.Fprintf(w, "volumeattachment %s is already gone.\n", va.Name)
-		return nil
-	case err != nil:
-		return fmt.Errorf("deleting volumeattachment %s: %w", va.Name, err)
-	}
-	why := fmt.Sprintf("%s deleted VolumeAttachment %s of volume %s on node %s (fenced diagnose --fix, %s): %s",
-		user, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
-	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentDeleted, why)
-	o.log().Info("diagnose --fix: deleted a VolumeAttachment", "volumeattachment", va.Name, "uid", uid, "resourceVersion", rv,
-		"node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
-	fmt.Fprintf(w, "Deleted volumeattachment %s (node %s, volume %s).\n", va.Name, va.Spec.NodeName, pvOf(va))
-	return nil
-}
-
-// recheck reads c's VolumeAttachment and runs StaleAttachment again on
-// objects read now. It returns the object it checked, or nil when it is
-// gone (nothing to do) or refused (the error says why).
-func (o *Operator) recheck(ctx context.Context, c *cure, user string) (*storagev1.VolumeAttachment, error) {
-	va, err := o.Client.StorageV1().VolumeAttachments().Get(ctx, c.va, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		fmt.Fprintf(o.Out, "volumeattachment %s is already gone.\n", c.va)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("volumeattachment %s: %w", c.va, err)
-	}
-	if c.vaUID != "" && va.UID != c.vaUID {
-		return nil, o.refuseVA(va, user, "it was replaced by a new object since it was checked")
-	}
-	a, err := o.attachmentNow(ctx, va)
-	if err != nil {
-		return nil, err
-	}
-	if rs := diagnose.StaleAttachment(a); len(rs) > 0 {
-		return nil, o.refuseVA(va, user, diagnose.Refusals(rs))
-	}
-	if o.beforeDelete != nil {
-		o.beforeDelete(ctx, va)
-	}
-	return va, nil
-}
-
-// releaseAttachment removes the finalizers of c's VolumeAttachment, which
-// is being deleted but which its CSI driver does not detach, if
-// StaleAttachment, run again on objects read now, allows it. The update
-// carries the resourceVersion it checked: an object that changed in
-// between is not released (the API server answers Conflict).
-func (o *Operator) releaseAttachment(ctx context.Context, c *cure, user string) error {
-	w := o.Out
-	va, err := o.recheck(ctx, c, user)
-	if va == nil || err != nil {
-		return err
-	}
-	if va.DeletionTimestamp == nil {
-		return o.refuseVA(va, user, "it is not being deleted any more, so its finalizers are not what holds it")
-	}
-	finalizers, rv := va.Finalizers, va.ResourceVersion
-	va = va.DeepCopy()
-	va.Finalizers = nil
-	_, err = o.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsConflict(err):
-		return o.refuseVA(va, user, "it changed since it was checked ("+err.Error()+")")
-	case apierrors.IsNotFound(err):
-		fmt.Fprintf(w, "volumeattachment %s is already gone.\n", va.Name)
-		return nil
-	case err != nil:
-		return fmt.Errorf("removing the finalizers of volumeattachment %s: %w", va.Name, err)
-	}
-	why := fmt.Sprintf("%s removed the finalizers %v of VolumeAttachment %s of volume %s on node %s, which its CSI driver did not detach (fenced diagnose --fix, %s): %s",
-		user, finalizers, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
-	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentReleased, why)
-	o.log().Info("diagnose --fix: released a VolumeAttachment stuck in deletion", "volumeattachment", va.Name, "uid", va.UID,
-		"resourceVersion", rv, "finalizers", finalizers, "node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
-	fmt.Fprintf(w, "Removed the finalizers of volumeattachment %s (node %s, volume %s): it goes now.\n", va.Name, va.Spec.NodeName, pvOf(va))
-	return nil
-}
-
-// attachmentNow reads what StaleAttachment needs about va, fresh: its
-// Node, its PersistentVolume, the pods bound to the node and their claims.
-func (o *Operator) attachmentNow(ctx context.Context, va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
-	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
-	n, err := o.Client.CoreV1().Nodes().Get(ctx, va.Spec.NodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return a, fmt.Errorf("node %s: %w", va.Spec.NodeName, err)
+	cure := stale.Cure{Client: o.Client, AllowDeletedNode: true}
+	out := cure.Apply(ctx, c.va)
+	va := out.VA
+	switch out.Result {
+	case stale.ResultDeleted:
+		why := fmt.Sprintf("%s deleted VolumeAttachment %s of volume %s on node %s (fenced diagnose --fix, %s): %s",
+			user, va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, c.cause, c.summary)
+		o.vaEvent(va, corev1.EventTypeNormal, stale.ReasonDeleted, why)
+		o.log().Info("diagnose --fix: deleted a VolumeAttachment", "volumeattachment", va.Name, "uid", va.UID, "resourceVersion", va.ResourceVersion,
+			"node", va.Spec.NodeName, "volume", diagnose.VolumeOf(va), "cause", c.cause, "by", user)
+		fmt.Fprintf(w, "Deleted volumeattachment %s (node %s, volume %s).\n", va.Name, va.Spec.NodeName, diagnose.VolumeOf(va))
+	case stale.ResultReleased:
+		why := fmt.Sprintf("%s removed the finalizers %v of VolumeAttachment %s of volume %s on node %s, which its CSI driver did not detach (fenced diagnose --fix, %s): %s",
+			user, out.Finalizers, va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, c.cause, c.summary)
+		o.vaEvent(va, corev1.EventTypeNormal, stale.ReasonReleased, why)
+		o.log().Info("diagnose --fix: released a VolumeAttachment stuck in deletion", "volumeattachment", va.Name, "uid", va.UID,
+			"resourceVersion", va.ResourceVersion, "finalizers", out.Finalizers, "node", va.Spec.NodeName, "volume", diagnose.VolumeOf(va), "cause", c.cause, "by", user)
+		fmt.Fprintf(w, "Removed the finalizers of volumeattachment %s (node %s, volume %s): it goes now.\n", va.Name, va.Spec.NodeName, diagnose.VolumeOf(va))
+	case stale.ResultGone:
+		fmt.Fprintf(w, "volumeattachment %s is already gone.\n", c.va.Name)
+	case stale.ResultNoFinalizers:
+		fmt.Fprintf(w, "volumeattachment %s has no finalizers left: it goes on its own.\n", c.va.Name)
+	case stale.ResultUnreadable, stale.ResultUnchecked, stale.ResultWriteFailed:
+		return out.Err
 	default:
-		a.Node = n
+		return o.refuseVA(va, user, out.Why)
 	}
-	if pv := pvOf(va); pv != "" {
-		v, err := o.Client.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return a, fmt.Errorf("persistentvolume %s: %w", pv, err)
-		default:
-			a.Volume = v
-		}
-	}
-	if a.Node == nil {
-		return a, nil
-	}
-	pods, err := o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.Node.Name).String()})
-	if err != nil {
-		return a, fmt.Errorf("listing the pods of node %s: %w", a.Node.Name, err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		a.Pods = append(a.Pods, p)
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
-				continue
-			}
-			key := p.Namespace + "/" + v.PersistentVolumeClaim.ClaimName
-			if _, done := a.Claims[key]; done {
-				continue
-			}
-			c, err := o.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				// Left out: StaleAttachment refuses on a claim it cannot resolve.
-			case err != nil:
-				return a, fmt.Errorf("persistentvolumeclaim %s: %w", key, err)
-			default:
-				a.Claims[key] = c
-			}
-		}
-	}
-	return a, nil
+	return nil
 }
 
 // refuseVA records and returns the refusal to delete va.
 func (o *Operator) refuseVA(va *storagev1.VolumeAttachment, user, why string) error {
 	o.log().Info("diagnose --fix: refused to delete a VolumeAttachment", "volumeattachment", va.Name, "node", va.Spec.NodeName,
-		"volume", pvOf(va), "by", user, "why", why)
+		"volume", diagnose.VolumeOf(va), "by", user, "why", why)
 	return refused("volumeattachment %s not deleted or released: %s", va.Name, why)
 }
 
@@ -562,13 +443,6 @@ func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ, reason, msg stri
 	}
 	ref := &corev1.ObjectReference{Kind: "VolumeAttachment", APIVersion: "storage.k8s.io/v1", Name: va.Name, UID: va.UID}
 	o.Recorder.Event(ref, typ, reason, msg)
-}
-
-func pvOf(va *storagev1.VolumeAttachment) string {
-	if va.Spec.Source.PersistentVolumeName == nil {
-		return ""
-	}
-	return *va.Spec.Source.PersistentVolumeName
 }
 
 // pointers returns a pointer to each item of a List's Items, in order.

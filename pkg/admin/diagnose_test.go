@@ -23,6 +23,7 @@ import (
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -218,9 +219,9 @@ func TestDiagnoseFixDecisions(t *testing.T) {
 	}{
 		{name: "stale, --yes: deleted and recorded", opts: DiagnoseOptions{Fix: true, Yes: true},
 			out:   []string{"delete volumeattachment " + dVA, "you: alice", "Deleted volumeattachment " + dVA},
-			event: "Normal " + EventStaleAttachmentDeleted + " alice deleted VolumeAttachment " + dVA},
+			event: "Normal " + stale.ReasonDeleted + " alice deleted VolumeAttachment " + dVA},
 		{name: "stale, terminal, answer y", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("y\n")},
-			out: []string{"Apply these 1 cure(s)? [y/N]"}, event: "Normal " + EventStaleAttachmentDeleted},
+			out: []string{"Apply these 1 cure(s)? [y/N]"}, event: "Normal " + stale.ReasonDeleted},
 		{name: "stale, terminal, answer n", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("n\n")},
 			wantErr: ErrRefused, vaLeft: true, out: []string{"Nothing changed."}, noWrites: true},
 		{name: "no terminal, no --yes: nothing changes", opts: DiagnoseOptions{Fix: true, In: strings.NewReader("y\n")},
@@ -234,7 +235,7 @@ func TestDiagnoseFixDecisions(t *testing.T) {
 		}, wantErr: ErrStuck, vaLeft: true, out: []string{"fenced never changes a workload", diagnose.RecreatePatch}, noWrites: true},
 		{name: "deleted node: deleted", opts: DiagnoseOptions{Fix: true, Yes: true}, mods: func(objs []runtime.Object) []runtime.Object {
 			return objs[1:]
-		}, out: []string{"(node w-1)", "Deleted volumeattachment"}, event: "Normal " + EventStaleAttachmentDeleted},
+		}, out: []string{"(node w-1)", "Deleted volumeattachment"}, event: "Normal " + stale.ReasonDeleted},
 		{name: "dead node whose BMC reads on: refused", inv: fakeInventory{"w-1": {state: core.PowerOn, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true, Yes: true}, mods: deadW1, wantErr: ErrRefused, vaLeft: true,
 			out: []string{"fenced confirm w-1", "NOT cured", "power ON"}, noWrites: true},

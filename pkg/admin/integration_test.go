@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -26,6 +27,7 @@ import (
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -60,8 +62,8 @@ func TestDiagnoseFixIntegration(t *testing.T) {
 	admin := c.Client()
 	// touch changes the VolumeAttachment between the last check and the
 	// delete (or release): the precondition must refuse.
-	touch := func(t *testing.T, _ *scenario, va *storagev1.VolumeAttachment) {
-		fresh, err := admin.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	touch := func(t *testing.T, _ *scenario, va string) {
+		fresh, err := admin.StorageV1().VolumeAttachments().Get(ctx, va, metav1.GetOptions{})
 		if err != nil {
 			t.Error(err)
 			return
@@ -80,7 +82,7 @@ func TestDiagnoseFixIntegration(t *testing.T) {
 		// answers y on a terminal.
 		answer func(t *testing.T, s *scenario)
 		// hook runs between the last check and the delete.
-		hook    func(t *testing.T, s *scenario, va *storagev1.VolumeAttachment)
+		hook    func(t *testing.T, s *scenario, va string)
 		inv     Inventory
 		opts    DiagnoseOptions
 		wantErr error
@@ -125,7 +127,7 @@ func TestDiagnoseFixIntegration(t *testing.T) {
 			op := &Operator{Client: jane, Recorder: rec, Out: out, Inventory: tc.inv,
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			if tc.hook != nil {
-				op.beforeDelete = func(_ context.Context, va *storagev1.VolumeAttachment) { tc.hook(t, s, va) }
+				op.Client = beforeWrite{jane, func(va string) { tc.hook(t, s, va) }}
 			}
 			opts := tc.opts
 			opts.Scope = diagnose.Options{Node: s.hold}
@@ -325,11 +327,47 @@ func vaEvents(ctx context.Context, t *testing.T, client kubernetes.Interface, va
 	}
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.Reason == EventStaleAttachmentDeleted || e.Reason == EventStaleAttachmentReleased {
+		if e.Reason == stale.ReasonDeleted || e.Reason == stale.ReasonReleased {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// beforeWrite is a clientset that calls hook with the VolumeAttachment's
+// name before it deletes or updates one: after the cure's last check, in
+// the window its preconditions guard.
+type beforeWrite struct {
+	kubernetes.Interface
+	hook func(va string)
+}
+
+func (b beforeWrite) StorageV1() storagev1client.StorageV1Interface {
+	return beforeWriteStorage{b.Interface.StorageV1(), b.hook}
+}
+
+type beforeWriteStorage struct {
+	storagev1client.StorageV1Interface
+	hook func(va string)
+}
+
+func (b beforeWriteStorage) VolumeAttachments() storagev1client.VolumeAttachmentInterface {
+	return beforeWriteVAs{b.StorageV1Interface.VolumeAttachments(), b.hook}
+}
+
+type beforeWriteVAs struct {
+	storagev1client.VolumeAttachmentInterface
+	hook func(va string)
+}
+
+func (b beforeWriteVAs) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	b.hook(name)
+	return b.VolumeAttachmentInterface.Delete(ctx, name, opts)
+}
+
+func (b beforeWriteVAs) Update(ctx context.Context, va *storagev1.VolumeAttachment, opts metav1.UpdateOptions) (*storagev1.VolumeAttachment, error) {
+	b.hook(va.Name)
+	return b.VolumeAttachmentInterface.Update(ctx, va, opts)
 }
 
 // answerer is a terminal on which the world changes (do) while the

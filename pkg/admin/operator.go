@@ -26,7 +26,6 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
@@ -73,11 +72,6 @@ type Operator struct {
 	// configuration, as the agents use it), where diagnose reads the
 	// agents' Leases fenced-agent-<node>; empty: not read.
 	LeaseNamespace string
-
-	// beforeDelete, when set (tests only), runs between the last check of
-	// a VolumeAttachment and its deletion: the window the deletion's
-	// preconditions guard.
-	beforeDelete func(context.Context, *storagev1.VolumeAttachment)
 }
 
 func (o *Operator) now() time.Time {

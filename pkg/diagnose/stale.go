@@ -75,10 +75,7 @@ func StaleAttachment(a Attachment) []Refusal {
 	if !NodeReady(a.Node) {
 		refusals = append(refusals, Refusal{RefuseNodeNotReady, fmt.Sprintf("node/%s is not Ready", a.Node.Name)})
 	}
-	pvName := ""
-	if a.VA != nil && a.VA.Spec.Source.PersistentVolumeName != nil {
-		pvName = *a.VA.Spec.Source.PersistentVolumeName
-	}
+	pvName := VolumeOf(a.VA)
 	for _, p := range a.Pods {
 		if p.Spec.NodeName != a.Node.Name || Finished(p) {
 			continue
@@ -99,6 +96,15 @@ func StaleAttachment(a Attachment) []Refusal {
 		refusals = append(refusals, Refusal{RefuseVolumeInUse, fmt.Sprintf("node/%s lists %s in status.volumesInUse: it is mounted there", a.Node.Name, name)})
 	}
 	return refusals
+}
+
+// VolumeOf is the name of the PersistentVolume va attaches; empty for nil
+// or an inline volume (no PersistentVolume).
+func VolumeOf(va *storagev1.VolumeAttachment) string {
+	if va == nil || va.Spec.Source.PersistentVolumeName == nil {
+		return ""
+	}
+	return *va.Spec.Source.PersistentVolumeName
 }
 
 // UniqueVolumeName is the name the kubelet and the attach/detach

@@ -74,6 +74,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("stuck detach: detaching for less than the grace", func(t *testing.T) { testDetaching(ctx, t, client) })
 	t.Run("stuck detach: released", func(t *testing.T) { testReleased(ctx, t, client) })
 	t.Run("stuck detach: not released: changed before the update", func(t *testing.T) { testReleaseConflict(ctx, t, client) })
+	t.Run("cure", func(t *testing.T) { testCure(ctx, t, c) })
 }
 
 // testReported: a Ready node holds pv-1 (a pod on node-b waits for it)

@@ -16,7 +16,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -34,22 +33,10 @@ import (
 	"fenced.io/fenced/pkg/metrics"
 )
 
-// Event reasons.
-const (
-	// ReasonStale is the Warning Event on a pod waiting for a volume that
-	// a stale VolumeAttachment holds (or on the VolumeAttachment when no
-	// pod waits).
-	ReasonStale = "StaleVolumeAttachment"
-	// ReasonDeleted is the Event on a stale VolumeAttachment the fencer
-	// deleted (policy.deleteStaleVolumeAttachments), and on the pods that
-	// waited for it.
-	ReasonDeleted = "StaleVolumeAttachmentDeleted"
-	// ReasonReleased is the Event on a stale VolumeAttachment stuck in
-	// deletion whose finalizers the fencer removed
-	// (policy.deleteStaleVolumeAttachments), and on the pods that waited
-	// for it.
-	ReasonReleased = "StaleVolumeAttachmentReleased"
-)
+// ReasonStale is the Warning Event on a pod waiting for a volume that a
+// stale VolumeAttachment holds (or on the VolumeAttachment when no pod
+// waits). The Events of the cure are ReasonDeleted and ReasonReleased.
+const ReasonStale = "StaleVolumeAttachment"
 
 // Decision is the `decision` of the Reporter's log lines, one per
 // decision about a VolumeAttachment.
@@ -195,6 +182,8 @@ type Reporter struct {
 	claimIx cache.Indexer
 	synced  []cache.InformerSynced
 	events  *rate.Limiter
+	// curer deletes or releases (only with Delete).
+	curer *Cure
 
 	mu   sync.Mutex
 	held map[string]*held
@@ -241,6 +230,8 @@ func New(cfg Config) (*Reporter, error) {
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		events: rate.NewLimiter(eventRate, eventBurst),
 		held:   map[string]*held{},
+		curer: &Cure{Client: cfg.Client, Held: cfg.Held,
+			beforeRecheck: cfg.beforeRecheck, beforeWrite: cfg.beforeDelete},
 	}
 	if err := r.watch(cfg.Informers); err != nil {
 		return nil, err
@@ -466,7 +457,7 @@ func (r *Reporter) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	a, err := r.cached(va)
+	a, err := gather(ctx, listerSource{r}, va)
 	if err != nil {
 		return err
 	}
@@ -475,7 +466,7 @@ func (r *Reporter) sync(ctx context.Context, name string) error {
 		r.cfg.checked(name, refusals)
 	}
 	if len(refusals) > 0 {
-		r.drop(name, va, volumeOf(va), diagnose.Refusals(refusals))
+		r.drop(name, va, diagnose.VolumeOf(va), diagnose.Refusals(refusals))
 		return nil
 	}
 
@@ -534,10 +525,7 @@ func (r *Reporter) sync(ctx context.Context, name string) error {
 	if !r.cfg.Delete {
 		return nil
 	}
-	if deleting {
-		return r.releaseStale(ctx, va, h, waiting)
-	}
-	return r.deleteStale(ctx, va, h, waiting)
+	return r.applyCure(ctx, va, h, waiting)
 }
 
 // drop forgets an attachment the rule refuses (or that is gone); a held
@@ -591,108 +579,38 @@ func (r *Reporter) decision(d Decision, va *storagev1.VolumeAttachment, reason s
 
 func (r *Reporter) decisionAt(level slog.Level, d Decision, va *storagev1.VolumeAttachment, reason string, attrs ...any) {
 	r.log.Log(context.Background(), level, "stale volumeattachment",
-		append([]any{"decision", d, "va", va.Name, "node", va.Spec.NodeName, "volume", volumeOf(va), "reason", reason}, attrs...)...)
+		append([]any{"decision", d, "va", va.Name, "node", va.Spec.NodeName, "volume", diagnose.VolumeOf(va), "reason", reason}, attrs...)...)
 }
 
-// cached gathers the rule's inputs from the informers: the Node (nil when
-// it does not exist), the PersistentVolume (nil when unknown), the pods
-// bound to the node and the claims they use that the informer has.
-func (r *Reporter) cached(va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
-	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
-	n, err := r.nodes.Get(va.Spec.NodeName)
-	switch {
-	case err == nil:
-		a.Node = n
-	case !apierrors.IsNotFound(err):
-		return a, err
-	}
-	if pv := volumeOf(va); pv != "" {
-		v, err := r.volumes.Get(pv)
-		switch {
-		case err == nil:
-			a.Volume = v
-		case !apierrors.IsNotFound(err):
-			return a, err
-		}
-	}
-	objs, err := r.podIdx.ByIndex(byNode, va.Spec.NodeName)
-	if err != nil {
-		return a, err
-	}
-	for _, o := range objs {
-		p := o.(*corev1.Pod)
-		a.Pods = append(a.Pods, p)
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
-				continue
-			}
-			if c, err := r.claims.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName); err == nil {
-				a.Claims[p.Namespace+"/"+c.Name] = c
-			}
-		}
-	}
-	return a, nil
+// listerSource reads the rule's inputs from the Reporter's informers.
+type listerSource struct{ r *Reporter }
+
+func (s listerSource) node(_ context.Context, name string) (*corev1.Node, error) {
+	return s.r.nodes.Get(name)
 }
 
-// fresh gathers the rule's inputs from the API server, for the check
-// right before a delete. An error means no check: the attachment stays.
-func (r *Reporter) fresh(ctx context.Context, va *storagev1.VolumeAttachment) (diagnose.Attachment, error) {
-	c := r.cfg.Client
-	a := diagnose.Attachment{VA: va, Claims: map[string]*corev1.PersistentVolumeClaim{}}
-	n, err := c.CoreV1().Nodes().Get(ctx, va.Spec.NodeName, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		a.Node = n
-	case apierrors.IsNotFound(err):
-		return a, nil // a deleted Node's attachment: nothing else to check
-	default:
-		return a, fmt.Errorf("node/%s: %w", va.Spec.NodeName, err)
+func (s listerSource) volume(_ context.Context, name string) (*corev1.PersistentVolume, error) {
+	return s.r.volumes.Get(name)
+}
+
+func (s listerSource) podsOn(_ context.Context, node string) ([]*corev1.Pod, error) {
+	objs, err := s.r.podIdx.ByIndex(byNode, node)
+	pods := make([]*corev1.Pod, len(objs))
+	for i, o := range objs {
+		pods[i] = o.(*corev1.Pod)
 	}
-	if pv := volumeOf(va); pv != "" {
-		v, err := c.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
-		switch {
-		case err == nil:
-			a.Volume = v
-		case !apierrors.IsNotFound(err):
-			return a, fmt.Errorf("persistentvolume/%s: %w", pv, err)
-		}
-	}
-	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", va.Spec.NodeName).String()})
-	if err != nil {
-		return a, fmt.Errorf("pods on node/%s: %w", va.Spec.NodeName, err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		a.Pods = append(a.Pods, p)
-		if diagnose.Finished(p) {
-			continue
-		}
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
-				continue
-			}
-			key := p.Namespace + "/" + v.PersistentVolumeClaim.ClaimName
-			if _, ok := a.Claims[key]; ok {
-				continue
-			}
-			cl, err := c.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
-			switch {
-			case err == nil:
-				a.Claims[key] = cl
-			case !apierrors.IsNotFound(err): // not found: the rule refuses (claim-unknown)
-				return a, fmt.Errorf("persistentvolumeclaim/%s: %w", key, err)
-			}
-		}
-	}
-	return a, nil
+	return pods, err
+}
+
+func (s listerSource) claim(_ context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return s.r.claims.PersistentVolumeClaims(namespace).Get(name)
 }
 
 // waiting are the pods that wait for the attachment's volume: not
 // finished, not Running, bound to another node, using a claim bound to
 // the volume.
 func (r *Reporter) waiting(va *storagev1.VolumeAttachment) []*corev1.Pod {
-	pv := volumeOf(va)
+	pv := diagnose.VolumeOf(va)
 	if pv == "" {
 		return nil
 	}
@@ -728,11 +646,11 @@ func (r *Reporter) report(va *storagev1.VolumeAttachment, a diagnose.Attachment,
 	var targets []target
 	for _, p := range waiting {
 		targets = append(targets, target{"pod/" + p.Namespace + "/" + p.Name, p,
-			fmt.Sprintf("volume %s is held by VolumeAttachment %s on node %s: %s. %s", volumeOf(va), va.Name, va.Spec.NodeName, staleReason(a, now), r.cure(va))})
+			fmt.Sprintf("volume %s is held by VolumeAttachment %s on node %s: %s. %s", diagnose.VolumeOf(va), va.Name, va.Spec.NodeName, staleReason(a, now), r.nextStep(va))})
 	}
 	if len(targets) == 0 {
 		targets = append(targets, target{"volumeattachment/" + va.Name, va,
-			fmt.Sprintf("%s (no pod waits for volume %s). %s", staleReason(a, now), volumeOf(va), r.cure(va))})
+			fmt.Sprintf("%s (no pod waits for volume %s). %s", staleReason(a, now), diagnose.VolumeOf(va), r.nextStep(va))})
 	}
 	next := eventRepeat
 	for _, t := range targets {
@@ -755,8 +673,8 @@ func (r *Reporter) report(va *storagev1.VolumeAttachment, a diagnose.Attachment,
 	return next
 }
 
-// cure says what happens next, for the Events.
-func (r *Reporter) cure(va *storagev1.VolumeAttachment) string {
+// nextStep says what happens next, for the Events.
+func (r *Reporter) nextStep(va *storagev1.VolumeAttachment) string {
 	if va.DeletionTimestamp != nil {
 		if r.cfg.Delete {
 			return "fenced removes its finalizers after checking again (policy.deleteStaleVolumeAttachments)"
@@ -769,148 +687,66 @@ func (r *Reporter) cure(va *storagev1.VolumeAttachment) string {
 	return "Check with `fenced diagnose`; delete it with `fenced diagnose --fix` or `kubectl delete volumeattachment " + va.Name + "`"
 }
 
-// deleteStale is the switch's cure: the rule again, on objects read from
-// the API server now, then a delete that the API server refuses if the
-// VolumeAttachment changed since it was read.
-func (r *Reporter) deleteStale(ctx context.Context, cached *storagev1.VolumeAttachment, h *held, waiting []*corev1.Pod) error {
-	name := cached.Name
-	va, a, ok, err := r.recheck(ctx, cached, h)
-	if !ok {
-		return err
-	}
-	err = r.cfg.Client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &va.UID, ResourceVersion: &va.ResourceVersion}})
-	switch {
-	case apierrors.IsConflict(err):
-		r.forget(name)
-		r.decision(DecisionKept, va, "it changed between the check and the delete (precondition failed)")
+// applyCure is the switch's cure (policy.deleteStaleVolumeAttachments): the
+// Cure re-checks the attachment held (its UID; for a delete the
+// resourceVersion held too) on objects read from the API server now, then
+// deletes it, or, stuck in deletion, removes its finalizers. A conflict is
+// not retried here: the attachment is held again, for the whole grace,
+// before the next try.
+func (r *Reporter) applyCure(ctx context.Context, cached *storagev1.VolumeAttachment, h *held, waiting []*corev1.Pod) error {
+	o := r.curer.Apply(ctx, Target{Name: cached.Name, UID: h.uid, ResourceVersion: h.rv, Action: ActionFor(cached)})
+	switch o.Result {
+	case ResultDeleted, ResultReleased:
+		r.cured(o, waiting)
 		return nil
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		r.decision(DecisionKept, va, "delete failed: "+err.Error())
-		return err
-	}
-	r.cfg.Metrics.Deleted.Inc()
-	r.forget(name)
-	reason := staleReason(a, r.cfg.Now())
-	r.decision(DecisionDeleted, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion, "waiting", podNames(waiting))
-	msg := fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)", name, volumeOf(va), va.Spec.NodeName, reason)
-	r.record(va, waiting, ReasonDeleted, msg)
-	return nil
-}
-
-// releaseStale is the switch's cure for a stale attachment stuck in
-// deletion (seed 000 on a real attach/detach controller: it deleted the
-// VolumeAttachment, the CSI driver cannot detach, the external-attacher's
-// finalizer keeps it). Deleting it again does nothing; removing its
-// finalizers does what a finished detach would. The rule again, on
-// objects read from the API server now, then an update with the
-// finalizers emptied that carries the resourceVersion re-checked: the API
-// server refuses it (Conflict) if the VolumeAttachment changed since.
-// A conflict is not retried here: the attachment is held again, for the
-// whole grace, before the next try.
-func (r *Reporter) releaseStale(ctx context.Context, cached *storagev1.VolumeAttachment, h *held, waiting []*corev1.Pod) error {
-	name := cached.Name
-	va, a, ok, err := r.recheck(ctx, cached, h)
-	if !ok {
-		return err
-	}
-	finalizers := va.Finalizers
-	update := va.DeepCopy()
-	update.Finalizers = nil
-	_, err = r.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, update, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsConflict(err):
-		r.forget(name)
-		r.decision(DecisionKept, va, "it changed between the check and the finalizers' removal (conflict on resourceVersion "+va.ResourceVersion+")")
-		return nil
-	case apierrors.IsNotFound(err):
-		return nil // detached meanwhile
-	case err != nil:
-		r.decision(DecisionKept, va, "removing its finalizers failed: "+err.Error())
-		return err
-	}
-	r.cfg.Metrics.Deleted.Inc()
-	r.forget(name)
-	reason := staleReason(a, r.cfg.Now())
-	r.decision(DecisionReleased, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion,
-		"finalizers", strings.Join(finalizers, ","), "waiting", podNames(waiting))
-	msg := fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
-		strings.Join(finalizers, ", "), name, volumeOf(va), va.Spec.NodeName, reason)
-	r.record(va, waiting, ReasonReleased, msg)
-	return nil
-}
-
-// recheck is what deleteStale and releaseStale do before they write: read
-// the VolumeAttachment again (it must still be the one held: same UID;
-// for a delete the same resourceVersion and not being deleted; for a
-// release being deleted, with finalizers), gather the rule's inputs from
-// the API server, run the rule, and keep it for a deleted Node and when
-// the operator's switches hold effects. ok says the caller may write
-// va (with its resourceVersion as the precondition); err is for a retry.
-func (r *Reporter) recheck(ctx context.Context, cached *storagev1.VolumeAttachment, h *held) (va *storagev1.VolumeAttachment, a diagnose.Attachment, ok bool, err error) {
-	name := cached.Name
-	if r.cfg.beforeRecheck != nil {
-		r.cfg.beforeRecheck(ctx, name)
-	}
-	va, err = r.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, a, false, nil // gone; the informer tells
-	}
-	if err != nil {
-		r.decision(DecisionKept, cached, "cannot read it again: "+err.Error())
-		return nil, a, false, err
-	}
-	changed := va.UID != h.uid
-	if h.deleting {
-		changed = changed || va.DeletionTimestamp == nil
-	} else {
-		changed = changed || va.ResourceVersion != h.rv || va.DeletionTimestamp != nil
-	}
-	if changed {
+	case ResultGone, ResultNoFinalizers:
+		return nil // the informer tells
+	case ResultUnreadable:
+		r.decision(DecisionKept, cached, o.Why)
+		return o.Err
+	case ResultReplaced, ResultChanged:
 		// The informer has not shown the change yet; when it does, the
 		// grace starts again.
-		r.decision(DecisionKept, va, "it changed since it was held for stale")
-		return nil, a, false, nil
+		r.decision(DecisionKept, o.VA, "it changed since it was held for stale")
+		return nil
+	case ResultRefused, ResultConflict:
+		// The API server knows better than the informers: the grace
+		// starts again once they agree it is stale.
+		r.forget(cached.Name)
+		r.decision(DecisionKept, o.VA, o.Why)
+		return nil
+	case ResultNodeGone:
+		r.decision(DecisionKept, o.VA, o.Why+": a person decides ("+byHand(o.VA)+")")
+		return nil
 	}
-	if h.deleting && len(va.Finalizers) == 0 {
-		return nil, a, false, nil // nothing keeps it: it goes on its own
+	r.decision(DecisionKept, o.VA, o.Why) // held, unchecked, write failed
+	return o.Err
+}
+
+// cured counts, logs and records a deletion or release.
+func (r *Reporter) cured(o Outcome, waiting []*corev1.Pod) {
+	va := o.VA
+	r.cfg.Metrics.Deleted.Inc()
+	r.forget(va.Name)
+	reason := staleReason(o.Attachment, r.cfg.Now())
+	if o.Result == ResultReleased {
+		r.decision(DecisionReleased, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion,
+			"finalizers", strings.Join(o.Finalizers, ","), "waiting", podNames(waiting))
+		r.record(va, waiting, ReasonReleased, fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
+			strings.Join(o.Finalizers, ", "), va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, reason))
+		return
 	}
-	a, err = r.fresh(ctx, va)
-	if err != nil {
-		r.decision(DecisionKept, va, "cannot check it again: "+err.Error())
-		return nil, a, false, err
+	r.decision(DecisionDeleted, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion, "waiting", podNames(waiting))
+	r.record(va, waiting, ReasonDeleted, fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)",
+		va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, reason))
+}
+
+// byHand is how a person cures a deleted Node's attachment.
+func byHand(va *storagev1.VolumeAttachment) string {
+	if va.DeletionTimestamp != nil {
+		return "removing its finalizers by hand"
 	}
-	if refusals := diagnose.StaleAttachment(a); len(refusals) > 0 {
-		// The API server knows better than the informers: the grace starts
-		// again once they agree it is stale.
-		r.forget(name)
-		r.decision(DecisionKept, va, diagnose.Refusals(refusals))
-		return nil, a, false, nil
-	}
-	if a.Node == nil {
-		// The rule lets a person delete it (fenced diagnose --fix asks),
-		// but a deleted Node is no evidence that the machine is off: its
-		// kubelet may still have the volume mounted. No automatic delete,
-		// and no automatic release.
-		how := "fenced diagnose --fix"
-		if va.DeletionTimestamp != nil {
-			how = "removing its finalizers by hand"
-		}
-		r.decision(DecisionKept, va, fmt.Sprintf("node/%s no longer exists, which says nothing about the machine: a person decides (%s)", va.Spec.NodeName, how))
-		return nil, a, false, nil
-	}
-	if r.cfg.Held != nil {
-		if held, why := r.cfg.Held(a.Node); held {
-			r.decision(DecisionKept, va, "held: "+why)
-			return nil, a, false, nil
-		}
-	}
-	if r.cfg.beforeDelete != nil {
-		r.cfg.beforeDelete(ctx, name)
-	}
-	return va, a, true, nil
+	return "fenced diagnose --fix"
 }
 
 // record sends the Normal Event of a deletion or release on the
@@ -929,7 +765,7 @@ func staleReason(a diagnose.Attachment, now time.Time) string {
 	if a.Node == nil {
 		s = fmt.Sprintf("node/%s no longer exists", a.VA.Spec.NodeName)
 	} else {
-		s = fmt.Sprintf("node/%s is Ready, no pod there uses volume %s and its kubelet does not list it in volumesInUse", a.Node.Name, volumeOf(a.VA))
+		s = fmt.Sprintf("node/%s is Ready, no pod there uses volume %s and its kubelet does not list it in volumesInUse", a.Node.Name, diagnose.VolumeOf(a.VA))
 	}
 	return s + stuckDetach(a.VA, now)
 }
@@ -951,13 +787,6 @@ func stuckDetach(va *storagev1.VolumeAttachment, now time.Time) string {
 		s += ", no detachError"
 	}
 	return s
-}
-
-func volumeOf(va *storagev1.VolumeAttachment) string {
-	if va == nil || va.Spec.Source.PersistentVolumeName == nil {
-		return ""
-	}
-	return *va.Spec.Source.PersistentVolumeName
 }
 
 func podNames(ps []*corev1.Pod) string {

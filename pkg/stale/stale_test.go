@@ -84,9 +84,6 @@ func TestStaleReason(t *testing.T) {
 			}
 		})
 	}
-	if v := volumeOf(&storagev1.VolumeAttachment{}); v != "" {
-		t.Errorf("volumeOf an inline volume = %q, want empty", v)
-	}
 }
 
 // TestNewNeedsRecorder: a Reporter that could not record Events would
