@@ -104,3 +104,23 @@ func TestStaleAttachment(t *testing.T) {
 		})
 	}
 }
+
+// TestVolumeOf: the PersistentVolume's name, empty for an inline volume
+// and for no attachment.
+func TestVolumeOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		va   *storagev1.VolumeAttachment
+		want string
+	}{
+		{"persistent volume", testVA("n", "pv-1"), "pv-1"},
+		{"inline volume", &storagev1.VolumeAttachment{}, ""},
+		{"no attachment", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := VolumeOf(tc.va); got != tc.want {
+				t.Errorf("VolumeOf = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

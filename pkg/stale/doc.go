@@ -1,8 +1,23 @@
-// Package stale is the fencers' report of stale VolumeAttachments (issue
-// 12, item 4): a VolumeAttachment whose Node is Ready while nothing there
+// Package stale is stale VolumeAttachments: the cure and the fencers'
+// reporter. A VolumeAttachment whose Node is Ready while nothing there
 // uses the volume any more — or whose Node no longer exists — keeps every
-// other node from attaching a ReadWriteOnce volume ("Multi-Attach error"),
-// and nobody finds out until a person runs `fenced diagnose`.
+// other node from attaching a ReadWriteOnce volume ("Multi-Attach error").
+// diagnose.StaleAttachment is the rule; this package gathers its inputs
+// and writes.
+//
+// The Cure is the one write, for `fenced diagnose --fix` (pkg/admin) and
+// for the Reporter: read the VolumeAttachment again (the same UID; for a
+// delete the same resourceVersion the caller checked), read the rule's
+// inputs again from the API server and run the rule on them, then delete
+// with preconditions on the UID and resourceVersion just checked — or,
+// for one stuck in deletion, remove its finalizers by an update carrying
+// that resourceVersion. Its Outcome says which, or why nothing was
+// written. A deleted Node's attachment is written only when the caller
+// says a person decided (AllowDeletedNode), and never while the
+// operator's switches hold effects (Held).
+//
+// The Reporter (issue 12, item 4) finds them before a person runs
+// `fenced diagnose`.
 //
 // The Reporter runs in every fencer (pkg/agent wires it). It watches
 // VolumeAttachments and Nodes (from the agent's one cluster-scoped informer
@@ -26,14 +41,9 @@
 // changes (the attacher's retries) do not start the grace again.
 //
 // It deletes nothing unless policy.deleteStaleVolumeAttachments is on (and
-// the opt-in RBAC grants it). Then it reads every input again from the API
-// server, runs the rule on those fresh objects and deletes with a
-// precondition on the VolumeAttachment's UID and resourceVersion: a
-// failing or missing input, a refusal or a change in between means the
-// VolumeAttachment stays. Deleting one stuck in deletion again would do
-// nothing: after the same re-check it removes its finalizers instead, by
-// an update carrying the resourceVersion re-checked (a Conflict keeps it,
-// and it is held for the whole grace before the next try). Neither
-// happens for a deleted Node's attachment or while the operator's
-// switches hold effects (Config.Held).
+// the opt-in RBAC grants it). Then the Cure writes: a failing or missing
+// input, a refusal or a change in between means the VolumeAttachment
+// stays (after a refusal or a Conflict it is held for the whole grace
+// before the next try). Neither happens for a deleted Node's attachment
+// or while the operator's switches hold effects (Config.Held).
 package stale
