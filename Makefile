@@ -181,7 +181,7 @@ bench-fast: deps kube-binaries ## gossip.profile fast on the harness: FAST_ROUND
 demo: deps kube-binaries ## local cluster + fenced, pull a node's plug, print the recovery timeline, tear down
 	$(GO) run ./internal/cmd/fenced-demo
 
-cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (see README)
+cluster-up: deps kube-binaries ## start the local cluster in the background for kubectl (docs/contributing.md)
 	@mkdir -p bin $(CLUSTER_STATE)
 	$(GO) build -o bin/fenced-cluster ./internal/cmd/fenced-cluster
 	@if [ -f $(CLUSTER_STATE)/pid ] && kill -0 $$(cat $(CLUSTER_STATE)/pid) 2>/dev/null; then \

@@ -53,7 +53,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// checkAccepted checks the ranges README.md and validate.go promise for an
+// checkAccepted checks the ranges docs/configuration.md and validate.go promise for an
 // accepted configuration, independently of how validation reached them.
 func checkAccepted(t *testing.T, cfg *Config) {
 	t.Helper()

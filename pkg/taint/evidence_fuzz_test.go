@@ -13,7 +13,7 @@ import (
 // FuzzEvidenceOf feeds arbitrary annotation values to EvidenceOf, the
 // decoder of AnnotationEvidence on a Node: anyone who may update Nodes can
 // write it, and fencers and `fenced status` read it. Seeds
-// (testdata/fuzz/FuzzEvidenceOf) are the evidence README.md shows and the
+// (testdata/fuzz/FuzzEvidenceOf) are the evidence `make demo` prints (docs/contributing.md) and the
 // kinds the tests use. Properties: nothing panics (EvidenceOf, the core's
 // Validate and Summary, checkEvidence); evidence that decodes re-encodes
 // (encodeEvidence, as Apply writes it), and decode→encode→decode gives the

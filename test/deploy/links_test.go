@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +21,9 @@ var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // TestDocumentLinksStayInTheRepository: every relative link in the
 // repository's Markdown resolves to a file or directory of the repository —
 // nothing points at a place a user who clones it does not have, such as
-// the founders' workspace directory beside the clone — and the license
-// exists.
+// the founders' workspace directory beside the clone —, a link's #anchor
+// into a Markdown file names one of its headings, every alert rule's
+// runbook link does too, and the license exists.
 func TestDocumentLinksStayInTheRepository(t *testing.T) {
 	root := repoRoot(t)
 	out, err := exec.Command("git", "-C", root, "ls-files", "*.md").Output()
@@ -31,6 +34,7 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 	if len(docs) == 0 {
 		t.Fatal("no Markdown files tracked")
 	}
+	anchors := anchorCache{root: root, byDoc: map[string]map[string]bool{}}
 	for _, doc := range docs {
 		text, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
@@ -41,21 +45,118 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 		}
 		for _, m := range markdownLink.FindAllStringSubmatch(string(text), -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
-			p := filepath.Clean(filepath.Join(root, filepath.Dir(doc), target))
-			if rel, err := filepath.Rel(root, p); err != nil || strings.HasPrefix(rel, "..") {
-				t.Errorf("%s links to %s, outside the repository", doc, m[1])
-				continue
-			}
-			if _, err := os.Stat(p); err != nil {
-				t.Errorf("%s links to %s, which does not exist", doc, m[1])
+			if err := anchors.resolve(doc, target); err != nil {
+				t.Errorf("%s links to %s: %v", doc, target, err)
 			}
 		}
 	}
+
+	// The alert rules' runbook annotations, in every rule file (the plain
+	// one, the Helm chart's copy, the PrometheusRule component), are links
+	// from the repository's root.
+	yamls, err := exec.Command("git", "-C", root, "ls-files", "*.yaml").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbooks := 0
+	for _, f := range strings.Fields(string(yamls)) {
+		text, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range runbookAnnotation.FindAllStringSubmatch(string(text), -1) {
+			runbooks++
+			if !strings.Contains(m[1], "#") {
+				t.Errorf("%s: runbook %s names no section (want FILE#anchor)", f, m[1])
+			}
+			if err := anchors.resolve("", m[1]); err != nil {
+				t.Errorf("%s: runbook %s: %v", f, m[1], err)
+			}
+		}
+	}
+	if runbooks == 0 {
+		t.Error("no runbook annotation found in the repository's YAML files")
+	}
+
 	if _, err := os.Stat(filepath.Join(root, "LICENSE")); err != nil {
 		t.Errorf("no LICENSE: %v", err)
 	}
+}
+
+// runbookAnnotation matches an alert rule's runbook annotation.
+var runbookAnnotation = regexp.MustCompile(`(?m)^\s*runbook:\s*"?([^"\s]+)"?\s*$`)
+
+// anchorCache resolves relative links and their anchors, reading each
+// Markdown file's headings once.
+type anchorCache struct {
+	root  string
+	byDoc map[string]map[string]bool
+}
+
+// resolve checks a link found in doc (a path from the root; "" for the
+// root itself): its file or directory exists inside the repository and, for
+// a Markdown file, its #anchor is one of the file's headings.
+func (c anchorCache) resolve(doc, link string) error {
+	target, anchor, _ := strings.Cut(link, "#")
+	file := doc
+	if target != "" {
+		p := filepath.Clean(filepath.Join(c.root, filepath.Dir(doc), target))
+		rel, err := filepath.Rel(c.root, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return errors.New("outside the repository")
+		}
+		if _, err := os.Stat(p); err != nil {
+			return errors.New("no such file or directory")
+		}
+		file = rel
+	}
+	if anchor == "" || !strings.HasSuffix(file, ".md") {
+		return nil
+	}
+	headings, ok := c.byDoc[file]
+	if !ok {
+		text, err := os.ReadFile(filepath.Join(c.root, file))
+		if err != nil {
+			return err
+		}
+		headings = markdownAnchors(string(text))
+		c.byDoc[file] = headings
+	}
+	if !headings[anchor] {
+		return fmt.Errorf("%s has no heading with the anchor #%s", file, anchor)
+	}
+	return nil
+}
+
+// markdownAnchors returns the anchors GitHub gives the headings of a
+// Markdown text: lower-case, punctuation dropped, spaces to '-', a repeated
+// anchor numbered -1, -2, …; lines in fenced code blocks are not headings.
+func markdownAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	inCode := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+			continue
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		heading := strings.TrimLeft(line, "#")
+		if !strings.HasPrefix(heading, " ") {
+			continue // #word is not a heading
+		}
+		a := githubAnchor(heading)
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
 }

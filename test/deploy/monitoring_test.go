@@ -24,7 +24,8 @@ import (
 // by the Go build cache). v0.316.0 is Prometheus 3.16.0.
 const promtool = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 
-// The monitoring files (README.md, "Monitoring").
+// The monitoring files (docs/operations.md, "Monitoring: alert rules and
+// dashboard").
 const (
 	rulesFile      = "deploy/monitoring/prometheus-rules.yaml"
 	ruleTestsDir   = "deploy/monitoring/tests"
@@ -32,6 +33,9 @@ const (
 	monitoringComp = "deploy/daemonset/components/monitoring"
 	// prometheusRuleFile is generated from rulesFile.
 	prometheusRuleFile = monitoringComp + "/prometheusrule.yaml"
+	// runbookDoc holds one runbook section per alert, the heading the
+	// alert's name; runbook annotations are links from the repository's root.
+	runbookDoc = "docs/operations.md"
 )
 
 var update = flag.Bool("update", false, "rewrite "+prometheusRuleFile+" from "+rulesFile)
@@ -167,16 +171,12 @@ func githubAnchor(heading string) string {
 }
 
 // TestAlertRulesShape: every alert has a known severity, a summary, a
-// description and a runbook annotation pointing to a README.md heading,
+// description and a runbook annotation pointing to its own heading in
+// runbookDoc,
 // and promtool cases in deploy/monitoring/tests where it fires and where it
 // does not.
 func TestAlertRulesShape(t *testing.T) {
-	anchors := map[string]bool{}
-	for _, line := range strings.Split(string(readFile(t, "README.md")), "\n") {
-		if strings.HasPrefix(line, "#") {
-			anchors[githubAnchor(strings.TrimLeft(line, "#"))] = true
-		}
-	}
+	anchors := markdownAnchors(string(readFile(t, runbookDoc)))
 
 	type cases struct{ firing, quiet bool }
 	tested := map[string]*cases{}
@@ -228,9 +228,9 @@ func TestAlertRulesShape(t *testing.T) {
 					t.Errorf("%s: no %s annotation", r.Alert, a)
 				}
 			}
-			anchor, ok := strings.CutPrefix(r.Annotations["runbook"], "README.md#")
-			if !ok || anchor != strings.ToLower(r.Alert) || !anchors[anchor] {
-				t.Errorf("%s: runbook %q, want README.md#%s and a README heading %s", r.Alert, r.Annotations["runbook"], strings.ToLower(r.Alert), r.Alert)
+			anchor, ok := strings.CutPrefix(r.Annotations["runbook"], runbookDoc+"#")
+			if !ok || anchor != githubAnchor(r.Alert) || !anchors[anchor] {
+				t.Errorf("%s: runbook %q, want %s#%s and a heading %s there", r.Alert, r.Annotations["runbook"], runbookDoc, githubAnchor(r.Alert), r.Alert)
 			}
 			switch c := tested[r.Alert]; {
 			case c == nil:

@@ -100,7 +100,7 @@ func (s Summary) Count(inv Invariant) int {
 // Failed reports whether any invariant was broken.
 func (s Summary) Failed() bool { return len(s.Violations) > 0 }
 
-// Write prints the summary table (Markdown, to paste into the README) and
+// Write prints the summary table (Markdown, to paste into docs/measurements.md) and
 // then the violations, if any.
 func (s Summary) Write(w io.Writer) {
 	total := 0

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Report formats results as the README's tables (Markdown).
+// Report formats results as docs/measurements.md's tables (Markdown).
 func Report(results []Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Detection of crashed members (shut down without leaving), seconds from the crash; one process, GOMAXPROCS %d. A ring whose timers were stretched (×k) was measured in wall time and is shown in the protocol's: times ÷ k, rates and CPU per second × k; its \"ring formed in\" is wall time:\n\n", runtime.GOMAXPROCS(0))
