@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 )
@@ -74,10 +75,42 @@ type Operator struct {
 	// agents' Leases fenced-agent-<node>; empty: not read.
 	LeaseNamespace string
 
+	// closeInventory closes the inventory NewOperator opened; nil: none.
+	closeInventory func() error
+
 	// beforeDelete, when set (tests only), runs between the last check of
 	// a VolumeAttachment and its deletion: the window the deletion's
 	// preconditions guard.
 	beforeDelete func(context.Context, *storagev1.VolumeAttachment)
+}
+
+// NewOperator builds what confirm, unfence, status and diagnose share
+// from the configuration: its BMC inventory if it has one, the agents'
+// Lease namespace, the bound of confirm --power-off. Close it when done.
+func NewOperator(cfg *config.Config, client kubernetes.Interface, out io.Writer, log *slog.Logger) (*Operator, error) {
+	// The agents' Leases are where the agents put them: fencer.leaseNamespace,
+	// whose default applies also when there is no configuration file.
+	leaseNS := cfg.Fencer.LeaseNamespace
+	if leaseNS == "" {
+		leaseNS = config.DefaultLeaseNamespace
+	}
+	o := &Operator{Client: client, Out: out, Log: log, LeaseNamespace: leaseNS,
+		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
+	if len(cfg.BMCs) > 0 {
+		inv, err := device.NewInventory(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		o.Inventory, o.closeInventory = inv, inv.Close
+	}
+	return o, nil
+}
+
+// Close closes the BMC sessions of the inventory NewOperator opened.
+func (o *Operator) Close() {
+	if o.closeInventory != nil {
+		_ = o.closeInventory()
+	}
 }
 
 func (o *Operator) now() time.Time {
