@@ -1,6 +1,9 @@
-// Package operator holds the logic of the commands an operator runs by hand:
-// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`. cmd/fenced only
-// wires flags, configuration and clients to it.
+// Package admin holds the logic of the commands an operator runs by hand:
+// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`
+// (an [Operator] against one cluster), and `fenced bmc`, `fenced device` and
+// `fenced topology check` ([UseBMC], [PowerDevices]: the configuration's
+// power devices, read or switched by hand with the fencer's drivers).
+// cmd/fenced only wires flags, configuration and clients to it.
 //
 // These commands are the human side of the safety invariant (docs/design.md §2).
 // confirm is the only way to `manual` evidence: it records who confirmed and
@@ -10,6 +13,9 @@
 // recorded. status only reads. diagnose reads, and with --fix deletes a
 // VolumeAttachment only when pkg/diagnose's StaleAttachment, run again on
 // objects read right before, allows it, with preconditions on the object.
+//
+// bmc, device and topology check bypass every safety check of the fencer:
+// they do what the operator asks, and say what the hardware answered.
 //
 // The taint itself is always written through pkg/taint, which re-checks the
 // evidence against the Node; nothing here writes a Node directly.
