@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,7 +167,7 @@ func TestConfiguredNodes(t *testing.T) {
 
 // TestStillWaiting: a silent terminal looks hung, so a long wait says so.
 func TestStillWaiting(t *testing.T) {
-	var out syncWriter
+	var out syncBuf
 	stop := stillWaiting(&out, "n: level 2: power-off", 5*time.Millisecond)
 	time.Sleep(30 * time.Millisecond)
 	stop()
@@ -177,22 +176,4 @@ func TestStillWaiting(t *testing.T) {
 	if n == 0 || strings.Count(out.String(), "still waiting") != n {
 		t.Errorf("%d lines, then more after stop:\n%s", n, out.String())
 	}
-}
-
-// syncWriter is a bytes.Buffer a goroutine may write while the test reads.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
