@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"fenced.io/fenced/pkg/admin"
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
-	"fenced.io/fenced/pkg/fencing/device"
 )
 
 // bmcFlags are shared by the bmc subcommands.
@@ -40,22 +37,19 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&f.powerTimeout, "power-timeout", config.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
-	pf.DurationVar(&f.powerWait, "power-wait", device.DefaultPowerWait,
+	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")
 
-	actions := []struct {
-		use, short, long string
-		do               func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)
+	switches := []struct {
+		op          admin.PowerOp
+		short, long string
 	}{
-		{"off", "Switch a node off (hard) and confirm it reads off",
-			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent.",
-			device.PowerOffVerified},
-		{"on", "Switch a node on and confirm it reads on",
-			"Switch the chassis on, then read the power state every second until it is on.",
-			device.PowerOnVerified},
-		{"cycle", "Switch a node off and on again, confirming each step",
-			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on.",
-			device.PowerCycleVerified},
+		{admin.PowerOff, "Switch a node off (hard) and confirm it reads off",
+			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent."},
+		{admin.PowerOn, "Switch a node on and confirm it reads on",
+			"Switch the chassis on, then read the power state every second until it is on."},
+		{admin.PowerCycle, "Switch a node off and on again, confirming each step",
+			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on."},
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:     "status NODE",
@@ -64,45 +58,27 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 		Example: "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o json | jq -r .power",
 		Args:    exactlyOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, args[0], "status", nil)
+			return runBMC(cmd, g, f, args[0], admin.PowerStatus)
 		},
 	})
-	for _, a := range actions {
-		do := a.do
-		name := a.use
+	for _, sw := range switches {
 		cmd.AddCommand(&cobra.Command{
-			Use:     a.use + " NODE",
-			Short:   a.short,
-			Long:    a.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced bmc %s worker-3", a.use),
+			Use:     string(sw.op) + " NODE",
+			Short:   sw.short,
+			Long:    sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
+			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
 			Args:    exactlyOneNode,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return runBMC(cmd, g, f, args[0], name, do)
+				return runBMC(cmd, g, f, args[0], sw.op)
 			},
 		})
 	}
 	return cmd
 }
 
-// bmcResult is the -o json output of the bmc subcommands.
-type bmcResult struct {
-	Node       string `json:"node"`
-	Endpoint   string `json:"endpoint"`
-	Action     string `json:"action"`
-	OK         bool   `json:"ok"`
-	Power      string `json:"power"`
-	SystemGUID string `json:"systemGUID,omitempty"`
-	Already    bool   `json:"alreadyInState,omitempty"`
-	ElapsedMS  int64  `json:"elapsedMs"`
-	Error      string `json:"error,omitempty"`
-	ErrorKind  string `json:"errorKind,omitempty"`
-	Hint       string `json:"hint,omitempty"`
-}
-
-func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
-	do func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)) error {
-	if f.output != "text" && f.output != "json" {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", f.output)}
+func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.PowerOp) error {
+	if err := checkPowerOutput(cmd, f.output); err != nil {
+		return err
 	}
 	cfg, err := g.loadConfig(true)
 	if err != nil {
@@ -113,98 +89,31 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
 		return &usageError{command: cmd.CommandPath(),
 			err: fmt.Errorf("node %q is not in the BMC inventory of %s", node, cfg.Source)}
 	}
-	b, err := device.NewDriver(entry, g.log)
-	if err != nil {
+	res, err := admin.UseBMC(cmd.Context(), entry, op,
+		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)
+	switch {
+	case err != nil:
 		return err
-	}
-	defer b.Close()
-
-	ctx := cmd.Context()
-	start := time.Now()
-	res := bmcResult{Node: node, Endpoint: entry.Endpoint(), Action: action, Power: string(core.PowerUnknown)}
-	if do == nil {
-		var state core.PowerState
-		state, err = b.PowerState(ctx)
-		res.Power = string(state)
-		if err == nil {
-			// The GUID is informational here; a BMC without one is common.
-			if guid, gerr := b.SystemGUID(ctx); gerr == nil {
-				res.SystemGUID = guid
-			} else {
-				g.log.Debug("system GUID not available", "node", node, "err", gerr)
-			}
+	case f.output == "json":
+		if err := res.Write(g.stdout, f.output); err != nil {
+			return err
 		}
-	} else {
-		var ar device.ActionResult
-		ar, err = do(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout,
-			Progress: device.ProgressPrinter(g.stderr, node+": BMC", 0)})
-		res.Power, res.Already = string(ar.State), ar.AlreadyInState
-	}
-	res.ElapsedMS = time.Since(start).Milliseconds()
-	res.OK = err == nil
-	if err != nil {
-		res.Error, res.ErrorKind, res.Hint = err.Error(), string(device.KindOf(err)), hintFor(err, entry)
-	}
-	g.log.Debug("bmc request done", "node", node, "action", action, "power", res.Power,
-		"elapsed", time.Duration(res.ElapsedMS)*time.Millisecond, "err", err)
-
-	if f.output == "json" {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		if encErr := enc.Encode(res); encErr != nil {
-			return encErr
-		}
-		if err != nil {
-			return &silentError{err: err}
+		if res.Err != nil {
+			return &silentError{err: res.Err}
 		}
 		return nil
+	case res.Err != nil && res.Hint != "":
+		return fmt.Errorf("%w\nhint: %s", res.Err, res.Hint)
+	case res.Err != nil:
+		return res.Err
 	}
-	if err != nil {
-		if res.Hint != "" {
-			return fmt.Errorf("%w\nhint: %s", err, res.Hint)
-		}
-		return err
+	return res.Write(g.stdout, f.output)
+}
+
+// checkPowerOutput checks the -o of the bmc and device commands.
+func checkPowerOutput(cmd *cobra.Command, output string) error {
+	if output != "text" && output != "json" {
+		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", output)}
 	}
-	printBMCText(g, res)
 	return nil
-}
-
-func printBMCText(g *globals, res bmcResult) {
-	if res.Action == "status" {
-		guid := res.SystemGUID
-		if guid == "" {
-			guid = "(not reported)"
-		}
-		fmt.Fprintf(g.stdout, "node:        %s\nbmc:         %s\npower:       %s\nsystem GUID: %s\n",
-			res.Node, res.Endpoint, res.Power, guid)
-		return
-	}
-	if res.Already {
-		fmt.Fprintf(g.stdout, "%s: power already %s, nothing sent (%s)\n", res.Node, res.Power, res.Endpoint)
-		return
-	}
-	fmt.Fprintf(g.stdout, "%s: power %s done, BMC reads %s after %s (%s)\n", res.Node, res.Action, res.Power,
-		(time.Duration(res.ElapsedMS) * time.Millisecond).Round(10*time.Millisecond), res.Endpoint)
-}
-
-// hintFor tells an operator what to check for each kind of failure.
-func hintFor(err error, e config.ResolvedBMC) string {
-	switch device.KindOf(err) {
-	case core.KindAuth:
-		return fmt.Sprintf("the BMC refused user %q: check the password (%s) and that the user may open %s sessions",
-			e.Username, e.Password, privilegeFor(e))
-	case core.KindUnreachable:
-		return "nothing answers at " + e.Endpoint() + ": check the address and port and that this host can reach the management network"
-	case core.KindTimeout:
-		return fmt.Sprintf("no answer from %s within the timeout (%s per attempt, %d retries): check the address, firewalls, and whether the BMC is hung",
-			e.Endpoint(), e.Timeout, e.Retries)
-	}
-	return ""
-}
-
-func privilegeFor(e config.ResolvedBMC) string {
-	if e.Protocol == config.ProtocolIPMI {
-		return e.IPMIPrivilegeLevel
-	}
-	return "Redfish"
 }

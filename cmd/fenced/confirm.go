@@ -8,8 +8,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/admin"
-	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -66,11 +64,11 @@ Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
 	return cmd
 }
 
-// newOperator builds what confirm, unfence and status share: the client,
-// the BMC inventory if the configuration has one (a missing default
-// configuration file just means none), and, for component != "", an Event
-// recorder. done closes the BMC sessions and waits for the Events to be
-// written, which are part of the evidence trail.
+// newOperator builds what confirm, unfence and status share
+// (admin.NewOperator: a missing default configuration file just means no
+// BMC inventory) and, for component != "", an Event recorder. done closes
+// the BMC sessions and waits for the Events to be written, which are part
+// of the evidence trail.
 func (g *globals) newOperator(component string) (op *admin.Operator, done func(), err error) {
 	cfg, err := g.loadConfig(false)
 	if err != nil {
@@ -84,31 +82,12 @@ func (g *globals) newOperator(component string) (op *admin.Operator, done func()
 	if err != nil {
 		return nil, nil, err
 	}
-	// The agents' Leases are where the agents put them: fencer.leaseNamespace,
-	// whose default applies also when there is no configuration file.
-	leaseNS := cfg.Fencer.LeaseNamespace
-	if leaseNS == "" {
-		leaseNS = config.DefaultLeaseNamespace
+	if op, err = admin.NewOperator(cfg, client, g.stdout, g.log); err != nil {
+		return nil, nil, err
 	}
-	op = &admin.Operator{Client: client, Out: g.stdout, Log: g.log, LeaseNamespace: leaseNS,
-		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
-	var closers []func()
-	if len(cfg.BMCs) > 0 {
-		inv, err := device.NewInventory(cfg, g.log)
-		if err != nil {
-			return nil, nil, err
-		}
-		op.Inventory = inv
-		closers = append(closers, func() { _ = inv.Close() })
-	}
+	stopRecorder := func() {}
 	if component != "" {
-		rec, stop := taint.NewRecorder(client, component)
-		op.Recorder = rec
-		closers = append(closers, stop)
+		op.Recorder, stopRecorder = taint.NewRecorder(client, component)
 	}
-	return op, func() {
-		for _, c := range closers {
-			c()
-		}
-	}, nil
+	return op, func() { op.Close(); stopRecorder() }, nil
 }

@@ -106,16 +106,10 @@ it would not say who you are).`,
 			if err != nil {
 				return err
 			}
+			agent := *rc
+			agent.Host, agent.CAData, agent.CAFile = server, ca, ""
 			issuer := &credentials.Issuer{Client: client, Out: g.stdout}
-			issued, err := issuer.Issue(cmd.Context(), req)
-			if err == nil {
-				agent := *rc
-				agent.Host, agent.CAData, agent.CAFile = server, ca, ""
-				err = credentials.VerifyWorks(cmd.Context(), &agent, issued, req)
-			}
-			if err == nil {
-				err = files.Write(server, ca, issued)
-			}
+			err = issuer.IssueTo(cmd.Context(), req, &agent, files)
 			if errors.Is(err, credentials.ErrCannotCheck) {
 				return &codedError{code: exitCannotCheck, err: err}
 			}

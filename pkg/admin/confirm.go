@@ -288,11 +288,7 @@ func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
 			if p.Reading != nil {
 				state = string(p.Reading.Power)
 			}
-			name := p.Device
-			if p.Plug != "" {
-				name += ":" + p.Plug
-			}
-			parts = append(parts, name+" "+state)
+			parts = append(parts, plugLabel(p.Device, p.Plug)+" "+state)
 		}
 		fmt.Fprintf(o.Out, "  level %d:     %s\n", i+1, strings.Join(parts, ", "))
 		r, _ := core.CombineLevels([]core.LevelRead{lr})

@@ -1,6 +1,9 @@
-// Package operator holds the logic of the commands an operator runs by hand:
-// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`. cmd/fenced only
-// wires flags, configuration and clients to it.
+// Package admin holds the logic of the commands an operator runs by hand:
+// `fenced confirm`, `fenced unfence`, `fenced status` and `fenced diagnose`
+// (an [Operator] against one cluster), and `fenced bmc`, `fenced device` and
+// `fenced topology check` ([UseBMC], [PowerDevices]: the configuration's
+// power devices, read or switched by hand with the fencer's drivers).
+// cmd/fenced only wires flags, configuration and clients to it.
 //
 // These commands are the human side of the safety invariant (docs/design.md §2).
 // confirm is the only way to `manual` evidence: it records who confirmed and
@@ -10,6 +13,9 @@
 // recorded. status only reads. diagnose reads, and with --fix deletes a
 // VolumeAttachment only when pkg/diagnose's StaleAttachment, run again on
 // objects read right before, allows it, with preconditions on the object.
+//
+// bmc, device and topology check bypass every safety check of the fencer:
+// they do what the operator asks, and say what the hardware answered.
 //
 // The taint itself is always written through pkg/taint, which re-checks the
 // evidence against the Node; nothing here writes a Node directly.
@@ -31,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 )
@@ -72,6 +79,38 @@ type Operator struct {
 	// configuration, as the agents use it), where diagnose reads the
 	// agents' Leases fenced-agent-<node>; empty: not read.
 	LeaseNamespace string
+
+	// closeInventory closes the inventory NewOperator opened; nil: none.
+	closeInventory func() error
+}
+
+// NewOperator builds what confirm, unfence, status and diagnose share
+// from the configuration: its BMC inventory if it has one, the agents'
+// Lease namespace, the bound of confirm --power-off. Close it when done.
+func NewOperator(cfg *config.Config, client kubernetes.Interface, out io.Writer, log *slog.Logger) (*Operator, error) {
+	// The agents' Leases are where the agents put them: fencer.leaseNamespace,
+	// whose default applies also when there is no configuration file.
+	leaseNS := cfg.Fencer.LeaseNamespace
+	if leaseNS == "" {
+		leaseNS = config.DefaultLeaseNamespace
+	}
+	o := &Operator{Client: client, Out: out, Log: log, LeaseNamespace: leaseNS,
+		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
+	if len(cfg.BMCs) > 0 {
+		inv, err := device.NewInventory(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		o.Inventory, o.closeInventory = inv, inv.Close
+	}
+	return o, nil
+}
+
+// Close closes the BMC sessions of the inventory NewOperator opened.
+func (o *Operator) Close() {
+	if o.closeInventory != nil {
+		_ = o.closeInventory()
+	}
 }
 
 func (o *Operator) now() time.Time {

@@ -2,7 +2,8 @@
 // node-problem-detector's main does: build every part and wire them
 // (metrics, one informer factory for cluster-scoped objects shared with
 // the fencer, the gossip ring, the clean-shutdown watcher and — when the
-// configuration holds a BMC inventory — the fencer, which gets gossip
+// configuration holds power devices (a BMC inventory, fence devices) —
+// the fencer, which gets gossip
 // changes directly from the ring), then run them in order and supervise
 // them in one loop that decides what stops what and tells systemd how the
 // agent is doing.

@@ -4,9 +4,16 @@
 //
 //	apiVersion: fenced.io/v1alpha1
 //	kind: FencedConfiguration
+//	clusterName: ...
+//	gossip: {...}       # the ring: port, key file, tuning
+//	policy: {...}       # when to fence: mode, fenceAfter, limits
+//	fencer: {...}       # fencer-only settings: Lease namespace, timeouts
+//	shutdown: {...}     # the clean-shutdown announcement
 //	bmc:
 //	  defaults: {...}   # a BMCSpec that every node inherits field by field
 //	  nodes: [...]      # one NodeBMC per Kubernetes node
+//	fenceDevices: [...] # ClusterLabs fence agents (PDUs, hypervisors, ...)
+//	topology: {...}     # each node's fencing levels, in order
 //
 // Decoding is strict: an unknown field is an error, so a typo never silently
 // falls back to a default. Every default is defined in defaults.go and

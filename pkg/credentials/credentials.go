@@ -496,6 +496,20 @@ func apiError(what string, err error) error {
 	return fmt.Errorf("%w: %s: %v", ErrCannotCheck, what, err)
 }
 
+// IssueTo issues req's credential, checks that the API server the agent
+// will use (agent: its address and CA) takes it, and only then writes
+// files for it: nothing is written for a credential that does not work.
+func (i *Issuer) IssueTo(ctx context.Context, req Request, agent *rest.Config, files Files) error {
+	issued, err := i.Issue(ctx, req)
+	if err != nil {
+		return err
+	}
+	if err := VerifyWorks(ctx, agent, issued, req); err != nil {
+		return err
+	}
+	return files.Write(agent.Host, agent.CAData, issued)
+}
+
 // VerifyWorks authenticates with the new credential and checks that the API
 // server takes it for want's user in want's group.
 func VerifyWorks(ctx context.Context, cfg *rest.Config, issued *Issued, req Request) error {

@@ -1,6 +1,7 @@
-// Package fencer is the fencer loop: the controller that feeds the decision
+// Package fencing is the fencer loop: the controller that feeds the decision
 // core (pkg/fencing/core) and carries out what it decides. It runs in every agent
-// whose configuration holds a BMC inventory.
+// whose configuration holds power devices (a BMC inventory, or fence devices
+// in a fencing topology).
 //
 // A failure travels through three files in three packages:
 //
@@ -16,7 +17,12 @@
 //     taint with its evidence, Ready=False and pod force-deletion through
 //     pkg/taint, Events. Results come back as the next Observation.
 //
-// verify.go checks that what a node says about itself over gossip is its
+// levels.go reads and switches a node's fencing levels in order through
+// the [Inventory]'s plugs; monitor.go checks every power device now and
+// then (Pacemaker's monitor operation); readgate.go bounds the power reads
+// in flight, serving nodes that Kubernetes too sees failing first;
+// stalekey.go stops trusting a key Lease a restarted agent has not
+// replaced yet. verify.go checks that what a node says about itself over gossip is its
 // own word (signatures against the key it published) and challenges agents
 // for proofs of life; switches.go reads the operator's switches (the pause
 // ConfigMap's informer, exclusion labels) and reports what the core held

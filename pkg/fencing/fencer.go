@@ -93,7 +93,7 @@ type Config struct {
 	// Client writes: Leases, taints, Events. Reads go through Informers.
 	Client    kubernetes.Interface
 	Informers Informers
-	Inventory *device.Inventory
+	Inventory Inventory
 	Members   MemberSource
 	Tainter   *taint.Tainter
 	Recorder  record.EventRecorder

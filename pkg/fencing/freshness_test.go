@@ -58,7 +58,7 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	p := testPolicy(core.ModeConfirmOnly)
 	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
-		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
+		Inventory: inventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}},
 		Tainter:   taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
@@ -160,7 +160,7 @@ func TestLaggingInformerIsNoSignOfLife(t *testing.T) {
 	recorder := record.NewFakeRecorder(1000)
 	startFencerWatching(t, Config{
 		Identity: "fencer", Client: api,
-		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": newCountingBMC(core.PowerOff)}, map[string]string{"victim": "test://victim"}),
+		Inventory: inventoryOf(map[string]device.BMC{"victim": newCountingBMC(core.PowerOff)}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: now}},
 		Tainter:   taint.NewTainter(api, "fencer", nil), Recorder: recorder,
 		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),

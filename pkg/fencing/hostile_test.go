@@ -182,7 +182,7 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 		v.ring = b.join(name, v.boot, v.ip, v.key, isNode)
 		bmcs[name], endpoints[name] = v.bmc, "test://"+name
 	}
-	inv := device.NewInventoryOf(bmcs, endpoints)
+	inv := inventoryOf(bmcs, endpoints)
 	b.fencer = startFencer(t, Config{
 		Identity: "fencer", Client: b.client, Inventory: inv, Members: b.ring,
 		Tainter: taint.NewTainter(b.client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
@@ -213,13 +213,16 @@ func (b *hostileBed) join(name, boot, ip string, key *identity.Key, isNode func(
 	if b.ring != nil {
 		seeds = func() []string { return []string{b.ring.LocalAddr()} }
 	}
-	r, err := heartbeat.Join(b.t.Context(), cfg, heartbeat.Options{
+	r, err := heartbeat.New(cfg, heartbeat.Options{
 		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name),
 		ChallengerAddrs: b.nodeGossipAddrs})
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(func() { r.Shutdown() })
+	if err := r.Join(b.t.Context(), ""); err != nil {
+		b.t.Fatal(err)
+	}
 	return r
 }
 

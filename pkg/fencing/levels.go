@@ -10,6 +10,18 @@ import (
 	"fenced.io/fenced/pkg/fencing/device"
 )
 
+// Inventory is where the fencer finds each node's fencing levels: a
+// *device.Inventory, built from the configuration; tests bring their own
+// drivers.
+type Inventory interface {
+	// Nodes are the nodes with a BMC, sorted.
+	Nodes() []string
+	// Levels are node's fencing levels in order; nil: none.
+	Levels(node string) [][]device.Plug
+	// Fenceable reports whether node has at least one level.
+	Fenceable(node string) bool
+}
+
 // The I/O half of fencing topology: the plugs of a level are read or
 // switched in parallel, the levels one after the other, and stop at the
 // first level that settles the matter; what the levels say together is

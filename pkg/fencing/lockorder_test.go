@@ -70,7 +70,7 @@ func TestNotifyFromInsideTheRing(t *testing.T) {
 	b := newCountingBMC(core.PowerOff)
 	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
-		Inventory: device.NewInventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
+		Inventory: inventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   members,
 		Tainter:   taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
 		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()),

@@ -125,7 +125,7 @@ func TestPowerReadsBounded(t *testing.T) {
 			// Released before the fencer stops (cleanups run last first).
 			startFencer(t, Config{
 				Identity: "fencer", Client: client,
-				Inventory: device.NewInventoryOf(bmcs, endpoints), Members: members,
+				Inventory: inventoryOf(bmcs, endpoints), Members: members,
 				Tainter: taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 				Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: tt.limit,
 				Metrics: m, Logger: testLog(t, "fencer"),
@@ -328,7 +328,7 @@ func TestRealFenceNotBehindGossipSuspects(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	startFencer(t, Config{
 		Identity: "fencer", Client: client,
-		Inventory: device.NewInventoryOf(bmcs, endpoints), Members: members,
+		Inventory: inventoryOf(bmcs, endpoints), Members: members,
 		Tainter: taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
 		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: 1,
 		Metrics: m, Logger: testLog(t, "fencer"),

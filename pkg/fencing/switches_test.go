@@ -76,7 +76,7 @@ func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node st
 		member: &switchMember{m: heartbeat.Member{Name: node, State: vocab.MemberAlive, Since: time.Now()}}}
 	b.f = startFencer(t, Config{
 		Identity: "fencer", Client: client,
-		Inventory: device.NewInventoryOf(map[string]device.BMC{node: b.bmc}, map[string]string{node: "test://" + node}),
+		Inventory: inventoryOf(map[string]device.BMC{node: b.bmc}, map[string]string{node: "test://" + node}),
 		Members:   b.member,
 		Tainter:   taint.NewTainter(client, "fencer", rec), Recorder: rec,
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),

@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -63,6 +64,19 @@ func fastConfig(t *testing.T, name string, port int) Config {
 
 func testMeta(boot string) Meta {
 	return Meta{BootID: boot, Role: RoleObserver, Agent: "test"}
+}
+
+// newJoined builds a Ring (New) and joins it (Ring.Join) with cfg's
+// advertise address: an error from either.
+func newJoined(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
+	r, err := New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Join(ctx, ""); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // start joins a member and shuts it down at the end of the test.

@@ -277,19 +277,6 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	return r, nil
 }
 
-// Join builds a Ring (New) and joins it (Ring.Join) with cfg's
-// advertise address.
-func Join(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
-	r, err := New(cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Join(ctx, ""); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
 // Join starts this agent's memberlist and joins the ring through the
 // Options' Seeds. advertise, when not empty, replaces the Config's
 // AdvertiseAddr: an agent may learn it only at run time, from its Node.

@@ -298,7 +298,7 @@ func TestJoinRejectsBadSettings(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			r, err := Join(t.Context(), cfg, tc.opts)
+			r, err := newJoined(t.Context(), cfg, tc.opts)
 			if err == nil {
 				r.Shutdown()
 				t.Fatal("Join accepted it")

@@ -9,7 +9,7 @@
 // of that agent's own: an Ed25519 key pair made fresh each time the agent
 // starts, whose public half the agent publishes through the Kubernetes API
 // in an object only its own node's identity may write (see
-// pkg/identity/kube). A fencer checks each Statement against that
+// pkg/identity/publish). A fencer checks each Statement against that
 // published key and the node's current boot; nothing shared by all nodes
 // takes part in the check.
 //

@@ -1,4 +1,4 @@
-// Package kube is fenced's only writer of Nodes and their pods: it applies
+// Package taint is fenced's only writer of Nodes and their pods: it applies
 // and removes the node.kubernetes.io/out-of-service taint together with the
 // evidence that justifies it (docs/design.md §2, §4), runs the fast path's
 // writes (Ready=False, pod force-deletion), records Events, and holds the

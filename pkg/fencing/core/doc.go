@@ -1,6 +1,7 @@
 // Package core is fenced's decision core: a state machine per target node
 // that turns what is known about the node into what must be done, with no
-// I/O (docs/design.md §3 and §4). It imports only the standard library, which
+// I/O (docs/design.md §3 and §4). It imports only the standard library and
+// pkg/vocab (the words it shares with the other packages), which
 // TestCoreStaysPure checks.
 //
 // A failure travels through three files in three packages:

@@ -11,16 +11,19 @@
 // [FenceAgent] (fenceagent.go) runs any ClusterLabs fence agent
 // (fence_apc_snmp, fence_ipmilan, …) through its stdin interface: one
 // device, such as a PDU, serving many plugs; [FenceAgent.Plug] is one plug
-// seen as a [BMC]. It is not yet wired into the configuration.
+// seen as a [BMC]. The configuration declares them (fenceDevices) and
+// orders them with the BMCs in each node's fencing topology.
 //
-// Around the drivers: [Inventory] maps node names to their drivers
-// (inventory.go; [NewInventoryOf] for a fixed set); [PowerOffVerified],
+// Around the drivers: [Inventory] maps node names to their drivers and
+// their fencing levels (inventory.go; [Inventory.Levels], levels.go: each
+// level's [Plug]s, run in parallel by [OnLevel]); [PowerOffVerified],
 // [PowerOnVerified] and [PowerCycleVerified] switch and then wait until the
 // BMC reads the wanted state (power.go); every failure is an [*Error]
 // classified by a core.ErrorKind (bmc.go, classify.go) and stripped of
 // credentials (redact.go).
 //
 // The fencer loop (pkg/fencing) calls this package for the decision core's
-// ActReadPower, ActPowerOff and ActPowerOn; `fenced bmc` and
-// `fenced confirm` use it directly. It never decides anything.
+// ActReadPower, ActPowerOff and ActPowerOn; the on-call commands (`fenced
+// bmc`, `fenced device`, `fenced topology check`, `fenced confirm`) use it
+// through pkg/admin. It never decides anything.
 package device

@@ -41,20 +41,6 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 	return inv, nil
 }
 
-// NewInventoryOf is an inventory of the given drivers, keyed by node name,
-// with the endpoints that name them in messages and evidence: for tests and
-// tools that bring their own BMCs. The maps are copied.
-func NewInventoryOf(bmcs map[string]BMC, endpoints map[string]string) *Inventory {
-	inv := &Inventory{bmcs: make(map[string]BMC, len(bmcs)), endpoints: make(map[string]string, len(endpoints))}
-	for n, b := range bmcs {
-		inv.bmcs[n] = b
-	}
-	for n, e := range endpoints {
-		inv.endpoints[n] = e
-	}
-	return inv
-}
-
 // NewDriver returns the driver for one resolved inventory entry.
 func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
 	common := DriverOptions{Node: r.Node, Timeout: r.Timeout, Retries: r.Retries}

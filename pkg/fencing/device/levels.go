@@ -86,12 +86,11 @@ func (i *Inventory) Levels(node string) [][]Plug {
 		for _, r := range l {
 			p := Plug{Device: r.Device, Plug: r.Plug}
 			if r.Device == vocab.DeviceBMC {
-				p.Key = vocab.DeviceBMC + ":" + node
 				if b, ok := i.bmcs[node]; ok {
-					p.Driver, p.Endpoint = b, i.endpoints[node]
-					p.Monitor = func(ctx context.Context) error { _, err := b.PowerState(ctx); return err }
+					p = BMCPlug(node, b, i.endpoints[node])
+					p.Plug = r.Plug
 				} else {
-					p.Endpoint = "bmc (none configured for " + node + ")"
+					p.Key, p.Endpoint = vocab.DeviceBMC+":"+node, "bmc (none configured for "+node+")"
 				}
 			} else if a, ok := i.agents[r.Device]; ok {
 				p.Key = r.Device
@@ -105,6 +104,13 @@ func (i *Inventory) Levels(node string) [][]Plug {
 		out = append(out, plugs)
 	}
 	return out
+}
+
+// BMCPlug is the one plug of node's BMC level: b, named by endpoint, read
+// for its monitor.
+func BMCPlug(node string, b BMC, endpoint string) Plug {
+	return Plug{Device: vocab.DeviceBMC, Key: vocab.DeviceBMC + ":" + node, Driver: b, Endpoint: endpoint,
+		Monitor: func(ctx context.Context) error { _, err := b.PowerState(ctx); return err }}
 }
 
 // Fenceable reports whether node has at least one fencing level.
