@@ -85,22 +85,27 @@ func DefaultPolicy() Policy {
 		PowerOnAfterFence: false,
 		// Release volumes without waiting for the pod garbage collector.
 		ForceDeletePods: true,
-		// Soon enough to fence quickly once a failed power device answers,
-		// rarely enough not to hammer a broken one.
+		// The delay between reads of a power device that failed: soon enough
+		// to fence quickly once it answers, rarely enough not to hammer a
+		// broken one.
 		ReadBackoffMin: time.Second,
 		ReadBackoffMax: 30 * time.Second,
 		// A person may switch an unresponsive, powered-on node off meanwhile.
 		RecheckPoweredOn: 10 * time.Second,
-		// Covers the kubelet's usual shutdownGracePeriod.
+		// Covers the kubelet's usual shutdownGracePeriod: a node that says it
+		// is shutting down is not read or switched off for this long while
+		// its agent is still in the ring.
 		ShutdownWait: 5 * time.Minute,
 		// In power-off mode, the agent of a node that may be switched off is
 		// asked for a proof of life this often.
 		ChallengeInterval: 5 * time.Second,
-		// A planned shutdown of many nodes takes minutes.
+		// Clean-shutdown fences within this window count for the storm guard
+		// (a planned shutdown of many nodes takes minutes).
 		StormWindow: 10 * time.Minute,
-		// A taint follows its reading within milliseconds; an older one means
-		// the write was held up (an API server outage), and the node may be
-		// back since.
+		// A power reading older than this when its taint is written is read
+		// again. A taint follows its reading within milliseconds; an older
+		// one means the write was held up (an API server outage), and the
+		// node may be back since.
 		MaxEvidenceAge: 10 * time.Second,
 		// Fencers act. Set policy.dryRun for a trial period: everything is
 		// decided and reported, nothing is changed.
