@@ -36,7 +36,6 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
@@ -267,7 +266,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.fencer, err = fencing.New(fencing.Config{
 			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: a.inv, Members: p.ring,
 			Tainter: taint.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
-			Policy: policyOf(o.Config), LeaseNamespace: o.Config.Fencer.LeaseNamespace,
+			Policy: o.Config.Policy.Policy, LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration:           o.Config.Fencer.LeaseDuration,
 			Verify:                  device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
 			MonitorInterval:         o.Config.Fencer.MonitorInterval,
@@ -598,20 +597,6 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// policyOf maps the configuration onto the decision core's policy.
-func policyOf(c *config.Config) core.Policy {
-	p := c.Policy
-	return core.Policy{
-		Mode: core.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
-		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
-		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
-		ShutdownWait: p.ShutdownWait, DryRun: p.DryRun,
-		ReadBackoffMin: config.DefaultReadBackoffMin, ReadBackoffMax: config.DefaultReadBackoffMax,
-		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
-		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,
 	}
 }
 

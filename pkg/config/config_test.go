@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/fencing/core"
 )
 
 // writePassword creates a password file and returns its path.
@@ -211,9 +213,13 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{Mode: "confirm-only", FenceAfter: DefaultFenceAfter, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
-		FenceDelay: DefaultFenceDelay, ForceDeletePods: true, ShutdownWait: DefaultShutdownWait,
-		StaleAttachmentGrace: DefaultStaleAttachmentGrace, DeleteStaleVolumeAttachments: false}
+	// The README's defaults of the policy section; the settings the file
+	// does not expose are the core's own.
+	decide := core.DefaultPolicy()
+	decide.Mode, decide.FenceAfter, decide.MaxUnhealthy, decide.MaxConcurrentPowerActions = core.ModeConfirmOnly, time.Minute, 0.5, 1
+	decide.FenceDelay, decide.PowerOnAfterFence, decide.ForceDeletePods = 5*time.Second, false, true
+	decide.ShutdownWait, decide.DryRun = 5*time.Minute, false
+	want := Policy{Policy: decide, StaleAttachmentGrace: DefaultStaleAttachmentGrace, DeleteStaleVolumeAttachments: false}
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
@@ -239,8 +245,10 @@ shutdown: {announce: false}
 		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}}) {
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
-	if cfg.Policy != (Policy{Mode: "power-off", FenceAfter: 30 * time.Second, MaxUnhealthy: 0.34, MaxConcurrentPowerActions: 2,
-		PowerOnAfterFence: true, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true, DryRun: true}) {
+	set := core.DefaultPolicy()
+	set.Mode, set.FenceAfter, set.MaxUnhealthy, set.MaxConcurrentPowerActions = core.ModePowerOff, 30*time.Second, 0.34, 2
+	set.FenceDelay, set.PowerOnAfterFence, set.ForceDeletePods, set.ShutdownWait, set.DryRun = 0, true, false, 0, true
+	if cfg.Policy != (Policy{Policy: set, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true}) {
 		t.Errorf("policy %+v", cfg.Policy)
 	}
 	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute, MaxConcurrentPowerReads: 4}) {

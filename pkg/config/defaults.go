@@ -2,8 +2,11 @@ package config
 
 import "time"
 
-// Every default of the configuration file is here, and only here. The
-// README's configuration reference is written from this file.
+// Every default of the configuration file is here, and only here — but
+// for the policy section's decision settings, whose defaults the decision
+// core owns (core.DefaultPolicy, pkg/fencing/core/policy.go) and
+// resolvePolicy overrides. The README's configuration reference is written
+// from these two places.
 const (
 	// DefaultPath is where fenced looks for its configuration when neither
 	// --config nor FENCED_CONFIG is given.
@@ -36,7 +39,8 @@ const (
 	DefaultRedfishAuth = "session"
 )
 
-// Defaults of the gossip, policy and fencer sections.
+// Defaults of the gossip, policy (beyond core.DefaultPolicy) and fencer
+// sections.
 const (
 	// DefaultGossipPort is memberlist's standard port.
 	DefaultGossipPort = 7946
@@ -62,28 +66,6 @@ const (
 	FastGossipProbeTimeout  = 150 * time.Millisecond
 	FastGossipSuspicionMult = 3
 	FastGossipInterval      = 100 * time.Millisecond
-	// DefaultMode only ever taints nodes whose BMC already reads off.
-	DefaultMode = "confirm-only"
-	// DefaultFenceAfter: a node must be gone on both channels this long
-	// before power-off mode switches it off (Kubernetes itself declares a
-	// node NotReady after 50 s).
-	DefaultFenceAfter = 60 * time.Second
-	// DefaultMaxUnhealthyPercent: no power actions when more than half of
-	// the nodes are down — that is a network problem, not node failures.
-	DefaultMaxUnhealthyPercent = 50
-	// DefaultMaxConcurrentPowerActions: one node at a time.
-	DefaultMaxConcurrentPowerActions = 1
-	// DefaultFenceDelay: a last chance for the node to come back.
-	DefaultFenceDelay = 5 * time.Second
-	// DefaultAfterFence leaves a node switched off by fenced off.
-	DefaultAfterFence = "off"
-	// DefaultForceDeletePods: release volumes without waiting for the pod
-	// garbage collector.
-	DefaultForceDeletePods = true
-	// DefaultShutdownWait covers the kubelet's usual shutdownGracePeriod:
-	// a node that says it is shutting down is not read or switched off
-	// for this long while its agent is still in the ring.
-	DefaultShutdownWait = 5 * time.Minute
 	// DefaultStaleAttachmentGrace: a VolumeAttachment must look stale
 	// (diagnose.StaleAttachment finds nothing against it) this long without
 	// a break before a fencer reports it. Two minutes outlast the informers'
@@ -98,9 +80,6 @@ const (
 	// DefaultShutdownAnnounce: agents announce clean shutdowns (it needs
 	// logind; without it the agent says so and works on).
 	DefaultShutdownAnnounce = true
-	// DefaultDryRun: fencers act. Set policy.dryRun for a trial period:
-	// everything is decided and reported, nothing is changed.
-	DefaultDryRun = false
 	// DefaultLeaseNamespace is where the power Leases live.
 	DefaultLeaseNamespace = "fenced-system"
 	// DefaultLeaseDuration: a fencer that dies mid-action loses its Lease
@@ -128,31 +107,13 @@ const (
 	DefaultMaxConcurrentPowerReads = 16
 )
 
-// Defaults of the decision core and the fencer that the configuration
-// file does not expose: how often to ask, how long to believe.
+// Defaults of the fencer and the agent that the configuration file does
+// not expose: how long to wait for an answer, how fast to ask. (The
+// decision core's own, such as its read pace, are core.DefaultPolicy's.)
 const (
-	// DefaultReadBackoffMin and DefaultReadBackoffMax bound the delay
-	// between reads of a power device that failed: soon enough to fence
-	// quickly once it answers, rarely enough not to hammer a broken one.
-	DefaultReadBackoffMin = time.Second
-	DefaultReadBackoffMax = 30 * time.Second
-	// DefaultRecheckPoweredOn: a node that is unresponsive but powered on
-	// is read again this often (a person may switch it off meanwhile).
-	DefaultRecheckPoweredOn = 10 * time.Second
-	// DefaultChallengeInterval: in power-off mode, the agent of a node
-	// that may be switched off is asked for a proof of life this often.
-	DefaultChallengeInterval = 5 * time.Second
 	// DefaultChallengeTimeout: an agent that does not answer a liveness
 	// challenge within this is silent. Answers take milliseconds.
 	DefaultChallengeTimeout = 2 * time.Second
-	// DefaultStormWindow: clean-shutdown fences within this window count
-	// for the storm guard (a planned shutdown of many nodes takes minutes).
-	DefaultStormWindow = 10 * time.Minute
-	// DefaultMaxEvidenceAge: a power reading older than this when its taint
-	// is written is read again. A taint follows its reading within
-	// milliseconds; an older one means the write was held up (an API
-	// server outage), and the node may be back since.
-	DefaultMaxEvidenceAge = 10 * time.Second
 	// DefaultKubeletLeaseReadTimeout: before each power request the
 	// fencer reads the node's kubelet Lease from the API server (the
 	// renewal a later sign of life must beat); an API server that does not
@@ -163,7 +124,7 @@ const (
 	// fencer fencing a node makes about six (the kubelet Lease twice, the
 	// Node, its status, the pods). client-go's own 5 per second serialise
 	// a dark rack of 40 nodes into more than a minute, long enough for
-	// the power readings to age past DefaultMaxEvidenceAge and be read
+	// the power readings to age past the policy's MaxEvidenceAge and be read
 	// again (make bench-scale). Fifty a second fences that rack within
 	// seconds; the API server's priority and fairness still protects it.
 	DefaultClientQPS   = 50

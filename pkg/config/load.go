@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"fenced.io/fenced/pkg/fencing/core"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,17 +41,11 @@ type Gossip struct {
 	GossipTimings
 }
 
-// Policy is the resolved policy section.
+// Policy is the resolved policy section: the decision core's policy
+// (core.DefaultPolicy with what the section sets over it, resolvePolicy)
+// and the settings of the fencers' stale VolumeAttachment report.
 type Policy struct {
-	Mode                      string
-	FenceAfter                time.Duration
-	MaxUnhealthy              float64 // 0..1
-	MaxConcurrentPowerActions int
-	FenceDelay                time.Duration
-	PowerOnAfterFence         bool
-	ForceDeletePods           bool
-	ShutdownWait              time.Duration
-	DryRun                    bool
+	core.Policy
 	// StaleAttachmentGrace and DeleteStaleVolumeAttachments drive the
 	// fencers' stale VolumeAttachment report (pkg/stale).
 	StaleAttachmentGrace         time.Duration

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"fenced.io/fenced/pkg/fencing/core"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -63,21 +64,23 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 	return r
 }
 
+// resolvePolicy is the one place the decision core's policy is built from
+// the configuration: core.DefaultPolicy(), with what the policy section
+// sets over it.
 func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
+	def := core.DefaultPolicy()
 	r := Policy{
-		Mode:                         first(p.Mode, DefaultMode),
-		FenceAfter:                   duration(p.FenceAfter, DefaultFenceAfter),
-		MaxUnhealthy:                 DefaultMaxUnhealthyPercent / 100.0,
-		MaxConcurrentPowerActions:    first(p.MaxConcurrentPowerActions, DefaultMaxConcurrentPowerActions),
-		FenceDelay:                   duration(p.FenceDelay, DefaultFenceDelay),
-		ForceDeletePods:              DefaultForceDeletePods,
-		ShutdownWait:                 duration(p.ShutdownWait, DefaultShutdownWait),
+		Policy:                       def,
 		StaleAttachmentGrace:         duration(p.StaleAttachmentGrace, DefaultStaleAttachmentGrace),
 		DeleteStaleVolumeAttachments: DefaultDeleteStaleVolumeAttachments,
-		DryRun:                       DefaultDryRun,
 	}
+	r.Mode = core.Mode(first(p.Mode, string(def.Mode)))
+	r.FenceAfter = duration(p.FenceAfter, def.FenceAfter)
+	r.MaxConcurrentPowerActions = first(p.MaxConcurrentPowerActions, def.MaxConcurrentPowerActions)
+	r.FenceDelay = duration(p.FenceDelay, def.FenceDelay)
+	r.ShutdownWait = duration(p.ShutdownWait, def.ShutdownWait)
 	switch r.Mode {
-	case "confirm-only", "power-off":
+	case core.ModeConfirmOnly, core.ModePowerOff:
 	default:
 		fe.add("policy", "mode", "unknown mode %q (want confirm-only or power-off)", r.Mode)
 	}
@@ -97,8 +100,10 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	if r.FenceDelay < 0 || r.FenceDelay > 10*time.Minute {
 		fe.add("policy", "fenceDelay", "%s is out of range (0 to 10m)", r.FenceDelay)
 	}
-	switch first(p.AfterFence, DefaultAfterFence) {
+	switch p.AfterFence {
+	case "":
 	case "off":
+		r.PowerOnAfterFence = false
 	case "on":
 		r.PowerOnAfterFence = true
 	default:

@@ -430,6 +430,11 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	f.mu.Unlock()
 
 	f.cfg.Metrics.setPhase(name, before, d.Phase)
+	for _, tr := range d.Transitions {
+		if !tr.Allowed() {
+			f.log.Error("the decision core made a transition its table does not have: a bug in pkg/fencing/core", "node", name, "from", string(tr.From), "to", string(tr.To), "reason", d.Reason)
+		}
+	}
 	if before != d.Phase || significant(d.Actions) {
 		f.log.Info("decision", "node", name, "from", string(before), "phase", string(d.Phase), "reason", d.Reason,
 			"actions", actionNames(d.Actions), "evidence", evidenceMethod(d.Actions))

@@ -125,11 +125,9 @@ func TestNeverReady(t *testing.T) {
 // testPolicy is the decision core's test policy (pkg/fencing/core, decide_test.go),
 // for fencers under test.
 func testPolicy(mode core.Mode) core.Policy {
-	return core.Policy{
-		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
-		FenceDelay: 5 * time.Second, ForceDeletePods: true,
-		ReadBackoffMin: time.Second, ReadBackoffMax: 30 * time.Second, RecheckPoweredOn: 10 * time.Second,
-		ShutdownWait: 2 * time.Minute, ChallengeInterval: 5 * time.Second, StormWindow: 10 * time.Minute,
-		MaxEvidenceAge: 10 * time.Second,
-	}
+	p := core.DefaultPolicy()
+	p.Mode, p.FenceAfter, p.MaxUnhealthy, p.MaxConcurrentPowerActions = mode, 30*time.Second, 0.5, 1
+	p.FenceDelay, p.ForceDeletePods, p.PowerOnAfterFence, p.DryRun = 5*time.Second, true, false, false
+	p.ShutdownWait = 2 * time.Minute
+	return p
 }

@@ -37,63 +37,6 @@ const (
 	PhaseRecovering  Phase = "Recovering"  // back with a new boot; waiting for old attachments to go
 )
 
-// Mode says whether fenced may switch nodes off.
-type Mode string
-
-// Modes.
-const (
-	// ModeConfirmOnly taints only nodes whose BMC already reads off.
-	ModeConfirmOnly Mode = "confirm-only"
-	// ModePowerOff also switches off nodes that are unresponsive on both
-	// channels for FenceAfter, under quorum, storm budget and a Lease.
-	ModePowerOff Mode = "power-off"
-)
-
-// Policy holds the decision settings (see pkg/config for defaults).
-type Policy struct {
-	Mode Mode
-	// FenceAfter is how long a node must be unresponsive on both channels
-	// (gossip and Kubernetes) before it may be switched off.
-	FenceAfter time.Duration
-	// MaxUnhealthy is the largest share of Nodes (0..1) that may be down
-	// for power actions to be allowed at all.
-	MaxUnhealthy float64
-	// MaxConcurrentPowerActions across all fencers (counted by Leases).
-	MaxConcurrentPowerActions int
-	// FenceDelay is the pause between taking the Lease and switching off,
-	// a last chance for the node to come back.
-	FenceDelay time.Duration
-	// PowerOnAfterFence switches a node fenced by power-off on again once
-	// its volumes are released, so capacity returns by itself.
-	PowerOnAfterFence bool
-	// ForceDeletePods deletes the node's pods (grace 0) once tainted.
-	ForceDeletePods bool
-	// ReadBackoffMin/Max bound the retry delay after a failed BMC read.
-	ReadBackoffMin, ReadBackoffMax time.Duration
-	// RecheckPoweredOn is how often a node that is unresponsive but powered
-	// on is read again (it may be switched off by a person meanwhile).
-	RecheckPoweredOn time.Duration
-	// ShutdownWait is how long a node that is shutting down cleanly (its
-	// agent announced it, or its kubelet reports it) while its agent is
-	// still in the ring is left alone — no BMC read, no power action —
-	// waiting for its shutdown-complete announcement. 0: not at all.
-	ShutdownWait time.Duration
-	// ChallengeInterval is how often the agent of a node that may be
-	// switched off is asked for a proof of life.
-	ChallengeInterval time.Duration
-	// StormWindow is how far back clean-shutdown fences count for the
-	// storm guard: more than MaxUnhealthy of the nodes tainted on their own
-	// word within it stops that kind of evidence.
-	StormWindow time.Duration
-	// MaxEvidenceAge is how old a power reading may be when its taint is
-	// written; an older one is read again first (the write was held up,
-	// say by an API server outage, and the node may be back since).
-	MaxEvidenceAge time.Duration
-	// DryRun (policy.dryRun): decide and report everything, change
-	// nothing — every effect leaves as ActHeld (hold.go).
-	DryRun bool
-}
-
 // Ready is the status of a Node's Ready condition.
 type Ready string
 
@@ -299,42 +242,23 @@ const (
 const TaintRetry = 2 * time.Second
 
 // SuspectSince is when the current suspicion began (zero when healthy).
-func (t *Target) SuspectSince() time.Time { return t.suspectSince }
+func (t *Target) SuspectSince() time.Time { return t.suspicion.since }
 
 // Target is the decision state of one node. The zero value (with Name
 // set) is a healthy node. Its state can always be rebuilt from the API
-// (the taint annotations), so a restarted fencer carries on.
+// (the taint annotations), so a restarted fencer carries on. Only the
+// become<Phase> functions (transitions.go) change its phase or start it
+// over; each phase's state is a struct of its own.
 type Target struct {
 	Name  string
 	Phase Phase
 	Since time.Time // when Phase was entered
 
-	suspectSince  time.Time
-	nextRead      time.Time
-	readBackoff   time.Duration
-	lastNotice    string // dedupes Events: one per distinct situation
-	poweringFrom  time.Time
-	powerOffSent  bool
-	poweredOnSent bool
-	alarmed       bool
-	stormAlarmed  bool      // the clean-shutdown storm alarm was raised
-	taintSeen     bool      // our taint has been observed on the Node
-	taintSent     time.Time // when ApplyTaint was last returned
-	// switchedOff is the boot ID fenced switched off in power-off mode
-	// when that reading was void (the node lived until the switch-off): a
-	// fence of the same boot on a later reading is still its power-off.
-	switchedOff string
-	// voidedUpTo: power readings up to this answer time were contradicted
-	// by a sign of life and are no evidence.
-	voidedUpTo time.Time
-	// contradicted: during this suspicion a power device read off while
-	// the node lived on in the same boot; the alarm was raised once, and
-	// the device is read at the slowest pace from then on.
-	contradicted bool
-	fence        *Evidence
-	// held: the ActHeld reports sent during this suspicion (by Event
-	// reason), each sent once.
-	held map[string]bool
+	suspicion suspicion
+	voided    voided
+	power     powerOff
+	fence     fence
+	reports   reports
 }
 
 // Decision is the result of one Step: the actions, and one line saying
@@ -343,24 +267,30 @@ type Decision struct {
 	Phase   Phase
 	Reason  string
 	Actions []Action
+	// Transitions are the phase changes of this step, in order; each one
+	// is in the table of transitions (Transition.Allowed) unless the core
+	// has a bug (transitions.go).
+	Transitions []Transition
 }
 
 // Step advances the target with observation o under policy p.
 func (t *Target) Step(o Observation, p Policy) Decision {
 	d := &decider{t: t, o: o, p: p}
-	d.step()
 	if t.Phase == "" {
-		t.Phase = PhaseHealthy
+		// A new target: Healthy from now on.
+		d.becomeHealthy("new", voided{})
 	}
-	return Decision{Phase: t.Phase, Reason: d.reason, Actions: d.actions}
+	d.step()
+	return Decision{Phase: t.Phase, Reason: d.reason, Actions: d.actions, Transitions: d.transitions}
 }
 
 type decider struct {
-	t       *Target
-	o       Observation
-	p       Policy
-	reason  string
-	actions []Action
+	t           *Target
+	o           Observation
+	p           Policy
+	reason      string
+	actions     []Action
+	transitions []Transition
 }
 
 // do adds a to the decision — unless one of the operator's switches holds
@@ -375,20 +305,13 @@ func (d *decider) do(a Action) bool {
 	return true
 }
 
-func (d *decider) enter(p Phase, reason string) {
-	if d.t.Phase != p {
-		d.t.Phase, d.t.Since = p, d.o.Now
-	}
-	d.reason = reason
-}
-
 // notice emits an Event once per distinct key, so a node that stays in
 // one situation does not flood the API.
 func (d *decider) notice(key, eventType, reason, msg string) {
-	if d.t.lastNotice == key {
+	if d.t.reports.lastNotice == key {
 		return
 	}
-	d.t.lastNotice = key
+	d.t.reports.lastNotice = key
 	d.do(Action{Kind: ActEvent, EventType: eventType, Reason: reason, Message: msg})
 }
 
@@ -405,38 +328,10 @@ func (d *decider) step() {
 		if o.Cluster.LeaseHeld {
 			d.do(Action{Kind: ActReleaseLease})
 		}
-		*t = Target{Name: t.Name, Phase: PhaseHealthy, Since: o.Now}
-		d.reason = "node object gone"
+		d.becomeHealthy("node object gone", voided{})
 		return
 	}
-	// The taint annotations are the durable state: adopt a fence made by
-	// another fencer, or by this one before a restart.
-	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
-		t.fence = o.Node.Evidence
-		if t.fence == nil {
-			t.fence = &Evidence{Method: unknownMethod}
-		}
-		t.taintSeen = true
-		d.enter(PhaseFenced, "adopted existing fenced taint")
-	}
-	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) && !t.taintSeen {
-		// Our own taint has landed: the fence is a fact now, and the Event
-		// says so (dated with the evidence, not with the decision).
-		t.taintSeen = true
-		if f := t.fence; f != nil {
-			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
-				"tainted out-of-service with %s evidence taken at %s: %s",
-				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
-		}
-	}
-	if !o.Node.TaintedByFenced && t.taintSeen {
-		// Removed by `fenced unfence` or by hand: start over from what
-		// the node looks like now. (Until the taint has been seen once, an
-		// absent taint is only the informer lagging behind our own write.)
-		*t = Target{Name: t.Name}
-		d.enter(PhaseHealthy, "fenced taint removed from outside")
-	}
-
+	d.followTaint()
 	switch t.Phase {
 	case PhaseFenced, PhaseRecovering:
 		d.fenced()
@@ -444,6 +339,37 @@ func (d *decider) step() {
 		d.poweringOff()
 	default:
 		d.detect()
+	}
+}
+
+// followTaint follows the taint annotations, the durable state: it adopts
+// a fence made by another fencer, or by this one before a restart; it
+// notes our own taint's landing; and it starts over when the taint was
+// removed from outside.
+func (d *decider) followTaint() {
+	o, t := d.o, d.t
+	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
+		ev := o.Node.Evidence
+		if ev == nil {
+			ev = &Evidence{Method: unknownMethod}
+		}
+		d.becomeFenced("adopted existing fenced taint", &fence{evidence: ev, taintSeen: true})
+	}
+	if o.Node.TaintedByFenced && (t.Phase == PhaseFenced || t.Phase == PhaseRecovering) && !t.fence.taintSeen {
+		// Our own taint has landed: the fence is a fact now, and the Event
+		// says so (dated with the evidence, not with the decision).
+		t.fence.taintSeen = true
+		if f := t.fence.evidence; f != nil {
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
+				"tainted out-of-service with %s evidence taken at %s: %s",
+				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
+		}
+	}
+	if !o.Node.TaintedByFenced && t.fence.taintSeen {
+		// Removed by `fenced unfence` or by hand: start over from what
+		// the node looks like now. (Until the taint has been seen once, an
+		// absent taint is only the informer lagging behind our own write.)
+		d.becomeHealthy("fenced taint removed from outside", voided{})
 	}
 }
 
@@ -480,27 +406,23 @@ func (d *decider) responsiveSince(t time.Time) bool {
 func (d *decider) detect() {
 	o, t := d.o, d.t
 	if !d.unresponsive() {
-		if t.Phase != PhaseHealthy && t.Phase != "" {
+		if t.Phase != PhaseHealthy {
 			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonSuspicionCleared,
 				Message: "node answers again on every channel; no action taken"})
-			*t = Target{Name: t.Name}
-			d.enter(PhaseHealthy, "responsive again")
+			d.becomeHealthy("responsive again", voided{})
 			return
 		}
-		d.enter(PhaseHealthy, "responsive")
+		d.reason = "responsive"
 		return
 	}
-	if (t.Phase == PhaseHealthy || t.Phase == "") && o.Node.NeverReady {
+	if t.Phase == PhaseHealthy && o.Node.NeverReady {
 		// A node registering is not Ready yet: no suspicion, no BMC read,
 		// no Warning on every node that joins.
-		d.enter(PhaseHealthy, "joining: not Ready since it registered")
+		d.reason = "joining: not Ready since it registered"
 		return
 	}
-	if t.Phase == PhaseHealthy || t.Phase == "" {
-		t.suspectSince = o.Now
-		t.readBackoff = 0
-		t.nextRead = o.Now
-		d.enter(PhaseSuspect, "stopped answering: "+d.channels())
+	if t.Phase == PhaseHealthy {
+		d.becomeSuspect("stopped answering: "+d.channels(), nil)
 		next := "confirming its power state before any action"
 		if o.Node.Excluded != "" {
 			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
@@ -513,84 +435,104 @@ func (d *decider) detect() {
 	// shutdown of its current boot and then left the ring. No BMC needed —
 	// unless too many nodes said so at once (storm guard): then only a
 	// power device's reading or an operator counts.
-	if ev, ok := d.cleanShutdown(); ok {
-		if !d.cleanShutdownStorm() {
-			d.fenceIfStillTrue(ev)
-			return
-		}
+	if ev, ok := d.cleanShutdown(); ok && !d.cleanShutdownStorm() {
+		d.fenceIfStillTrue(ev)
+		return
 	}
+	if d.waitBeforeReading() {
+		return
+	}
+	d.confirm()
+}
+
+// waitBeforeReading keeps a suspect node from being read, and reports
+// whether it did: it is shutting down cleanly, its read is held, or it has
+// no BMC.
+func (d *decider) waitBeforeReading() bool {
+	o, t := d.o, d.t
 	// A node shutting down cleanly, with its agent still in the ring, is
 	// neither dead nor off: a BMC read would say on, and a power action
 	// would cut the shutdown short. Wait for its announcement; waiting
 	// never taints, and ShutdownWait bounds it.
 	if d.shuttingDown() {
-		until := t.suspectSince.Add(d.p.ShutdownWait)
-		d.enter(PhaseSuspect, "shutting down: waiting for its shutdown-complete announcement")
+		until := t.suspicion.since.Add(d.p.ShutdownWait)
+		d.becomeSuspect("shutting down: waiting for its shutdown-complete announcement", nil)
 		d.notice("shutdown-wait", "Normal", ReasonShuttingDown, fmt.Sprintf(
 			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
 			d.shutdownSource(), d.p.ShutdownWait))
 		d.requeue(until.Sub(o.Now))
-		return
+		return true
 	}
 	if h := d.heldBy(ActReadPower); h != HoldNone {
 		// Excluded: no read, so no evidence and nothing to wait for. The
 		// label's removal changes the Node, which brings it back here.
 		d.do(Action{Kind: ActReadPower})
-		d.enter(PhaseSuspect, fmt.Sprintf("not reading its power: held (%s, label %s)", h, o.Node.Excluded))
-		return
+		d.becomeSuspect(fmt.Sprintf("not reading its power: held (%s, label %s)", h, o.Node.Excluded), nil)
+		return true
 	}
 	if !o.BMC.Configured {
-		d.enter(PhaseSuspect, "no BMC in the inventory: waiting")
+		d.becomeSuspect("no BMC in the inventory: waiting", nil)
 		d.notice("no-bmc", "Warning", ReasonCannotConfirmPowerState,
 			"node stopped answering but has no BMC in the fencer's inventory: cannot confirm it is off, so it is not tainted")
-		return
+		return true
 	}
+	return false
+}
 
+// confirm asks a suspect node's power device, and acts on its answer.
+func (d *decider) confirm() {
+	o, t := d.o, d.t
 	// The kubelet shows life: ask the agent together with the first read,
 	// so that an off reading (of a mislabelled plug, say) meets its answer,
 	// or its silence, without waiting (proofPending).
-	if d.kubeletShowsLife() && o.Agent.LastSilent.Before(t.suspectSince) && !o.Agent.LastProof.After(t.suspectSince) {
+	if d.kubeletShowsLife() && o.Agent.LastSilent.Before(t.suspicion.since) && !o.Agent.LastProof.After(t.suspicion.since) {
 		d.challenge()
 	}
 	r := o.BMC.Reading
-	fresh := r != nil && r.At.After(t.suspectSince) && r.At.After(t.voidedUpTo)
-	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspectSince) &&
+	fresh := r != nil && r.At.After(t.suspicion.since) && r.At.After(t.voided.upTo)
+	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspicion.since) &&
 		(r == nil || o.BMC.Failure.At.After(r.At))
 
 	switch {
 	case fresh && r.Power == PowerOff && !d.guidMatches(r):
 		bad := r.GUIDMismatch(o.Node.SystemUUID)
-		d.enter(PhaseConfirming, "BMC identity mismatch")
+		d.becomeConfirming("BMC identity mismatch", nil)
 		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
 			"%s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
 			source(bad), bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOff:
-		ev := Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
-			Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
-				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())}
-		if t.switchedOff != "" && t.switchedOff == ev.BootID && !r.PoweredOffByFenced {
-			// fenced switched this boot off before (that reading was void):
-			// the fence is its power-off, as the evidence says.
-			own := *r
-			own.PoweredOffByFenced = true
-			ev.BMC = &own
-		}
-		d.fenceIfStillTrue(ev)
+		d.fenceIfStillTrue(d.offEvidence(r))
 	case o.BMC.InFlight:
-		d.enter(PhaseConfirming, "BMC request in flight")
+		d.becomeConfirming("BMC request in flight", nil)
 	case failedSince:
 		f := o.BMC.Failure
-		d.enter(PhaseConfirming, "BMC request failed: "+string(f.Kind))
+		d.becomeConfirming("BMC request failed: "+string(f.Kind), nil)
 		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
 			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
 		d.scheduleRead(true)
 	case fresh && r.Power == PowerOn:
 		d.poweredOn(r)
 	default:
-		d.enter(PhaseConfirming, "reading the BMC")
+		d.becomeConfirming("reading the BMC", nil)
 		d.scheduleRead(false)
 	}
+}
+
+// offEvidence is the evidence of a fresh reading of off.
+func (d *decider) offEvidence(r *Reading) Evidence {
+	o, t := d.o, d.t
+	ev := Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
+		Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
+			source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())}
+	if t.voided.switchedOff != "" && t.voided.switchedOff == ev.BootID && !r.PoweredOffByFenced {
+		// fenced switched this boot off before (that reading was void):
+		// the fence is its power-off, as the evidence says.
+		own := *r
+		own.PoweredOffByFenced = true
+		ev.BMC = &own
+	}
+	return ev
 }
 
 // scheduleRead returns ActReadPower when one is due, else a requeue for
@@ -600,17 +542,17 @@ func (d *decider) scheduleRead(afterFailure bool) {
 	if o.BMC.InFlight {
 		return
 	}
-	if o.Now.Before(t.nextRead) {
-		d.requeue(t.nextRead.Sub(o.Now))
+	if o.Now.Before(t.suspicion.nextRead) {
+		d.requeue(t.suspicion.nextRead.Sub(o.Now))
 		return
 	}
 	d.do(Action{Kind: ActReadPower})
 	if afterFailure {
-		t.readBackoff = min(max(2*t.readBackoff, p.ReadBackoffMin), p.ReadBackoffMax)
+		t.suspicion.readBackoff = min(max(2*t.suspicion.readBackoff, p.ReadBackoffMin), p.ReadBackoffMax)
 	} else {
-		t.readBackoff = 0
+		t.suspicion.readBackoff = 0
 	}
-	t.nextRead = o.Now.Add(max(t.readBackoff, p.ReadBackoffMin))
+	t.suspicion.nextRead = o.Now.Add(max(t.suspicion.readBackoff, p.ReadBackoffMin))
 }
 
 // cleanShutdownStorm reports whether tainting one more node on its own
@@ -623,8 +565,8 @@ func (d *decider) cleanShutdownStorm() bool {
 	if float64(c.CleanShutdownFences+1) <= p.MaxUnhealthy*float64(c.Nodes) {
 		return false
 	}
-	if !d.t.stormAlarmed {
-		d.t.stormAlarmed = true
+	if !d.t.suspicion.stormAlarmed {
+		d.t.suspicion.stormAlarmed = true
 		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonCleanShutdownStorm, Message: fmt.Sprintf(
 			"SAFETY: %d node(s) were tainted on their own clean-shutdown announcement within %s and this one would make %d of %d, more than maxUnhealthy %.0f%%: not taking this node's word. Its power device is asked instead; an operator can run fenced confirm.",
 			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
@@ -637,13 +579,13 @@ func (d *decider) poweredOn(r *Reading) {
 	o, t, p := d.o, d.t, d.p
 	recheck := p.RecheckPoweredOn
 	if p.Mode != ModePowerOff {
-		d.enter(PhaseConfirming, "powered on (confirm-only mode)")
+		d.becomeConfirming("powered on (confirm-only mode)", nil)
 		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
 			source(r)))
 	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
 		d.challengeIfDue()
-		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
+		d.becomeConfirming("powered on, power-off not allowed: "+blocked, nil)
 		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on; not switching it off: %s", source(r), blocked))
 		if retryIn > 0 && retryIn < recheck {
@@ -654,15 +596,14 @@ func (d *decider) poweredOn(r *Reading) {
 		// switched off at once when the hold ends.
 		d.challengeIfDue()
 		d.do(Action{Kind: ActPowerOff})
-		d.enter(PhaseConfirming, fmt.Sprintf("powered on and unresponsive on both channels: would switch off; held (%s)", h))
+		d.becomeConfirming(fmt.Sprintf("powered on and unresponsive on both channels: would switch off; held (%s)", h), nil)
 	} else if !o.Cluster.LeaseHeld {
-		d.enter(PhaseConfirming, "powered on and unresponsive: taking the power Lease")
+		d.becomeConfirming("powered on and unresponsive: taking the power Lease", nil)
 		d.do(Action{Kind: ActAcquireLease})
 		d.requeue(p.ReadBackoffMin)
 		return
 	} else {
-		t.poweringFrom, t.powerOffSent = o.Now, false
-		d.enter(PhasePoweringOff, "powered on and unresponsive on both channels: switching off")
+		d.becomePoweringOff("powered on and unresponsive on both channels: switching off")
 		// Ask its agent once more during the fence delay: the switch
 		// happens only if this challenge, too, goes unanswered.
 		d.challenge()
@@ -677,15 +618,15 @@ func (d *decider) poweredOn(r *Reading) {
 	}
 	// Evaluate again when something may have changed: someone may switch
 	// the node off, it may recover, or a power-off condition may clear.
-	if next := r.At.Add(p.RecheckPoweredOn); t.nextRead.Before(next) {
-		t.nextRead = next
+	if next := r.At.Add(p.RecheckPoweredOn); t.suspicion.nextRead.Before(next) {
+		t.suspicion.nextRead = next
 	}
-	if o.Now.Before(t.nextRead) {
-		d.requeue(min(t.nextRead.Sub(o.Now), recheck))
+	if o.Now.Before(t.suspicion.nextRead) {
+		d.requeue(min(t.suspicion.nextRead.Sub(o.Now), recheck))
 		return
 	}
 	d.do(Action{Kind: ActReadPower})
-	t.nextRead = o.Now.Add(p.RecheckPoweredOn)
+	t.suspicion.nextRead = o.Now.Add(p.RecheckPoweredOn)
 	d.requeue(recheck)
 }
 
@@ -706,7 +647,7 @@ func (d *decider) powerOffBlocked() (string, time.Duration) {
 	case o.Node.Ready == ReadyTrue:
 		return "Kubernetes still sees the node Ready", 0
 	case a.SilentSince.IsZero():
-		if a.LastProof.After(d.t.suspectSince) {
+		if a.LastProof.After(d.t.suspicion.since) {
 			return "its agent answers liveness challenges", 0
 		}
 		return "asking its agent for a proof of life", p.ChallengeInterval
@@ -740,7 +681,7 @@ func (d *decider) challengeIfDue() {
 	if o.Agent.LastSilent.After(last) {
 		last = o.Agent.LastSilent
 	}
-	if last.After(d.t.suspectSince) && o.Now.Sub(last) < p.ChallengeInterval {
+	if last.After(d.t.suspicion.since) && o.Now.Sub(last) < p.ChallengeInterval {
 		return
 	}
 	d.challenge()
@@ -756,79 +697,93 @@ func (d *decider) challenge() {
 
 // poweringOff handles the PoweringOff phase.
 func (d *decider) poweringOff() {
-	o, t, p := d.o, d.t, d.p
+	o, t := d.o, d.t
 	r := o.BMC.Reading
-	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
+	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.power.from) && d.guidMatches(r) {
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through %s and read power off at %s",
 				source(r), r.At.UTC().Format(time.RFC3339))})
 		return
 	}
-	if d.responsiveSince(t.suspectSince) || o.Agent.LastProof.After(t.poweringFrom) {
+	if d.responsiveSince(t.suspicion.since) || o.Agent.LastProof.After(t.power.from) {
 		d.do(Action{Kind: ActReleaseLease})
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
 			Message: "node answers again before it was switched off: power-off cancelled"})
-		*t = Target{Name: t.Name}
-		d.enter(PhaseHealthy, "responsive again during fence delay")
+		d.becomeHealthy("responsive again during fence delay", voided{})
 		return
 	}
-	if h := d.heldBy(ActPowerOff); h != HoldNone && !t.powerOffSent {
+	if d.powerOffStopped() {
+		return
+	}
+	d.switchOff()
+}
+
+// powerOffStopped stops a power-off that is held, lost its Lease or
+// failed, back to Confirming, and reports whether it did.
+func (d *decider) powerOffStopped() bool {
+	o, t, p := d.o, d.t, d.p
+	if h := d.heldBy(ActPowerOff); h != HoldNone && !t.power.sent {
 		// Held during the fence delay (a pause): give the Lease back
 		// rather than sit on it, and look again later.
 		d.do(Action{Kind: ActReleaseLease})
 		d.do(Action{Kind: ActPowerOff})
-		t.nextRead = o.Now.Add(p.RecheckPoweredOn)
-		d.enter(PhaseConfirming, fmt.Sprintf("power-off held (%s): not switching off", h))
+		t.suspicion.nextRead = o.Now.Add(p.RecheckPoweredOn)
+		d.becomeConfirming(fmt.Sprintf("power-off held (%s): not switching off", h), nil)
 		d.requeue(p.RecheckPoweredOn)
-		return
+		return true
 	}
 	if !o.Cluster.LeaseHeld {
-		d.enter(PhaseConfirming, "lost the power Lease: another fencer may act")
-		t.powerOffSent = false
+		d.becomeConfirming("lost the power Lease: another fencer may act", nil)
 		d.requeue(p.ReadBackoffMin)
-		return
+		return true
 	}
-	if f := o.BMC.Failure; t.powerOffSent && !o.BMC.InFlight && f != nil && f.At.After(t.poweringFrom) {
+	if f := o.BMC.Failure; t.power.sent && !o.BMC.InFlight && f != nil && f.At.After(t.power.from) {
 		d.do(Action{Kind: ActReleaseLease})
 		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffFailed, Message: fmt.Sprintf(
 			"switching the node off failed (%s: %s); not tainted, will read the BMC again", f.Kind, f.Message)})
-		t.powerOffSent = false
-		t.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.readBackoff))
-		d.enter(PhaseConfirming, "power-off failed")
-		d.requeue(t.nextRead.Sub(o.Now))
-		return
+		t.suspicion.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.suspicion.readBackoff))
+		d.becomeConfirming("power-off failed", nil)
+		d.requeue(t.suspicion.nextRead.Sub(o.Now))
+		return true
 	}
-	if wait := t.poweringFrom.Add(p.FenceDelay).Sub(o.Now); wait > 0 {
+	return false
+}
+
+// switchOff waits out the fence delay, and switches the node off once its
+// agent stayed silent through it and the guards still allow it.
+func (d *decider) switchOff() {
+	o, t, p := d.o, d.t, d.p
+	if wait := t.power.from.Add(p.FenceDelay).Sub(o.Now); wait > 0 {
 		d.reason = "fence delay"
 		d.requeue(wait)
 		return
 	}
-	if !t.powerOffSent && !o.BMC.InFlight {
-		// The agent must have stayed silent to a challenge sent during
-		// the fence delay: a node that came back answers it.
-		if !o.Agent.LastSilent.After(t.poweringFrom) {
-			d.challenge()
-			d.reason = "fence delay over: waiting for the agent's answer to the last challenge"
-			return
-		}
-		// The guards held when the fence delay started; check them again
-		// now, right before the switch: quorum may be lost, a storm may
-		// have begun, another fencer may have started a power action.
-		if blocked, _ := d.powerOffBlocked(); blocked != "" {
-			d.do(Action{Kind: ActReleaseLease})
-			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
-				Message: "power-off cancelled at the last moment: " + blocked})
-			t.nextRead = o.Now.Add(p.RecheckPoweredOn)
-			d.enter(PhaseConfirming, "power-off cancelled: "+blocked)
-			d.requeue(p.RecheckPoweredOn)
-			return
-		}
-		t.powerOffSent = true
-		d.reason = "fence delay over: switching off"
-		d.do(Action{Kind: ActPowerOff})
+	if t.power.sent || o.BMC.InFlight {
+		d.reason = "waiting for the power-off to be confirmed"
 		return
 	}
-	d.reason = "waiting for the power-off to be confirmed"
+	// The agent must have stayed silent to a challenge sent during the
+	// fence delay: a node that came back answers it.
+	if !o.Agent.LastSilent.After(t.power.from) {
+		d.challenge()
+		d.reason = "fence delay over: waiting for the agent's answer to the last challenge"
+		return
+	}
+	// The guards held when the fence delay started; check them again now,
+	// right before the switch: quorum may be lost, a storm may have begun,
+	// another fencer may have started a power action.
+	if blocked, _ := d.powerOffBlocked(); blocked != "" {
+		d.do(Action{Kind: ActReleaseLease})
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
+			Message: "power-off cancelled at the last moment: " + blocked})
+		t.suspicion.nextRead = o.Now.Add(p.RecheckPoweredOn)
+		d.becomeConfirming("power-off cancelled: "+blocked, nil)
+		d.requeue(p.RecheckPoweredOn)
+		return
+	}
+	t.power.sent = true
+	d.reason = "fence delay over: switching off"
+	d.do(Action{Kind: ActPowerOff})
 }
 
 // Evidence must be true when the taint lands (docs/design.md §2): a power
@@ -946,7 +901,7 @@ func (d *decider) proofPending(ev *Evidence) bool {
 	if o.Member.State == vocab.MemberAlive && !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at) {
 		return true
 	}
-	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.t.suspectSince)
+	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.t.suspicion.since)
 }
 
 // kubeletShowsLife reports whether the node shows life since the
@@ -957,7 +912,7 @@ func (d *decider) proofPending(ev *Evidence) bool {
 // suspicion began. Both are written under NodeRestriction.
 func (d *decider) kubeletShowsLife() bool {
 	o := d.o
-	return o.Node.Ready == ReadyTrue || o.Node.KubeletRenew.After(d.t.suspectSince)
+	return o.Node.Ready == ReadyTrue || o.Node.KubeletRenew.After(d.t.suspicion.since)
 }
 
 // lifeShown says which sign of life makes the agent be asked first.
@@ -970,7 +925,7 @@ func (d *decider) lifeShown() string {
 	if o.Node.Ready == ReadyTrue {
 		why = append(why, "Kubernetes sees it Ready")
 	}
-	if o.Node.KubeletRenew.After(d.t.suspectSince) {
+	if o.Node.KubeletRenew.After(d.t.suspicion.since) {
 		why = append(why, "its kubelet renewed its node Lease since the suspicion began")
 	}
 	return strings.Join(why, ", ")
@@ -994,7 +949,7 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 	}
 	if d.proofPending(&ev) {
 		d.challenge()
-		d.enter(PhaseConfirming, "the node may be alive ("+d.lifeShown()+"): asking its agent before using the evidence")
+		d.becomeConfirming("the node may be alive ("+d.lifeShown()+"): asking its agent before using the evidence", nil)
 		d.requeue(d.p.ReadBackoffMin)
 		return
 	}
@@ -1003,8 +958,8 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", ReasonEvidenceVoided, fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s; reading the power state again",
 			ev.Method, evidenceTime(&ev).UTC().Format(time.RFC3339Nano), why))
-		t.nextRead = o.Now
-		d.enter(PhaseConfirming, "evidence too old to use: "+why+"; reading again")
+		t.suspicion.nextRead = o.Now
+		d.becomeConfirming("evidence too old to use: "+why+"; reading again", nil)
 		d.scheduleRead(false)
 		return
 	}
@@ -1024,7 +979,7 @@ func (d *decider) void(ev *Evidence, why string) {
 		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
-	case contradiction && t.contradicted:
+	case contradiction && t.voided.contradicted:
 		// Said once for this suspicion; the same device saying it again
 		// is no news, and a stream of alarms would drown the first.
 	case contradiction:
@@ -1041,115 +996,142 @@ func (d *decider) void(ev *Evidence, why string) {
 			"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	}
-	if ev.BMC != nil && ev.BMC.At.After(t.voidedUpTo) {
-		t.voidedUpTo = ev.BMC.At
+	mem := t.voided
+	if ev.BMC != nil && ev.BMC.At.After(mem.upTo) {
+		mem.upTo = ev.BMC.At
 	}
-	switchedOff := t.switchedOff
 	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
 		// The reading is void as evidence, but fenced did switch this
 		// boot off: a later reading's fence is still fenced's power-off
 		// (afterFence: on must switch it on again).
-		switchedOff = ev.BootID
+		mem.switchedOff = ev.BootID
 	}
-	voidedUpTo, suspectSince, contradicted := t.voidedUpTo, t.suspectSince, t.contradicted || contradiction
-	*t = Target{Name: t.Name, voidedUpTo: voidedUpTo, contradicted: contradicted, switchedOff: switchedOff}
+	mem.contradicted = mem.contradicted || contradiction
 	if d.unresponsive() {
 		// Still suspect: start over from a fresh reading — after the
 		// longest pause when the device contradicted the node.
-		t.suspectSince, t.nextRead = suspectSince, o.Now
-		if contradicted {
-			t.readBackoff, t.nextRead = p.ReadBackoffMax, o.Now.Add(p.ReadBackoffMax)
+		s := suspicion{since: t.suspicion.since, nextRead: o.Now}
+		if mem.contradicted {
+			s.readBackoff, s.nextRead = p.ReadBackoffMax, o.Now.Add(p.ReadBackoffMax)
 		}
-		d.enter(PhaseSuspect, "evidence void: "+why)
+		d.becomeSuspect("evidence void: "+why, &kept{suspicion: s, voided: mem})
 		return
 	}
-	d.enter(PhaseHealthy, "evidence void, the node answers: "+why)
+	d.becomeHealthy("evidence void, the node answers: "+why, mem)
 }
 
 // fenceWith asks for the taint with evidence. The rest of the fence —
 // Ready=False, the pods' force-deletion, the NodeFenced Event — follows
 // once the taint is there (fenced), and is redone until done.
 func (d *decider) fenceWith(ev Evidence) {
-	o, t := d.o, d.t
-	t.fence, t.taintSent, t.taintSeen = &ev, o.Now, false
+	o := d.o
 	sent := d.do(Action{Kind: ActApplyTaint, Evidence: &ev})
 	if o.Cluster.LeaseHeld {
 		d.do(Action{Kind: ActReleaseLease})
 	}
+	started := &fence{evidence: &ev, taintSent: o.Now}
 	if !sent {
-		d.enter(PhaseFenced, fmt.Sprintf("would fence with %s evidence; held (%s)", ev.Method, d.heldBy(ActApplyTaint)))
+		d.becomeFenced(fmt.Sprintf("would fence with %s evidence; held (%s)", ev.Method, d.heldBy(ActApplyTaint)), started)
 		return
 	}
-	d.enter(PhaseFenced, "fencing: "+string(ev.Method))
+	d.becomeFenced("fencing: "+string(ev.Method), started)
 	d.requeue(TaintRetry)
 }
 
 // fenced handles Fenced and Recovering: until the taint is there, keep
-// writing it while the evidence holds; then finish the fence and wait for
-// the node to come back with a new boot, and remove the taint once no
-// attachment is left.
+// writing it while the evidence holds (writeTaint); then finish the fence
+// and wait for the node to come back with a new boot (cameBack), and
+// remove the taint once no attachment is left (recover).
 func (d *decider) fenced() {
-	o, t, p := d.o, d.t, d.p
-	fence := t.fence
+	t := d.t
+	if !d.o.Node.TaintedByFenced && !t.fence.taintSeen {
+		d.writeTaint()
+		return
+	}
+	fence := t.fence.evidence
 	if fence == nil {
 		fence = &Evidence{Method: unknownMethod}
 	}
-	if !o.Node.TaintedByFenced && !t.taintSeen {
-		// Our taint write has not shown up: it failed (API unreachable, a
-		// conflict) or is still on its way. Write again — but only with
-		// evidence that still holds now.
-		if t.fence == nil {
-			*t = Target{Name: t.Name}
-			d.enter(PhaseHealthy, "no evidence to write")
-			return
-		}
-		if h := d.heldBy(ActApplyTaint); h != HoldNone {
-			// Held, not lost: nothing to write again. The evidence stands
-			// while nothing contradicts it; when the hold ends (the fencer
-			// looks at every node again then) the path below checks it,
-			// reads again if it is too old, and writes the taint.
-			if life := LifeAfter(t.fence, o); life != "" {
-				d.void(t.fence, life)
-				return
-			}
-			d.reason = fmt.Sprintf("would be fenced with %s evidence; held (%s)", t.fence.Method, h)
-			return
-		}
-		ev := *t.fence
-		if ev.Method == vocab.EvidenceCleanShutdown {
-			// The node's own word is re-derived from what gossip and the
-			// API show now, not replayed from memory.
-			fresh, ok := d.cleanShutdown()
-			if !ok || d.cleanShutdownStorm() {
-				*t = Target{Name: t.Name, suspectSince: t.suspectSince, nextRead: o.Now}
-				t.Phase = PhaseSuspect
-				d.detect()
-				return
-			}
-			fresh.At = ev.At
-			ev = fresh
-		}
-		if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
-			// A newer reading of off: fence on that one.
-			*t = Target{Name: t.Name, suspectSince: t.suspectSince, voidedUpTo: t.voidedUpTo}
-			t.Phase = PhaseConfirming
-			d.detect()
-			return
-		}
-		t.Phase = PhaseSuspect // fenceIfStillTrue re-enters Fenced
-		if o.Now.Sub(t.taintSent) < TaintRetry && t.Since.Before(o.Now) {
-			if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(&ev) {
-				t.Phase = PhaseFenced
-				d.reason = "waiting to see our taint on the Node"
-				d.requeue(TaintRetry - o.Now.Sub(t.taintSent))
-				return
-			}
-		}
-		t.fence = nil
-		d.fenceIfStillTrue(ev)
+	if d.cameBack(fence) {
 		return
 	}
-	bootNow := d.bootID()
+	if t.Phase == PhaseRecovering {
+		d.becomeFenced("no longer responsive", nil)
+	}
+	d.reason = "fenced: waiting for the node to come back"
+	d.finishFence(fence)
+}
+
+// writeTaint handles a fence whose taint has not shown up: the write
+// failed (API unreachable, a conflict) or is still on its way. It writes
+// again — but only with evidence that still holds now.
+func (d *decider) writeTaint() {
+	o, t, p := d.o, d.t, d.p
+	if t.fence.evidence == nil {
+		d.becomeHealthy("no evidence to write", voided{})
+		return
+	}
+	if h := d.heldBy(ActApplyTaint); h != HoldNone {
+		// Held, not lost: nothing to write again. The evidence stands
+		// while nothing contradicts it; when the hold ends (the fencer
+		// looks at every node again then) the path below checks it,
+		// reads again if it is too old, and writes the taint.
+		if life := LifeAfter(t.fence.evidence, o); life != "" {
+			d.void(t.fence.evidence, life)
+			return
+		}
+		d.reason = fmt.Sprintf("would be fenced with %s evidence; held (%s)", t.fence.evidence.Method, h)
+		return
+	}
+	ev, ok := d.evidenceAgain()
+	if !ok {
+		return
+	}
+	if o.Now.Sub(t.fence.taintSent) < TaintRetry && t.Since.Before(o.Now) {
+		if ok, _ := EvidenceHolds(&ev, o, p.MaxEvidenceAge); ok && !d.proofPending(&ev) {
+			d.reason = "waiting to see our taint on the Node"
+			d.requeue(TaintRetry - o.Now.Sub(t.fence.taintSent))
+			return
+		}
+	}
+	// A new fence (fenceIfStillTrue), or back to the suspicion.
+	d.fenceIfStillTrue(ev)
+}
+
+// evidenceAgain returns the evidence of a fence whose taint has not shown
+// up, as it stands now. The node's own word is derived again from what
+// gossip and the API show now, not replayed from memory; when it is gone,
+// or a newer reading of off arrived, the suspicion starts over from here
+// (ok false).
+func (d *decider) evidenceAgain() (ev Evidence, ok bool) {
+	o, t := d.o, d.t
+	ev = *t.fence.evidence
+	if ev.Method == vocab.EvidenceCleanShutdown {
+		fresh, still := d.cleanShutdown()
+		if !still || d.cleanShutdownStorm() {
+			d.becomeSuspect("its clean-shutdown word no longer counts before its taint landed",
+				&kept{suspicion: suspicion{since: t.suspicion.since, nextRead: o.Now}})
+			d.detect()
+			return Evidence{}, false
+		}
+		fresh.At = ev.At
+		ev = fresh
+	}
+	if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
+		// A newer reading of off: fence on that one.
+		d.becomeConfirming("a newer reading of off before the taint landed",
+			&kept{suspicion: suspicion{since: t.suspicion.since}, voided: voided{upTo: t.voided.upTo}})
+		d.detect()
+		return Evidence{}, false
+	}
+	return ev, true
+}
+
+// cameBack handles a fenced node that answers again, and reports whether
+// it does: the safety alarm when it is back with the fenced boot, else the
+// recovery.
+func (d *decider) cameBack(fence *Evidence) bool {
+	o, t := d.o, d.t
 	// Only the member's own signed word counts here: a forged alive with
 	// the fenced boot ID must not raise a false alarm.
 	memberBackSameBoot := o.Member.State == vocab.MemberAlive && o.Member.Signed && o.Member.BootID != "" &&
@@ -1165,57 +1147,62 @@ func (d *decider) fenced() {
 	// responsiveSince.)
 	kubeletBackSameBoot := o.Node.Ready == ReadyTrue && !o.Node.ReadySince.Before(fence.At.Truncate(time.Second)) &&
 		o.Node.BootID != "" && o.Node.BootID == fence.BootID
-	if backNewBoot || d.responsiveSince(fence.At) || memberBackSameBoot || kubeletBackSameBoot {
-		if fence.BootID != "" && bootNow == fence.BootID {
-			if !t.alarmed {
-				t.alarmed = true
-				d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
-					"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
-					fence.Method, bootNow)})
-			}
-			d.enter(PhaseFenced, "back with the same boot ID: safety alarm, taint kept")
-			return
+	if !backNewBoot && !d.responsiveSince(fence.At) && !memberBackSameBoot && !kubeletBackSameBoot {
+		return false
+	}
+	bootNow := d.bootID()
+	switch {
+	case fence.BootID != "" && bootNow == fence.BootID:
+		if !t.fence.alarmed {
+			t.fence.alarmed = true
+			d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
+				"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
+				fence.Method, bootNow)})
 		}
-		if memberBackSameBoot {
-			d.enter(PhaseFenced, "gossip member back with the fenced boot ID")
-			return
-		}
-		if bootNow == "" {
-			d.enter(PhaseFenced, "back, but its boot ID is unknown")
-			d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
-				"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
-			return
-		}
-		checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
-		if o.Node.VolumeAttachments > 0 {
-			d.enter(PhaseRecovering, "back with a new boot, VolumeAttachments left")
-			d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
-				"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
-				o.Node.VolumeAttachments))
-			return
-		}
-		if !Recovered(checks) {
-			// Answering (its gossip member, or a Ready transition after
-			// the fence) but not yet Ready on its new boot.
-			d.enter(PhaseFenced, "back, not yet Ready on a new boot")
-			return
-		}
-		if !d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)}) {
-			d.enter(PhaseRecovering, fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
-			return
-		}
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
-		*t = Target{Name: t.Name}
-		d.enter(PhaseHealthy, "recovered")
+		d.becomeFenced("back with the same boot ID: safety alarm, taint kept", nil)
+	case memberBackSameBoot:
+		d.becomeFenced("gossip member back with the fenced boot ID", nil)
+	case bootNow == "":
+		d.becomeFenced("back, but its boot ID is unknown", nil)
+		d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
+			"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
+	default:
+		d.recover(fence, bootNow)
+	}
+	return true
+}
+
+// recover removes the taint of a node back on a new boot once no
+// VolumeAttachment of it is left and it is Ready (Recovery).
+func (d *decider) recover(fence *Evidence, bootNow string) {
+	o := d.o
+	checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
+	if o.Node.VolumeAttachments > 0 {
+		d.becomeRecovering("back with a new boot, VolumeAttachments left")
+		d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
+			"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
+			o.Node.VolumeAttachments))
 		return
 	}
-	if d.t.Phase == PhaseRecovering {
-		d.enter(PhaseFenced, "no longer responsive")
+	if !Recovered(checks) {
+		// Answering (its gossip member, or a Ready transition after
+		// the fence) but not yet Ready on its new boot.
+		d.becomeFenced("back, not yet Ready on a new boot", nil)
+		return
 	}
-	d.reason = "fenced: waiting for the node to come back"
-	// The rest of the fence, redone until done: after an API outage or a
-	// fencer restart nothing of it is lost.
-	// (A held step is reported once and not redone: nothing to retry.)
+	if !d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)}) {
+		d.becomeRecovering(fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
+		return
+	}
+	d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
+	d.becomeHealthy("recovered", voided{})
+}
+
+// finishFence does the rest of the fence, redone until done: after an API
+// outage or a fencer restart nothing of it is lost. (A held step is
+// reported once and not redone: nothing to retry.)
+func (d *decider) finishFence(fence *Evidence) {
+	o, t, p := d.o, d.t, d.p
 	done := true
 	// Ready=True (or no condition) keeps the pod GC from acting on the
 	// taint; False and Unknown both mean not ready, and the node lifecycle
@@ -1230,9 +1217,9 @@ func (d *decider) fenced() {
 	if !done {
 		d.requeue(TaintRetry)
 	}
-	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.poweredOnSent &&
+	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.fence.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight && d.do(Action{Kind: ActPowerOn}) {
-		t.poweredOnSent = true
+		t.fence.poweredOnSent = true
 		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
 			Message: "volumes released: switching the node on again (afterFence: on)"})
 	}
@@ -1249,7 +1236,7 @@ func (d *decider) shuttingDown() bool {
 	if !o.Member.announcedShutdown() && !o.Node.ShuttingDown {
 		return false
 	}
-	return o.Now.Before(d.t.suspectSince.Add(d.p.ShutdownWait))
+	return o.Now.Before(d.t.suspicion.since.Add(d.p.ShutdownWait))
 }
 
 // shutdownSource says who reported the shutdown.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -9,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -17,15 +17,15 @@ var t0 = time.Date(2026, 11, 21, 3, 0, 0, 0, time.UTC)
 
 const nodeUUID = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
 
+// testPolicy is the core's defaults (DefaultPolicy) for the read pace,
+// the challenges, the storm window and the evidence's age, and fixed
+// values for what the tests reason about.
 func testPolicy(mode Mode) Policy {
-	return Policy{
-		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
-		FenceDelay: 5 * time.Second, ForceDeletePods: true,
-		ShutdownWait:   2 * time.Minute,
-		ReadBackoffMin: config.DefaultReadBackoffMin, ReadBackoffMax: config.DefaultReadBackoffMax,
-		RecheckPoweredOn: config.DefaultRecheckPoweredOn, ChallengeInterval: config.DefaultChallengeInterval,
-		StormWindow: config.DefaultStormWindow, MaxEvidenceAge: config.DefaultMaxEvidenceAge,
-	}
+	p := DefaultPolicy()
+	p.Mode, p.FenceAfter, p.MaxUnhealthy, p.MaxConcurrentPowerActions = mode, 30*time.Second, 0.5, 1
+	p.FenceDelay, p.ForceDeletePods, p.PowerOnAfterFence, p.DryRun = 5*time.Second, true, false, false
+	p.ShutdownWait = 2 * time.Minute
+	return p
 }
 
 // healthy is a node answering on both channels in a 5-node cluster.
@@ -106,7 +106,9 @@ func runSteps(t *testing.T, p Policy, start Observation, steps []step) (*Target,
 		if s.change != nil {
 			s.change(&o)
 		}
+		before := tgt.Phase
 		d := tgt.Step(o, p)
+		checkTransitions(t, s.name, before, d)
 		if s.phase != "" && d.Phase != s.phase {
 			t.Fatalf("%s: phase %s, want %s (reason %q, actions %v)", s.name, d.Phase, s.phase, d.Reason, kinds(d.Actions))
 		}
@@ -153,13 +155,13 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	// same evidence.
 	o.Now = o.Now.Add(TaintRetry)
 	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
-	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence {
+	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence.evidence {
 		t.Fatalf("lost taint write not retried: %v", kinds(d.Actions))
 	}
 
 	// The taint is there: the rest of the fence follows, and is redone
 	// until the Node shows it done.
-	o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+	o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
 	o.Now = o.Now.Add(100 * time.Millisecond)
 	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
 	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || !slices.Contains(events(d.Actions), ReasonFenced) {
@@ -186,7 +188,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	}
 
 	// The recorded evidence says what was seen.
-	ev := tgt.fence
+	ev := tgt.fence.evidence
 	if ev == nil || ev.Method != vocab.EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != PowerOff ||
 		!strings.Contains(ev.Reason, "read power off") {
 		t.Fatalf("evidence = %+v", ev)
@@ -605,7 +607,7 @@ func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
 			phase: PhaseFenced, want: []ActionKind{ActForceDeletePods}, notWant: []ActionKind{ActMarkNotReady}, event: ReasonFenced},
 	}...)
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
-	if ev := tgt.fence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
+	if ev := tgt.fence.evidence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
 		t.Fatalf("evidence %+v", ev)
 	}
 }
@@ -804,10 +806,12 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))
+	rare := rand.New(rand.NewPCG(seed, 3))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
 	taints, powerOffs, levelTaints := 0, 0, 0
+	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
 		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
 		p := testPolicy(mode)
@@ -815,6 +819,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 		tgt := &Target{Name: "node-a"}
 		o := healthy()
 		suspectSince := time.Time{}
+		switchedOff := false // the last step sent ActPowerOff
 		for i := 0; i < 60; i++ {
 			o.Now = o.Now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
 			switch rng.IntN(15) {
@@ -901,8 +906,8 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				}
 			case 13:
 				// The API write succeeds after all (the informer shows it).
-				if tgt.Phase == PhaseFenced && tgt.fence != nil {
-					o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+				if tgt.Phase == PhaseFenced && tgt.fence.evidence != nil {
+					o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
 				}
 			case 14:
 				// An operator pauses or resumes fencing, or labels the
@@ -915,8 +920,25 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 					o.Node.Excluded = ""
 				}
 			}
+			// Rarer events, from a stream of their own so that the one
+			// above walks as it always did until one of them happens.
+			switch {
+			case rare.IntN(400) == 0 && !o.Node.TaintedByFenced:
+				// Another fencer (or this one, before a restart) tainted
+				// the node: the taint is adopted.
+				o.Node.TaintedByFenced, o.Node.Evidence = true, &Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now,
+					BootID: o.Node.BootID, BMC: reading(PowerOff, o.Now, nodeUUID), Reason: "another fencer's"}
+			case switchedOff && tgt.Phase == PhasePoweringOff && rare.IntN(2) == 0:
+				// fenced's own switch-off is confirmed off.
+				o.BMC.Reading, o.BMC.InFlight = reading(PowerOff, o.Now, nodeUUID), false
+				o.BMC.Reading.PoweredOffByFenced = true
+			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
+			checkTransitions(t, fmt.Sprintf("walk %d step %d", walk, i), before, d)
+			for _, tr := range d.Transitions {
+				made[tr] = true
+			}
 			if (before == PhaseHealthy || before == "") && d.Phase != PhaseHealthy {
 				suspectSince = o.Now
 			}
@@ -948,7 +970,8 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 						walk, i, o.Node.Ready, o.Node.KubeletRenew, suspectSince, ag)
 				}
 			}
-			if has(d.Actions, ActPowerOff) {
+			switchedOff = has(d.Actions, ActPowerOff)
+			if switchedOff {
 				powerOffs++
 			}
 			if has(d.Actions, ActPowerOff) && (mode != ModePowerOff || !o.Cluster.LeaseHeld || 2*o.Cluster.GossipAlive <= o.Cluster.Nodes) {
@@ -964,16 +987,48 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			if d.Phase == PhaseFenced && has(d.Actions, ActApplyTaint) && rng.IntN(3) != 0 {
 				// Model the API: the write lands, or (one in three) fails
 				// and is retried later.
-				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence
+				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
 			} else if d.Phase == PhaseHealthy {
 				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+			}
+		}
+	}
+	// The table has no transition the walk never makes: each one it allows
+	// is one the core needs.
+	for from, tos := range allowed {
+		for _, to := range tos {
+			if tr := (Transition{From: from, To: to}); !made[tr] {
+				t.Errorf("the walk never made the transition %s → %s of the table", from, to)
 			}
 		}
 	}
 	if taints == 0 || powerOffs == 0 || levelTaints == 0 {
 		t.Fatalf("the walk reached %d taints (%d on a fencing level) and %d power-offs; it tests nothing", taints, levelTaints, powerOffs)
 	}
-	t.Logf("%d taints applied across the walks, each with valid evidence; %d power-offs, each on a node down on both channels", taints, powerOffs)
+	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d transitions of the table made", taints, levelTaints, powerOffs, len(made))
+}
+
+// checkTransitions checks a step's phase changes: each is in the table of
+// transitions, and together they lead from the phase before the step
+// (a new target's empty phase is Healthy) to the decision's.
+func checkTransitions(t *testing.T, where string, before Phase, d Decision) {
+	t.Helper()
+	at := before
+	if at == "" {
+		at = PhaseHealthy
+	}
+	for _, tr := range d.Transitions {
+		if !tr.Allowed() {
+			t.Fatalf("%s: transition %s → %s is not in the table of transitions (reason %q)", where, tr.From, tr.To, d.Reason)
+		}
+		if tr.From != at || tr.To == tr.From {
+			t.Fatalf("%s: transitions %v do not follow on from phase %s", where, d.Transitions, at)
+		}
+		at = tr.To
+	}
+	if at != d.Phase {
+		t.Fatalf("%s: transitions %v lead to %s, but the decision's phase is %s (reason %q)", where, d.Transitions, at, d.Phase, d.Reason)
+	}
 }
 
 func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.Time) {
@@ -1288,11 +1343,11 @@ func TestNodeBackAsItIsSwitchedOff(t *testing.T) {
 			}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint}, notWant: []ActionKind{ActSafetyAlarm}},
 		}...)
 		tgt, o := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
-		if ev := tgt.fence; ev == nil || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.BootID != "boot-1" {
+		if ev := tgt.fence.evidence; ev == nil || ev.BMC == nil || !ev.BMC.PoweredOffByFenced || ev.BootID != "boot-1" {
 			t.Fatalf("evidence %+v: want the new reading, marked as fenced's own power-off of boot-1", ev)
 		}
 		o.Now = t0.Add(95 * time.Second)
-		o.Node.TaintedByFenced, o.Node.Evidence, o.Node.VolumeAttachments = true, tgt.fence, 0
+		o.Node.TaintedByFenced, o.Node.Evidence, o.Node.VolumeAttachments = true, tgt.fence.evidence, 0
 		on := false
 		for range 3 {
 			o.Now = o.Now.Add(time.Second)

@@ -12,7 +12,10 @@
 //  2. decision: here, decide.go — [Target.Step] returns a [Decision]: the
 //     node's [Phase] and the [Action]s to take. The only path to
 //     [ActApplyTaint] is evidence ([Evidence]); table tests with a fake
-//     clock and a randomized invariant walk drive it (decide_test.go).
+//     clock and a randomized invariant walk drive it (decide_test.go). Its
+//     transitions are explicit (transitions.go): one become<Phase> per
+//     phase owns what survives the move, and a table says which moves
+//     exist; every [Decision] lists its [Transition]s.
 //  3. action: pkg/fencing, fencer.go — Fencer.execute carries out each Action:
 //     BMC reads and verified power actions through pkg/fencing/device (power.go),
 //     the taint with its evidence through pkg/taint. Their results come

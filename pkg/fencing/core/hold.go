@@ -112,13 +112,13 @@ func (d *decider) heldBy(k ActionKind) Hold { return HeldBy(k, d.o, d.p) }
 func (d *decider) hold(h Hold, a Action) {
 	t := d.t
 	key := HeldReason(h, a.Kind)
-	if t.held[key] {
+	if t.reports.held[key] {
 		return
 	}
-	if t.held == nil {
-		t.held = map[string]bool{}
+	if t.reports.held == nil {
+		t.reports.held = map[string]bool{}
 	}
-	t.held[key] = true
+	t.reports.held[key] = true
 	d.actions = append(d.actions, Action{Kind: ActHeld, Held: a.Kind, Hold: h, Evidence: a.Evidence,
 		EventType: "Normal", Reason: key, Message: d.holdPrefix(h) + d.wouldDo(a)})
 }

@@ -98,31 +98,7 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 			r := *l.Plugs[0].Reading
 			return &r, nil
 		}
-		r := &Reading{Power: PowerOff, Level: l.Level}
-		renewKnown := false
-		names := make([]string, 0, len(l.Plugs))
-		for _, p := range l.Plugs {
-			pr := *p.Reading
-			pr.Device, pr.Plug = p.Device, p.Plug
-			if pr.Power == PowerOn {
-				r.Power = PowerOn
-			}
-			if r.At.IsZero() || pr.At.Before(r.At) {
-				r.At = pr.At
-			}
-			if !pr.SentAt.IsZero() && (r.SentAt.IsZero() || pr.SentAt.Before(r.SentAt)) {
-				r.SentAt = pr.SentAt
-			}
-			// The kubelet heartbeat known at the oldest answer: a renewal
-			// after any part of the level contradicts all of it.
-			if !renewKnown || pr.KubeletLeaseRenewedAt.Before(r.KubeletLeaseRenewedAt) {
-				r.KubeletLeaseRenewedAt, renewKnown = pr.KubeletLeaseRenewedAt, true
-			}
-			r.Plugs = append(r.Plugs, pr)
-			names = append(names, plugName(p.Device, p.Plug))
-		}
-		r.Endpoint = fmt.Sprintf("level %d (%s)", l.Level, strings.Join(names, ", "))
-		return r, nil
+		return combineLevel(l), nil
 	}
 	if kind == "" {
 		kind = KindBMC
@@ -131,6 +107,36 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 		why = []string{"no levels"}
 	}
 	return nil, &Failure{Op: OpPowerStatus, Kind: kind, Message: "no level could be read: " + strings.Join(why, "; "), At: failedAt}
+}
+
+// combineLevel is a level every plug of which answered, as one Reading
+// (CombineLevels).
+func combineLevel(l LevelRead) *Reading {
+	r := &Reading{Power: PowerOff, Level: l.Level}
+	renewKnown := false
+	names := make([]string, 0, len(l.Plugs))
+	for _, p := range l.Plugs {
+		pr := *p.Reading
+		pr.Device, pr.Plug = p.Device, p.Plug
+		if pr.Power == PowerOn {
+			r.Power = PowerOn
+		}
+		if r.At.IsZero() || pr.At.Before(r.At) {
+			r.At = pr.At
+		}
+		if !pr.SentAt.IsZero() && (r.SentAt.IsZero() || pr.SentAt.Before(r.SentAt)) {
+			r.SentAt = pr.SentAt
+		}
+		// The kubelet heartbeat known at the oldest answer: a renewal
+		// after any part of the level contradicts all of it.
+		if !renewKnown || pr.KubeletLeaseRenewedAt.Before(r.KubeletLeaseRenewedAt) {
+			r.KubeletLeaseRenewedAt, renewKnown = pr.KubeletLeaseRenewedAt, true
+		}
+		r.Plugs = append(r.Plugs, pr)
+		names = append(names, plugName(p.Device, p.Plug))
+	}
+	r.Endpoint = fmt.Sprintf("level %d (%s)", l.Level, strings.Join(names, ", "))
+	return r
 }
 
 // plugName is "device:plug", or the device alone when it has no plug.

@@ -33,6 +33,7 @@ import (
 	"fenced.io/fenced/internal/testbed/ports"
 	"fenced.io/fenced/internal/testbed/procstat"
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -541,8 +542,8 @@ func (s *scenario) rackDark(ctx context.Context, label string, rack []string, da
 	if run.powerOffs != 0 {
 		t.Errorf("rack %s: %v power-off requests; every rack node reads off, nothing may be switched", label, run.powerOffs)
 	}
-	if run.maxPowerLeases > config.DefaultMaxConcurrentPowerActions {
-		t.Errorf("rack %s: %d power Leases at once, maxConcurrentPowerActions %d", label, run.maxPowerLeases, config.DefaultMaxConcurrentPowerActions)
+	if most := core.DefaultPolicy().MaxConcurrentPowerActions; run.maxPowerLeases > most {
+		t.Errorf("rack %s: %d power Leases at once, maxConcurrentPowerActions %d", label, run.maxPowerLeases, most)
 	}
 }
 
