@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
@@ -182,9 +181,6 @@ type Fencer struct {
 
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
-
-// LeasePrefix names the per-target power Leases: fenced-power-<node>.
-const LeasePrefix = "fenced-power-"
 
 // KubeletLeaseNamespace holds the kubelets' node Leases.
 const KubeletLeaseNamespace = corev1.NamespaceNodeLease
@@ -637,21 +633,6 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 	}
 }
 
-// leaseActive returns the holder of node's power Lease if it has not
-// expired, else "".
-func (f *Fencer) leaseActive(node string, now time.Time) string {
-	l, err := f.leases.Get(LeasePrefix + node)
-	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" ||
-		l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return ""
-	}
-	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-	if now.After(expiry) {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
 // nodeObs reads what the core needs from a Node.
 func nodeObs(n *corev1.Node) core.NodeObs {
 	o := core.NodeObs{Exists: true, BootID: n.Status.NodeInfo.BootID, SystemUUID: n.Status.NodeInfo.SystemUUID}
@@ -890,109 +871,6 @@ func readingPower(r *core.Reading) string {
 		return ""
 	}
 	return string(r.Power)
-}
-
-// acquireLease takes node's power Lease if it is free or expired.
-func (f *Fencer) acquireLease(ctx context.Context, node string) error {
-	now := metav1.NewMicroTime(f.cfg.Now())
-	dur := int32(f.cfg.LeaseDuration / time.Second)
-	leases := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace)
-	holder := f.leaseActive(node, now.Time)
-	if holder != "" && holder != f.cfg.Identity {
-		return nil // another fencer acts; the core waits
-	}
-	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(f.cfg.Identity), LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}
-	existing, err := f.leases.Get(LeasePrefix + node)
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeasePrefix + node}, Spec: spec}, metav1.CreateOptions{})
-	case err == nil:
-		l := existing.DeepCopy()
-		l.Spec = spec
-		// ResourceVersion makes this a compare-and-swap: of two fencers
-		// racing for an expired Lease, exactly one wins.
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		f.log.Info("power Lease taken by another fencer", "node", node)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	f.log.Info("power Lease acquired", "node", node, "duration", f.cfg.LeaseDuration)
-	f.startRenewal(ctx, node)
-	return nil
-}
-
-// startRenewal renews node's Lease every third of its duration until
-// released, so a fencer that dies mid-action loses it within one duration.
-func (f *Fencer) startRenewal(ctx context.Context, node string) {
-	f.mu.Lock()
-	if _, running := f.renew[node]; running {
-		f.mu.Unlock()
-		return
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	f.renew[node] = cancel
-	f.mu.Unlock()
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		tick := time.NewTicker(f.cfg.LeaseDuration / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-tick.C:
-			}
-			l, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Get(rctx, LeasePrefix+node, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
-				f.log.Warn("power Lease lost", "node", node, "err", err)
-				f.stopRenewal(node)
-				f.queue.Add(node)
-				return
-			}
-			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(f.cfg.Now()))
-			if _, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Update(rctx, l, metav1.UpdateOptions{}); err != nil {
-				f.log.Warn("power Lease renewal failed", "node", node, "err", err)
-			}
-		}
-	}()
-}
-
-func (f *Fencer) stopRenewal(node string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if cancel, ok := f.renew[node]; ok {
-		cancel()
-		delete(f.renew, node)
-	}
-}
-
-// releaseLease gives node's Lease back (deletes it if we hold it).
-func (f *Fencer) releaseLease(ctx context.Context, node string) error {
-	f.stopRenewal(node)
-	l, err := f.leases.Get(LeasePrefix + node)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
-		return nil
-	}
-	err = f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Delete(ctx, l.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	if err == nil {
-		f.log.Info("power Lease released", "node", node)
-	}
-	return err
 }
 
 // significant reports whether actions deserve a decision log line even
