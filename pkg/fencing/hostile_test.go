@@ -465,8 +465,8 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	b.waitFor(20*time.Second, "the fencer challenges victim-1 and gets its proof", func() bool {
 		b.fencer.mu.Lock()
 		defer b.fencer.mu.Unlock()
-		a := b.fencer.agents[v1.name]
-		return a != nil && !a.LastProof.IsZero()
+		s := b.fencer.state[v1.name]
+		return s != nil && !s.agent.LastProof.IsZero()
 	})
 	b.assertNoHarm(5 * time.Second)
 	if v1.bmc.reads.Load() == 0 {

@@ -70,12 +70,13 @@ func (f *Fencer) acquireLease(ctx context.Context, node string) error {
 // released, so a fencer that dies mid-action loses it within one duration.
 func (f *Fencer) startRenewal(ctx context.Context, node string) {
 	f.mu.Lock()
-	if _, running := f.renew[node]; running {
+	s := f.stateOf(node)
+	if s.renew != nil {
 		f.mu.Unlock()
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	f.renew[node] = cancel
+	s.renew = cancel
 	f.mu.Unlock()
 	f.bg.Add(1)
 	go func() {
@@ -106,9 +107,9 @@ func (f *Fencer) startRenewal(ctx context.Context, node string) {
 func (f *Fencer) stopRenewal(node string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cancel, ok := f.renew[node]; ok {
-		cancel()
-		delete(f.renew, node)
+	if s, ok := f.state[node]; ok && s.renew != nil {
+		s.renew()
+		s.renew = nil
 	}
 }
 
