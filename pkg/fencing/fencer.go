@@ -194,7 +194,7 @@ func New(cfg Config) (*Fencer, error) {
 		cfg.LeaseDuration = config.DefaultLeaseDuration
 	}
 	if cfg.GossipPort == 0 {
-		cfg.GossipPort = config.DefaultGossipPort
+		cfg.GossipPort = heartbeat.DefaultPort
 	}
 	if cfg.ChallengeTimeout <= 0 {
 		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
