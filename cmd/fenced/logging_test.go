@@ -37,13 +37,7 @@ func TestAgentLogsOnlyJSON(t *testing.T) {
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the test refuses everything","reason":"Forbidden","code":403}`))
 	}))
 	t.Cleanup(api.Close)
-	kubeconfig := writeFile(t, dir, "kubeconfig", `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "`+api.URL+`"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`)
+	kubeconfig := kubeconfigFor(t, dir, api.URL)
 	cfg := writeFile(t, dir, "config.yaml", "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n")
 
 	var stdout, stderr bytes.Buffer

@@ -147,7 +147,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -235,13 +235,7 @@ func (b *hostileBed) nodeGossipAddrs(name string) []string {
 
 func (b *hostileBed) waitFor(timeout time.Duration, what string, cond func() bool) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(b.t, timeout, what, cond)
 }
 
 // tainted lists the nodes that carry the out-of-service taint.
