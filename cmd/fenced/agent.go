@@ -81,6 +81,17 @@ says so and works on (shutdown.announce: false turns this off).`,
 }
 
 func runAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
+	err := buildAndRunAgent(cmd, g, f)
+	if err != nil && g.logFormat == "json" {
+		// Everything the agent writes with --log-format json is a JSON
+		// line, its last words too.
+		g.log.Error("agent failed", "component", "agent", "err", err)
+		return &silentError{err: err}
+	}
+	return err
+}
+
+func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	cfg, err := g.loadConfig(false)
 	if err != nil {
 		return err

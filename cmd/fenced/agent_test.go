@@ -121,7 +121,7 @@ func TestAgentRunsAgainstARealAPIServer(t *testing.T) {
 	for !strings.Contains(strings.Join(notes, " "), "READY=1") {
 		notes = append(notes, readNotify())
 	}
-	addr := regexp.MustCompile(`"msg":"serving metrics and health","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
+	addr := regexp.MustCompile(`"msg":"serving metrics and health","component":"agent","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
 	if addr == nil {
 		t.Fatalf("no metrics address logged: %s", stderr)
 	}
@@ -300,7 +300,7 @@ func TestFencerAgentReportsStaleAttachment(t *testing.T) {
 	}()
 	var addr []string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		addr = regexp.MustCompile(`"msg":"serving metrics and health","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
+		addr = regexp.MustCompile(`"msg":"serving metrics and health","component":"agent","address":"([^"]+)"`).FindStringSubmatch(stderr.String())
 		return addr != nil, nil
 	})
 	if err != nil {

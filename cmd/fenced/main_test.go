@@ -33,6 +33,19 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
+// kubeconfigFor writes a kubeconfig into dir for the API server at server,
+// with a token, and returns its path.
+func kubeconfigFor(t *testing.T, dir, server string) string {
+	t.Helper()
+	return writeFile(t, dir, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+server+`"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+}
+
 // inventoryFor writes a configuration with one IPMI node per simulator;
 // node "bad-pw" points at the first simulator with a wrong password.
 func inventoryFor(t *testing.T, sims map[string]*ipmisim.Sim) string {
@@ -179,13 +192,7 @@ bmc:
 func TestAgentValidatesBeforeRunning(t *testing.T) {
 	dir := t.TempDir()
 	// Nothing listens here: every case must fail before any connection.
-	kubeconfig := writeFile(t, dir, "kubeconfig", `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`)
+	kubeconfig := kubeconfigFor(t, dir, "https://127.0.0.1:1")
 	header := "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n"
 	noKey := writeFile(t, dir, "nokey.yaml", header)
 	badKey := writeFile(t, dir, "badkey.yaml", header+"gossip: {keyFile: "+writeFile(t, dir, "short.key", "c2hvcnQ=\n")+"}\n")

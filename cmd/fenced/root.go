@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"fenced.io/fenced/pkg/config"
 )
@@ -95,6 +96,11 @@ func (g *globals) setupLogging(cmd *cobra.Command) error {
 		return &usageError{command: cmd.CommandPath(),
 			err: fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
 	}
+	// client-go logs through klog, in klog's own format and to the
+	// process's stderr: its lines go into this log instead, in its format,
+	// as the component client-go (with --log-format json, a line of klog's
+	// format would break every pipeline that parses the log).
+	klog.SetSlogLogger(g.log.With("component", "client-go"))
 	return nil
 }
 

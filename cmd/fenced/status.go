@@ -28,7 +28,8 @@ func newStatusCommand(g *globals) *cobra.Command {
   POWER     read from the node's BMC when it is in the inventory (--config): on,
             off, or the kind of failure (timeout, unreachable, auth, bmc-error);
             "-" when not in the inventory. All BMCs are read concurrently, each
-            within --bmc-timeout.
+            as the agent reads it (bmc.timeout per attempt, bmc.retries), or
+            within --bmc-timeout when given.
   TAINT     the out-of-service taint: fenced (applied by fenced), other (by
             someone else, fenced never removes it), or -
   EVIDENCE  what fenced recorded: method and who
@@ -59,6 +60,6 @@ func newStatusCommand(g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVarP(&output, "output", "o", "", "output format: wide, json or yaml (default: a table)")
 	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the GOSSIP column")
-	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", admin.DefaultBMCTimeout, "bound for each BMC read, retries included")
+	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", 0, "bound for each BMC read, retries included (default: the configuration's bmc.timeout per attempt and bmc.retries, as the agent reads)")
 	return cmd
 }

@@ -20,9 +20,6 @@ import (
 	"fenced.io/fenced/pkg/taint"
 )
 
-// DefaultBMCTimeout bounds each BMC read of Status, retries included.
-const DefaultBMCTimeout = 5 * time.Second
-
 // bmcParallel caps concurrent BMC sessions of one Status, so a large
 // inventory does not open hundreds of sessions on the management network
 // at once.
@@ -38,7 +35,10 @@ const (
 type StatusOptions struct {
 	// AgentURL is an agent's metrics endpoint; empty: no agent view.
 	AgentURL string
-	// BMCTimeout bounds each BMC read (default DefaultBMCTimeout).
+	// BMCTimeout bounds each BMC read, retries included. Zero: no bound
+	// of Status's own — each BMC's configured timeout per attempt and
+	// retries bound its read, as they bound the agent's reads (bmc.timeout,
+	// bmc.retries: config.DefaultBMCTimeout, config.DefaultBMCRetries).
 	BMCTimeout time.Duration
 }
 
@@ -83,7 +83,7 @@ type Status struct {
 }
 
 // Status reads every Node, the agent's metrics if asked, and the power state
-// of every inventoried node (concurrently, each bounded by BMCTimeout). It
+// of every inventoried node (concurrently, each bounded as StatusOptions.BMCTimeout says). It
 // only reads; a BMC or agent that fails shows as such in its cell.
 func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, error) {
 	list, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -138,9 +138,6 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 
 // readPower fills in the power column of the inventoried nodes.
 func (o *Operator) readPower(ctx context.Context, rows []NodeStatus, timeout time.Duration) {
-	if timeout <= 0 {
-		timeout = DefaultBMCTimeout
-	}
 	sem := make(chan struct{}, bmcParallel)
 	var wg sync.WaitGroup
 	for i := range rows {
@@ -153,8 +150,11 @@ func (o *Operator) readPower(ctx context.Context, rows []NodeStatus, timeout tim
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
 			state, err := b.PowerState(ctx)
 			row.Power = string(state)
 			if err != nil {

@@ -101,12 +101,12 @@ func New(o Options) (*Agent, error) {
 		if o.Config.Gossip.KeyFile == "" {
 			return nil, errors.New("no gossip key: set gossip.keyFile in the configuration, or pass --insecure-gossip (anyone on the network could then join the ring)")
 		}
-		if a.key, err = readKey(o.Config.Gossip.KeyFile, o.Logger); err != nil {
+		if a.key, err = readKey(o.Config.Gossip.KeyFile, componentLog(o.Logger, componentAgent)); err != nil {
 			return nil, err
 		}
 	}
 	if len(o.Config.BMCs) > 0 || len(o.Config.Devices) > 0 {
-		if a.inv, err = device.NewInventory(o.Config, o.Logger); err != nil {
+		if a.inv, err = device.NewInventory(o.Config, componentLog(o.Logger, componentDevice)); err != nil {
 			return nil, err
 		}
 	}
@@ -196,7 +196,7 @@ type parts struct {
 // changes directly (Ring.OnChange → Fencer.Notify).
 func (a *Agent) build() (_ *parts, err error) {
 	o := a.o
-	p := &parts{o: o, log: o.Logger, role: "observer", reg: metrics.NewRegistry(o.Version)}
+	p := &parts{o: o, log: componentLog(o.Logger, componentAgent), role: "observer", reg: metrics.NewRegistry(o.Version)}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -241,7 +241,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		Seeds:           func() []string { return seeds(nodeLister, o.NodeName, o.Config.Gossip.Port, o.Seeds) },
 		IsNode:          func(name string) bool { _, err := nodeLister.Get(name); return err == nil },
 		ChallengerAddrs: func(name string) []string { return gossipAddrs(nodeLister, name, o.Config.Gossip.Port) },
-		Logger:          p.log,
+		Logger:          componentLog(o.Logger, componentRing),
 		// No Key: the ring signs nothing until the key is published.
 	})
 	if err != nil {
@@ -272,7 +272,7 @@ func (a *Agent) build() (_ *parts, err error) {
 			MonitorInterval:         o.Config.Fencer.MonitorInterval,
 			MaxConcurrentPowerReads: o.Config.Fencer.MaxConcurrentPowerReads,
 			GossipPort:              o.Config.Gossip.Port,
-			Metrics:                 fencing.NewMetrics(p.reg), Logger: p.log,
+			Metrics:                 fencing.NewMetrics(p.reg), Logger: componentLog(o.Logger, componentFencer),
 		})
 		if err != nil {
 			return nil, err
@@ -282,7 +282,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.stale, err = stale.New(stale.Config{
 			Client: o.Client, Informers: stale.NewInformers(cluster), Recorder: recorder,
 			Grace: o.Config.Policy.StaleAttachmentGrace, Delete: o.Config.Policy.DeleteStaleVolumeAttachments,
-			Held: p.fencer.HoldsEffects, Metrics: stale.NewMetrics(p.reg), Logger: p.log,
+			Held: p.fencer.HoldsEffects, Metrics: stale.NewMetrics(p.reg), Logger: componentLog(o.Logger, componentStale),
 		})
 		if err != nil {
 			return nil, err
@@ -313,7 +313,7 @@ func (p *parts) buildWatcher() *shutdown.Watcher {
 	})
 	p.reg.MustRegister(lockHeld)
 	return shutdown.New(shutdown.Config{
-		Dial: dial, Ring: p.ring, Logger: p.log,
+		Dial: dial, Ring: p.ring, Logger: componentLog(p.o.Logger, componentShutdown),
 		OnLock: func(held bool) {
 			if held {
 				lockHeld.Set(1)

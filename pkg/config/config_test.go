@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/heartbeat"
 )
 
 // writePassword creates a password file and returns its path.
@@ -223,7 +224,7 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
-	if cfg.Gossip.Port != DefaultGossipPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval,
+	if cfg.Gossip.Port != heartbeat.DefaultPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval,
 		MaxConcurrentPowerReads: DefaultMaxConcurrentPowerReads}) {
 		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
 	}
@@ -299,12 +300,12 @@ func TestGossipProfiles(t *testing.T) {
 		name, yaml string
 		want       Gossip
 	}{
-		{"default is lan", "", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
-		{"lan", "gossip: {profile: lan}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
-		{"fast", "gossip: {profile: fast}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
-		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast,
+		{"default is lan", "", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"lan", "gossip: {profile: lan}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+		{"fast", "gossip: {profile: fast}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast,
 			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}}},
-		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: DefaultGossipPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

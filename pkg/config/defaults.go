@@ -1,12 +1,18 @@
 package config
 
-import "time"
+import (
+	"time"
 
-// Every default of the configuration file is here, and only here — but
-// for the policy section's decision settings, whose defaults the decision
-// core owns (core.DefaultPolicy, pkg/fencing/core/policy.go) and
-// resolvePolicy overrides. The README's configuration reference is written
-// from these two places.
+	"fenced.io/fenced/pkg/heartbeat"
+)
+
+// The defaults of the configuration file that no package below it owns.
+// Those a package owns are that package's, and the loader starts from
+// them, overriding only what the file sets: the gossip section's are the
+// ring's (heartbeat.DefaultConfig, heartbeat.FastConfig), the policy
+// section's decision settings the core's (core.DefaultPolicy,
+// pkg/fencing/core/policy.go, which resolvePolicy overrides).
+// docs/configuration.md is written from these.
 const (
 	// DefaultPath is where fenced looks for its configuration when neither
 	// --config nor FENCED_CONFIG is given.
@@ -42,30 +48,9 @@ const (
 // Defaults of the gossip, policy (beyond core.DefaultPolicy) and fencer
 // sections.
 const (
-	// DefaultGossipPort is memberlist's standard port.
-	DefaultGossipPort = 7946
 	// DefaultGossipProfile is the failure detector's timings when the
 	// gossip section names none: memberlist's LAN profile (GossipProfiles).
 	DefaultGossipProfile = GossipProfileLAN
-	// DefaultGossipProbeInterval, DefaultGossipProbeTimeout,
-	// DefaultGossipSuspicionMult and DefaultGossipInterval are memberlist's
-	// LAN profile, under which a dead member is declared after about 6 s in
-	// a 10-node ring (SuspicionMult × log10(N) × ProbeInterval, shortened by
-	// confirmations). A false suspicion costs one BMC read, never a taint.
-	DefaultGossipProbeInterval = time.Second
-	DefaultGossipProbeTimeout  = 500 * time.Millisecond
-	DefaultGossipSuspicionMult = 4
-	DefaultGossipInterval      = 200 * time.Millisecond
-	// FastGossipProbeInterval, FastGossipProbeTimeout,
-	// FastGossipSuspicionMult and FastGossipInterval are the fast profile
-	// (gossip.profile: fast), chosen from `make bench-gossip`: a crashed
-	// member is seen dead by all in ~1-2 s in rings of 10 to 100 on a LAN,
-	// for more packets and more false suspicions (each one BMC read)
-	// than the LAN profile; README "Measurements" has the figures.
-	FastGossipProbeInterval = 300 * time.Millisecond
-	FastGossipProbeTimeout  = 150 * time.Millisecond
-	FastGossipSuspicionMult = 3
-	FastGossipInterval      = 100 * time.Millisecond
 	// DefaultStaleAttachmentGrace: a VolumeAttachment must look stale
 	// (diagnose.StaleAttachment finds nothing against it) this long without
 	// a break before a fencer reports it. Two minutes outlast the informers'
@@ -132,13 +117,18 @@ const (
 )
 
 // GossipProfiles are the failure detector's timings each gossip.profile
-// stands for; the explicit fields of the gossip section override them one
-// by one.
+// stands for, the ring's own (heartbeat.DefaultConfig for lan,
+// heartbeat.FastConfig for fast); the explicit fields of the gossip
+// section override them one by one.
 var GossipProfiles = map[GossipProfile]GossipTimings{
-	GossipProfileLAN: {ProbeInterval: DefaultGossipProbeInterval, ProbeTimeout: DefaultGossipProbeTimeout,
-		SuspicionMult: DefaultGossipSuspicionMult, GossipInterval: DefaultGossipInterval},
-	GossipProfileFast: {ProbeInterval: FastGossipProbeInterval, ProbeTimeout: FastGossipProbeTimeout,
-		SuspicionMult: FastGossipSuspicionMult, GossipInterval: FastGossipInterval},
+	GossipProfileLAN:  timingsOf(heartbeat.DefaultConfig()),
+	GossipProfileFast: timingsOf(heartbeat.FastConfig()),
+}
+
+// timingsOf is the failure detector's part of a ring configuration.
+func timingsOf(c heartbeat.Config) GossipTimings {
+	return GossipTimings{ProbeInterval: c.ProbeInterval, ProbeTimeout: c.ProbeTimeout,
+		SuspicionMult: c.SuspicionMult, GossipInterval: c.GossipInterval}
 }
 
 // Limits enforced by validation.

@@ -9,6 +9,8 @@ import (
 	"fenced.io/fenced/pkg/fencing/core"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"fenced.io/fenced/pkg/heartbeat"
 )
 
 // orInt is v, or def when v is 0 (unset).
@@ -35,7 +37,7 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 	}
 	// 0 in a field means the profile's value, as leaving it out does.
 	r := Gossip{
-		Port:    first(g.Port, DefaultGossipPort),
+		Port:    first(g.Port, heartbeat.DefaultPort),
 		KeyFile: g.KeyFile,
 		Profile: profile,
 		GossipTimings: GossipTimings{

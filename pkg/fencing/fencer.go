@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
@@ -137,32 +136,21 @@ type Fencer struct {
 	kubeletLeases coordlisters.LeaseNamespaceLister
 	synced        []cache.InformerSynced
 
-	mu      sync.Mutex
-	targets map[string]*core.Target
-	bmc     map[string]*core.BMCObs
-	agents  map[string]*core.AgentObs     // liveness challenges and their answers
-	renew   map[string]context.CancelFunc // Lease renewals running
-	seqs    map[string]seqSeen            // latest signed statement per node (replays)
-	forged  map[claimID]struct{}          // forgeries counted, to count each once
+	mu sync.Mutex
+	// state is what this fencer keeps about each node, dropped whole with
+	// its Node (nodestate.go).
+	state  map[string]*nodeState
+	seqs   map[string]seqSeen   // latest signed statement per node (replays)
+	forged map[claimID]struct{} // forgeries counted, to count each once
 	// forgeryWarnings rate-limits the warnings about forgeries: forgers
 	// choose how many distinct claims they send.
 	forgeryWarnings *heartbeat.WarnLimiter
 	// cleanFences remembers this fencer's own clean-shutdown taints (the
 	// storm guard must count them before the informer shows them).
 	cleanFences map[string]time.Time
-	seenReady   map[string]bool // nodes seen Ready: not joining
-	// written holds the Node as this fencer's own taint write returned
-	// it, until the informer shows that write (or a later one): the fence
-	// goes on from it at once, not after the informer's lag.
-	written map[string]*corev1.Node
-	// podsDeleted is when the node's pods were last force-deleted.
-	podsDeleted map[string]time.Time
 	// fenceable is, per node, whether the last device monitor round found
 	// a fencing level that answers.
 	fenceable map[string]bool
-	// misfed: the device monitor found a level of this Ready node reading
-	// off while its agent answered, and raised the alarm (monitor.go).
-	misfed map[string]bool
 
 	// pause reads the pause ConfigMap (nil: no pause informer).
 	pause corelisters.ConfigMapNamespaceLister
@@ -182,9 +170,6 @@ type Fencer struct {
 
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
-
-// LeasePrefix names the per-target power Leases: fenced-power-<node>.
-const LeasePrefix = "fenced-power-"
 
 // KubeletLeaseNamespace holds the kubelets' node Leases.
 const KubeletLeaseNamespace = corev1.NamespaceNodeLease
@@ -209,7 +194,7 @@ func New(cfg Config) (*Fencer, error) {
 		cfg.LeaseDuration = config.DefaultLeaseDuration
 	}
 	if cfg.GossipPort == 0 {
-		cfg.GossipPort = config.DefaultGossipPort
+		cfg.GossipPort = heartbeat.DefaultPort
 	}
 	if cfg.ChallengeTimeout <= 0 {
 		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
@@ -225,18 +210,11 @@ func New(cfg Config) (*Fencer, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		queue:       workqueue.NewTypedRateLimitingQueue(retryLimiter()),
-		targets:     map[string]*core.Target{},
-		bmc:         map[string]*core.BMCObs{},
-		agents:      map[string]*core.AgentObs{},
-		renew:       map[string]context.CancelFunc{},
+		state:       map[string]*nodeState{},
 		seqs:        map[string]seqSeen{},
 		forged:      map[claimID]struct{}{},
 		cleanFences: map[string]time.Time{},
-		seenReady:   map[string]bool{},
-		written:     map[string]*corev1.Node{},
-		podsDeleted: map[string]time.Time{},
 		fenceable:   map[string]bool{},
-		misfed:      map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 	}
 	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
@@ -278,8 +256,8 @@ func (f *Fencer) Notify(name string) {
 	f.queue.Add(name)
 	var others []string
 	f.mu.Lock()
-	for n, t := range f.targets {
-		if t.Phase != core.PhaseHealthy && n != name {
+	for n, s := range f.state {
+		if s.target != nil && s.target.Phase != core.PhaseHealthy && n != name {
 			others = append(others, n)
 		}
 	}
@@ -327,7 +305,7 @@ func (f *Fencer) watch(inf Informers) error {
 			name := metaName(o)
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if t, ok := f.targets[name]; ok && t.Phase != core.PhaseHealthy {
+			if p := f.phaseOf(name); p != "" && p != core.PhaseHealthy {
 				return name
 			}
 			return ""
@@ -414,22 +392,23 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 		return err
 	}
 	f.mu.Lock()
-	t, ok := f.targets[name]
-	if !ok {
-		t = &core.Target{Name: name}
-		f.targets[name] = t
+	s := f.stateOf(name)
+	if s.target == nil {
+		s.target = &core.Target{Name: name}
 	}
+	t := s.target
 	before := t.Phase
 	d := t.Step(o, f.cfg.Policy)
 	suspectSince := t.SuspectSince()
-	if d.Phase == core.PhaseHealthy && !o.Node.Exists {
-		delete(f.targets, name)
-		delete(f.seenReady, name)
-		delete(f.misfed, name)
+	gone := d.Phase == core.PhaseHealthy && !o.Node.Exists
+	if gone {
+		f.forget(name)
 	}
 	f.mu.Unlock()
 
-	f.cfg.Metrics.setPhase(name, before, d.Phase)
+	if !gone {
+		f.cfg.Metrics.setPhase(name, before, d.Phase)
+	}
 	for _, tr := range d.Transitions {
 		if !tr.Allowed() {
 			f.log.Error("the decision core made a transition its table does not have: a bug in pkg/fencing/core", "node", name, "from", string(tr.From), "to", string(tr.To), "reason", d.Reason)
@@ -468,14 +447,15 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		// after its registration it stopped (the registration-time
 		// heuristic of neverReady is for nodes seen only after a restart).
 		f.mu.Lock()
+		s := f.stateOf(name)
 		if o.Node.Ready == core.ReadyTrue {
-			f.seenReady[name] = true
+			s.seenReady = true
 		}
-		if f.seenReady[name] {
+		if s.seenReady {
 			o.Node.NeverReady = false
 		}
 		if o.Node.Evidence != nil {
-			o.Node.PodsForceDeleted = f.podsDeleted[name].After(o.Node.Evidence.At)
+			o.Node.PodsForceDeleted = s.podsDeleted.After(o.Node.Evidence.At)
 		}
 		f.mu.Unlock()
 	} else {
@@ -487,11 +467,8 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	}
 	configured := f.cfg.Inventory.Fenceable(name)
 	f.mu.Lock()
-	if b, ok := f.bmc[name]; ok {
-		o.BMC = *b
-	}
-	if a, ok := f.agents[name]; ok {
-		o.Agent = *a
+	if s, ok := f.state[name]; ok {
+		o.BMC, o.Agent = s.power, s.agent
 	}
 	cleanFences := map[string]bool{}
 	for n, at := range f.cleanFences {
@@ -559,15 +536,15 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 func (f *Fencer) freshest(n *corev1.Node) *corev1.Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w, ok := f.written[n.Name]
-	if !ok {
+	s, ok := f.state[n.Name]
+	if !ok || s.written == nil {
 		return n
 	}
-	if newerOrSame(n.ResourceVersion, w.ResourceVersion) {
-		delete(f.written, n.Name)
+	if newerOrSame(n.ResourceVersion, s.written.ResourceVersion) {
+		s.written = nil
 		return n
 	}
-	return w
+	return s.written
 }
 
 // newerOrSame compares resource versions: the API server's are etcd
@@ -628,11 +605,8 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 				Signed: f.signed(name, m)}
 		}
 		f.mu.Lock()
-		if a, ok := f.agents[name]; ok {
-			o.Agent = *a
-		}
-		if b, ok := f.bmc[name]; ok {
-			o.BMC = *b
+		if s, ok := f.state[name]; ok {
+			o.Agent, o.BMC = s.agent, s.power
 		}
 		f.mu.Unlock()
 		if ok, why := core.EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
@@ -640,21 +614,6 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 		}
 		return nil
 	}
-}
-
-// leaseActive returns the holder of node's power Lease if it has not
-// expired, else "".
-func (f *Fencer) leaseActive(node string, now time.Time) string {
-	l, err := f.leases.Get(LeasePrefix + node)
-	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" ||
-		l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return ""
-	}
-	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-	if now.After(expiry) {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // nodeObs reads what the core needs from a Node.
@@ -748,7 +707,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		applied := written != nil
 		if applied {
 			f.mu.Lock()
-			f.written[name] = written
+			f.stateOf(name).written = written
 			f.mu.Unlock()
 			f.queue.Add(name) // go on from the written Node at once
 		}
@@ -774,7 +733,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		}
 		if err == nil {
 			f.mu.Lock()
-			f.podsDeleted[name] = f.cfg.Now()
+			f.stateOf(name).podsDeleted = f.cfg.Now()
 			f.mu.Unlock()
 		}
 		return err
@@ -803,17 +762,12 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 	return nil
 }
 
-// begin marks an operation on node name as running in its state in m
-// (made when absent) and queues the node, so that the core sees it
-// running; false when one is running already. running picks the state's
-// flag.
-func begin[T any](f *Fencer, m map[string]*T, name string, running func(*T) *bool) (*T, bool) {
+// begin marks an operation on node name as running in its state (made
+// when absent) and queues the node, so that the core sees it running;
+// false when one is running already. running picks the state's flag.
+func (f *Fencer) begin(name string, running func(*nodeState) *bool) (*nodeState, bool) {
 	f.mu.Lock()
-	st, ok := m[name]
-	if !ok {
-		st = new(T)
-		m[name] = st
-	}
+	st := f.stateOf(name)
 	flag := running(st)
 	if *flag {
 		f.mu.Unlock()
@@ -832,7 +786,7 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 	if len(levels) == 0 {
 		return
 	}
-	st, begun := begin(f, f.bmc, name, func(b *core.BMCObs) *bool { return &b.InFlight })
+	st, begun := f.begin(name, func(s *nodeState) *bool { return &s.power.InFlight })
 	if !begun {
 		return
 	}
@@ -862,11 +816,11 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		}
 		elapsed := f.cfg.Now().Sub(start)
 		f.mu.Lock()
-		st.InFlight = false
+		st.power.InFlight = false
 		if fail != nil {
-			st.Failure = fail
+			st.power.Failure = fail
 		} else if r != nil {
-			st.Reading = r
+			st.power.Reading = r
 		}
 		f.mu.Unlock()
 		var err error
@@ -895,109 +849,6 @@ func readingPower(r *core.Reading) string {
 		return ""
 	}
 	return string(r.Power)
-}
-
-// acquireLease takes node's power Lease if it is free or expired.
-func (f *Fencer) acquireLease(ctx context.Context, node string) error {
-	now := metav1.NewMicroTime(f.cfg.Now())
-	dur := int32(f.cfg.LeaseDuration / time.Second)
-	leases := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace)
-	holder := f.leaseActive(node, now.Time)
-	if holder != "" && holder != f.cfg.Identity {
-		return nil // another fencer acts; the core waits
-	}
-	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(f.cfg.Identity), LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}
-	existing, err := f.leases.Get(LeasePrefix + node)
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeasePrefix + node}, Spec: spec}, metav1.CreateOptions{})
-	case err == nil:
-		l := existing.DeepCopy()
-		l.Spec = spec
-		// ResourceVersion makes this a compare-and-swap: of two fencers
-		// racing for an expired Lease, exactly one wins.
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		f.log.Info("power Lease taken by another fencer", "node", node)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	f.log.Info("power Lease acquired", "node", node, "duration", f.cfg.LeaseDuration)
-	f.startRenewal(ctx, node)
-	return nil
-}
-
-// startRenewal renews node's Lease every third of its duration until
-// released, so a fencer that dies mid-action loses it within one duration.
-func (f *Fencer) startRenewal(ctx context.Context, node string) {
-	f.mu.Lock()
-	if _, running := f.renew[node]; running {
-		f.mu.Unlock()
-		return
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	f.renew[node] = cancel
-	f.mu.Unlock()
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		tick := time.NewTicker(f.cfg.LeaseDuration / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-tick.C:
-			}
-			l, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Get(rctx, LeasePrefix+node, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
-				f.log.Warn("power Lease lost", "node", node, "err", err)
-				f.stopRenewal(node)
-				f.queue.Add(node)
-				return
-			}
-			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(f.cfg.Now()))
-			if _, err := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Update(rctx, l, metav1.UpdateOptions{}); err != nil {
-				f.log.Warn("power Lease renewal failed", "node", node, "err", err)
-			}
-		}
-	}()
-}
-
-func (f *Fencer) stopRenewal(node string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if cancel, ok := f.renew[node]; ok {
-		cancel()
-		delete(f.renew, node)
-	}
-}
-
-// releaseLease gives node's Lease back (deletes it if we hold it).
-func (f *Fencer) releaseLease(ctx context.Context, node string) error {
-	f.stopRenewal(node)
-	l, err := f.leases.Get(LeasePrefix + node)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != f.cfg.Identity {
-		return nil
-	}
-	err = f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace).Delete(ctx, l.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	if err == nil {
-		f.log.Info("power Lease released", "node", node)
-	}
-	return err
 }
 
 // significant reports whether actions deserve a decision log line even

@@ -76,8 +76,8 @@ func TestForgedFencerDeathCannotSilenceAgents(t *testing.T) {
 	b.waitFor(20*time.Second, "victim-1 answers the fencer's challenge", func() bool {
 		b.fencer.mu.Lock()
 		defer b.fencer.mu.Unlock()
-		a := b.fencer.agents[v1.name]
-		return a != nil && !a.LastProof.IsZero()
+		s := b.fencer.state[v1.name]
+		return s != nil && !s.agent.LastProof.IsZero()
 	})
 	b.assertNoHarm(8 * time.Second) // past fenceAfter and the fence delay, several times
 	if v1.bmc.reads.Load() == 0 {
@@ -117,7 +117,7 @@ func TestMonitorFindsAMislabelledPlugBeforeAnOutage(t *testing.T) {
 	b.victims["victim-1"].bmc.power.Store(core.PowerOn)
 	b.fencer.monitorRound(t.Context())
 	b.fencer.mu.Lock()
-	misfed := b.fencer.misfed["victim-1"]
+	misfed := b.fencer.state["victim-1"] != nil && b.fencer.state["victim-1"].misfed
 	b.fencer.mu.Unlock()
 	if misfed {
 		t.Fatal("the finding outlived the fix")

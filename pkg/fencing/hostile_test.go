@@ -238,13 +238,7 @@ func (b *hostileBed) nodeGossipAddrs(name string) []string {
 
 func (b *hostileBed) waitFor(timeout time.Duration, what string, cond func() bool) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(b.t, timeout, what, cond)
 }
 
 // tainted lists the nodes that carry the out-of-service taint.
@@ -468,8 +462,8 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 	b.waitFor(20*time.Second, "the fencer challenges victim-1 and gets its proof", func() bool {
 		b.fencer.mu.Lock()
 		defer b.fencer.mu.Unlock()
-		a := b.fencer.agents[v1.name]
-		return a != nil && !a.LastProof.IsZero()
+		s := b.fencer.state[v1.name]
+		return s != nil && !s.agent.LastProof.IsZero()
 	})
 	b.assertNoHarm(5 * time.Second)
 	if v1.bmc.reads.Load() == 0 {

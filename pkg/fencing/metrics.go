@@ -143,6 +143,12 @@ func (m *Metrics) setPhase(node string, before, now core.Phase) {
 	m.NodeState.WithLabelValues(node, string(now)).Set(1)
 }
 
+// forgetNode drops node's series of fenced_node_state: a node whose Node
+// is gone has no phase.
+func (m *Metrics) forgetNode(node string) {
+	m.NodeState.DeletePartialMatch(prometheus.Labels{"node": node})
+}
+
 func (m *Metrics) setDryRun(on bool) {
 	if on {
 		m.DryRun.Set(1)

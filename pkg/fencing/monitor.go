@@ -212,8 +212,8 @@ func (f *Fencer) quietAndReady(n *corev1.Node) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t, ok := f.targets[n.Name]
-	return !ok || t.Phase == core.PhaseHealthy || t.Phase == ""
+	p := f.phaseOf(n.Name)
+	return p == core.PhaseHealthy || p == ""
 }
 
 // checkNodeLevels is checkInventory for one node.
@@ -233,7 +233,9 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 	}
 	if off == nil {
 		f.mu.Lock()
-		delete(f.misfed, n.Name)
+		if s, ok := f.state[n.Name]; ok {
+			s.misfed = false
+		}
 		f.mu.Unlock()
 		return
 	}
@@ -250,8 +252,9 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 		return
 	}
 	f.mu.Lock()
-	alarmed := f.misfed[n.Name]
-	f.misfed[n.Name] = true
+	s := f.stateOf(n.Name)
+	alarmed := s.misfed
+	s.misfed = true
 	f.mu.Unlock()
 	if alarmed {
 		return

@@ -85,9 +85,11 @@ func (f *Fencer) pauseChanged(obj any) {
 	f.mu.Lock()
 	changed := now != f.pausedSeen
 	f.pausedSeen = now
-	names := make([]string, 0, len(f.targets))
-	for n := range f.targets {
-		names = append(names, n)
+	names := make([]string, 0, len(f.state))
+	for n, s := range f.state {
+		if s.target != nil {
+			names = append(names, n)
+		}
 	}
 	f.mu.Unlock()
 	if !changed {

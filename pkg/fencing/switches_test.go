@@ -85,7 +85,8 @@ func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node st
 	b.waitFor(30*time.Second, "the fencer to see the node", func() bool {
 		b.f.mu.Lock()
 		defer b.f.mu.Unlock()
-		return b.f.seenReady[node]
+		s := b.f.state[node]
+		return s != nil && s.seenReady
 	})
 	return b
 }

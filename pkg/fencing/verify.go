@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
@@ -234,7 +233,7 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 		f.log.Warn("cannot challenge the node's agent: its Node has no InternalIP", "node", name)
 		return
 	}
-	st, begun := begin(f, f.agents, name, func(a *core.AgentObs) *bool { return &a.Challenging })
+	st, begun := f.begin(name, func(s *nodeState) *bool { return &s.agent.Challenging })
 	if !begun {
 		return
 	}
@@ -254,14 +253,15 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 			}
 		}
 		f.mu.Lock()
-		st.Challenging = false
+		a := &st.agent
+		a.Challenging = false
 		if err == nil {
-			st.LastProof, st.SilentSince, st.LastSilent = f.cfg.Now(), time.Time{}, time.Time{}
+			a.LastProof, a.SilentSince, a.LastSilent = f.cfg.Now(), time.Time{}, time.Time{}
 		} else {
-			if st.SilentSince.IsZero() {
-				st.SilentSince = sent
+			if a.SilentSince.IsZero() {
+				a.SilentSince = sent
 			}
-			st.LastSilent = sent
+			a.LastSilent = sent
 		}
 		f.mu.Unlock()
 		switch {

@@ -318,7 +318,7 @@ func requirePowerOffs(t *testing.T, h *harness.Harness, want int) {
 	got := 0
 	for _, m := range h.Machines {
 		if m.Fencer {
-			got += strings.Count(m.AgentLog(), "msg=bmc node=") - strings.Count(m.AgentLog(), "op=power-status") - strings.Count(m.AgentLog(), "op=power-on")
+			got += strings.Count(m.AgentLog(), "msg=bmc component=fencer node=") - strings.Count(m.AgentLog(), "op=power-status") - strings.Count(m.AgentLog(), "op=power-on")
 		}
 	}
 	if got != want {

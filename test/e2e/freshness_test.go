@@ -79,7 +79,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		// it sent while the API server was away.
 		decision := ""
 		for _, l := range strings.Split(fencer.AgentLog(), "\n") {
-			if strings.Contains(l, "msg=decision node="+victim+" ") && strings.Contains(l, "Event:"+core.ReasonEvidenceVoided) && lineAfter(l, t0) {
+			if strings.Contains(l, "msg=decision component=fencer node="+victim+" ") && strings.Contains(l, "Event:"+core.ReasonEvidenceVoided) && lineAfter(l, t0) {
 				decision = l
 				break
 			}
@@ -197,7 +197,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		// The fencer asks the BMC when gossip declares the node dead.
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 			for _, l := range strings.Split(fencer.AgentLog(), "\n") {
-				if strings.Contains(l, "msg=decision node="+victim+" ") && strings.Contains(l, "ReadPower") && lineAfter(l, t0) {
+				if strings.Contains(l, "msg=decision component=fencer node="+victim+" ") && strings.Contains(l, "ReadPower") && lineAfter(l, t0) {
 					return true, nil
 				}
 			}

@@ -120,7 +120,7 @@ func TestCleanShutdown(t *testing.T) {
 func bmcRequestsFor(fencer *harness.Machine, node string, since time.Time) []string {
 	var out []string
 	for _, line := range strings.Split(fencer.AgentLog(), "\n") {
-		if !strings.Contains(line, "msg=bmc node="+node+" ") {
+		if !strings.Contains(line, "msg=bmc component=fencer node="+node+" ") {
 			continue
 		}
 		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")

@@ -21,6 +21,7 @@ import (
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
 
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 )
 
@@ -34,9 +35,6 @@ const (
 	// redfishSystemsPath is fixed by the Redfish specification, so discovery
 	// does not depend on the service root advertising it.
 	redfishSystemsPath = "/redfish/v1/Systems"
-	// defaultRedfishTimeout applies when DriverOptions.Timeout is unset: an
-	// unbounded request could hang a fencing decision forever.
-	defaultRedfishTimeout = 10 * time.Second
 	// redfishRetryPause keeps a flapping BMC from being hammered while staying
 	// well below any sensible per-attempt timeout.
 	redfishRetryPause = 200 * time.Millisecond
@@ -122,9 +120,11 @@ func NewRedfish(opts RedfishOptions) (*Redfish, error) {
 		return nil, fmt.Errorf("redfish %s: a CA file and insecure-skip-verify are mutually exclusive", endpoint)
 	}
 
+	// An unset timeout is the configuration's default, never none: an
+	// unbounded request could hang a fencing decision forever.
 	timeout := opts.Timeout
 	if timeout <= 0 {
-		timeout = defaultRedfishTimeout
+		timeout = config.DefaultBMCTimeout
 	}
 	tlsConfig := &tls.Config{
 		MinVersion:         tls.VersionTLS12,

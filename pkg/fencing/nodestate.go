@@ -1,0 +1,87 @@
+package fencing
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"fenced.io/fenced/pkg/fencing/core"
+)
+
+// nodeState is what this fencer keeps about one node between its
+// decisions. All of it is about the node's present Node object and goes
+// with it: made on first use (stateOf) and dropped whole (forget) once the
+// core has let go of a node whose Node is gone. Guarded by Fencer.mu.
+//
+// What the fencer keeps by node name but not here outlives a Node on
+// purpose: the trust in the node's published keys and the statement
+// numbers seen from them (Fencer.keys, Fencer.seqs: a Node deleted and
+// registered again by the same boot keeps its agent's key, and forgetting
+// what was seen from it would let an old statement count again), the
+// clean-shutdown fences of the storm window (Fencer.cleanFences: a node's
+// fence counts for the window however its Node fares), and what the
+// device monitor found of the inventory's levels (Fencer.fenceable, pruned
+// with the inventory).
+type nodeState struct {
+	// target is the decision core's state; nil until the node's first
+	// decision.
+	target *core.Target
+	// seenReady: this fencer has seen the node Ready, so it is not joining.
+	seenReady bool
+
+	// Work running in the background for the node and what it brought
+	// back for the core's next Observation.
+
+	// power: the power reads and actions (startBMC).
+	power core.BMCObs
+	// agent: the liveness challenges and their answers (startChallenge).
+	agent core.AgentObs
+	// renew stops the renewal of the node's power Lease; nil when none
+	// runs (powerlease.go).
+	renew context.CancelFunc
+
+	// What this fencer wrote that its informers may not show yet.
+
+	// written is the Node as this fencer's own taint write returned it,
+	// until the informer shows that write or a later one (freshest): the
+	// fence goes on from it at once, not after the informer's lag.
+	written *corev1.Node
+	// podsDeleted is when the node's pods were last force-deleted.
+	podsDeleted time.Time
+
+	// misfed: the device monitor found a level of this Ready node reading
+	// off while its agent answered, and raised the alarm (monitor.go).
+	misfed bool
+}
+
+// stateOf is node's state, made when it has none; f.mu held.
+func (f *Fencer) stateOf(node string) *nodeState {
+	s, ok := f.state[node]
+	if !ok {
+		s = &nodeState{}
+		f.state[node] = s
+	}
+	return s
+}
+
+// phaseOf is node's phase as the core last decided it, "" before its
+// first decision; f.mu held.
+func (f *Fencer) phaseOf(node string) core.Phase {
+	if s, ok := f.state[node]; ok && s.target != nil {
+		return s.target.Phase
+	}
+	return ""
+}
+
+// forget drops everything this fencer keeps about node, and its series in
+// fenced_node_state; f.mu held. A renewal of its power Lease still
+// running is stopped: the core releases the Lease of a node whose Node is
+// gone, and an unreleased one lapses within its duration.
+func (f *Fencer) forget(node string) {
+	if s, ok := f.state[node]; ok && s.renew != nil {
+		s.renew()
+	}
+	delete(f.state, node)
+	f.cfg.Metrics.forgetNode(node)
+}
