@@ -72,7 +72,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	fmt.Fprintf(w, "  taints:      %s\n", taintsText(n))
 	if l := taint.ExcludedBy(n); l != "" {
 		// The label keeps fenced's automatic actions away; a person who
-		// runs confirm decides for this node, so it goes on (README,
+		// runs confirm decides for this node, so it goes on (docs/operations.md,
 		// "Switches").
 		fmt.Fprintf(w, "  excluded:    yes (%s=true): fencers take no action on this node; this confirmation is yours\n", l)
 	}

@@ -90,7 +90,7 @@ func TestSystemdUnitSettings(t *testing.T) {
 		}
 	}
 	if b := u["Unit"]["Before"]; len(b) > 0 {
-		t.Errorf("Before=%v: ordering before the kubelet stalls a kubeadm control plane's boot (README, Shutdown ordering)", b)
+		t.Errorf("Before=%v: ordering before the kubelet stalls a kubeadm control plane's boot (deploy/systemd/README.md, Shutdown ordering)", b)
 	}
 	// ProcSubset=pid would hide /proc/sys/kernel/random/boot_id.
 	if v, ok := u.last("Service", "ProcSubset"); ok && v != "all" {

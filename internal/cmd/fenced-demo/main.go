@@ -94,7 +94,7 @@ func demo(ctx context.Context, tb *harness.Standalone) {
 		fmt.Fprintf(w, "    %6.1fs\t%s\n", row.at.Seconds(), row.what)
 	}
 	_ = w.Flush()
-	fmt.Println("    without fenced, the pod would stay Terminating on the dead node and its volume attached (see README)")
+	fmt.Println("    without fenced, the pod would stay Terminating on the dead node and its volume attached (see docs/multi-attach.md)")
 
 	step("the evidence fenced recorded on the Node (annotation fenced.io/evidence)")
 	if r.Evidence != nil {
