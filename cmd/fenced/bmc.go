@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // bmcFlags are shared by the bmc subcommands.
@@ -121,9 +121,9 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node, action string,
 
 	ctx := cmd.Context()
 	start := time.Now()
-	res := bmcResult{Node: node, Endpoint: entry.Endpoint(), Action: action, Power: string(core.PowerUnknown)}
+	res := bmcResult{Node: node, Endpoint: entry.Endpoint(), Action: action, Power: string(vocab.PowerUnknown)}
 	if do == nil {
-		var state core.PowerState
+		var state vocab.PowerState
 		state, err = b.PowerState(ctx)
 		res.Power = string(state)
 		if err == nil {
@@ -190,12 +190,12 @@ func printBMCText(g *globals, res bmcResult) {
 // hintFor tells an operator what to check for each kind of failure.
 func hintFor(err error, e config.ResolvedBMC) string {
 	switch device.KindOf(err) {
-	case core.KindAuth:
+	case vocab.KindAuth:
 		return fmt.Sprintf("the BMC refused user %q: check the password (%s) and that the user may open %s sessions",
 			e.Username, e.Password, privilegeFor(e))
-	case core.KindUnreachable:
+	case vocab.KindUnreachable:
 		return "nothing answers at " + e.Endpoint() + ": check the address and port and that this host can reach the management network"
-	case core.KindTimeout:
+	case vocab.KindTimeout:
 		return fmt.Sprintf("no answer from %s within the timeout (%s per attempt, %d retries): check the address, firewalls, and whether the BMC is hung",
 			e.Endpoint(), e.Timeout, e.Retries)
 	}

@@ -17,6 +17,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // deviceFlags are shared by the device subcommands.
@@ -61,11 +62,11 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 		Example: "  fenced device status worker-3",
 		Args:    exactlyOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDevice(cmd, g, f, args[0], core.OpPowerStatus, device.ReadPlug)
+			return runDevice(cmd, g, f, args[0], vocab.OpPowerStatus, device.ReadPlug)
 		},
 	})
 	verify := func(action func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error)) device.PlugOp {
-		return func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+		return func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
 			res, err := action(ctx, b, device.VerifyOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout,
 				Progress: device.ProgressPrinter(g.stderr, "  the device", 0)})
 			return res.State, err
@@ -75,9 +76,9 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 		use, op, short string
 		do             device.PlugOp
 	}{
-		{"off", core.OpPowerOff, "Switch every plug of a level off and confirm each reads off", verify(device.PowerOffVerified)},
-		{"on", core.OpPowerOn, "Switch every plug of a level on and confirm each reads on", verify(device.PowerOnVerified)},
-		{"cycle", core.OpPowerCycle, "Switch every plug of a level off and on again, confirming each step", verify(device.PowerCycleVerified)},
+		{"off", vocab.OpPowerOff, "Switch every plug of a level off and confirm each reads off", verify(device.PowerOffVerified)},
+		{"on", vocab.OpPowerOn, "Switch every plug of a level on and confirm each reads on", verify(device.PowerOnVerified)},
+		{"cycle", vocab.OpPowerCycle, "Switch every plug of a level off and on again, confirming each step", verify(device.PowerCycleVerified)},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   a.use + " NODE",
@@ -157,13 +158,13 @@ func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node, op string, 
 		}
 		lr := readLevelWithProgress(cmd.Context(), g, node, i+1, plugs, op, do, &res.Plugs)
 		reads = append(reads, lr)
-		if op != core.OpPowerStatus && lr.Decides() {
+		if op != vocab.OpPowerStatus && lr.Decides() {
 			break // switched a whole level: done
 		}
 	}
 	r, fail := core.CombineLevels(reads)
 	switch {
-	case op == core.OpPowerStatus && r != nil:
+	case op == vocab.OpPowerStatus && r != nil:
 		res.OK, res.Decision = true, "power "+string(r.Power)+" ("+decidingLevel(r)+" decides)"
 	case r != nil:
 		res.OK, res.Decision = true, fmt.Sprintf("%s done on %s", op, decidingLevel(r))
@@ -205,7 +206,7 @@ func readLevelWithProgress(ctx context.Context, g *globals, node string, level i
 	})
 	for i, pr := range lr.Plugs {
 		res := plugResult{Level: level, Device: pr.Device, Plug: pr.Plug, Endpoint: plugs[i].Endpoint,
-			Power: string(core.PowerUnknown), ElapsedMS: elapsed[plugLabel(pr.Device, pr.Plug)].Milliseconds()}
+			Power: string(vocab.PowerUnknown), ElapsedMS: elapsed[plugLabel(pr.Device, pr.Plug)].Milliseconds()}
 		if pr.Reading != nil {
 			res.Power, res.SystemGUID = string(pr.Reading.Power), pr.Reading.SystemGUID
 		}
@@ -313,7 +314,7 @@ func runTopologyCheck(cmd *cobra.Command, g *globals, output string, nodes []str
 		ready := 0
 		for i, plugs := range levels {
 			var plugsOut []plugResult
-			lr := readLevelWithProgress(cmd.Context(), g, node, i+1, plugs, core.OpPowerStatus, device.ReadPlug, &plugsOut)
+			lr := readLevelWithProgress(cmd.Context(), g, node, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug, &plugsOut)
 			row := levelCheck{Node: node, Level: i + 1, OK: lr.Decides(), Plugs: plugsOut}
 			if r, _ := core.CombineLevels([]core.LevelRead{lr}); r != nil {
 				row.Power = string(r.Power)

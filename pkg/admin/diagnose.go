@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/diagnose"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -25,15 +24,6 @@ import (
 // ErrStuck is returned by Diagnose when a pod cannot attach its volume
 // (exit code 1), after the report was written.
 var ErrStuck = errors.New("a pod cannot attach its volume")
-
-// EventStaleAttachmentDeleted is the Event `fenced diagnose --fix` records
-// on a VolumeAttachment it deleted: who, and why.
-const EventStaleAttachmentDeleted = "StaleVolumeAttachmentDeleted"
-
-// EventStaleAttachmentReleased is the Event `fenced diagnose --fix`
-// records on a VolumeAttachment stuck in deletion whose finalizers it
-// removed: who, and why.
-const EventStaleAttachmentReleased = "StaleVolumeAttachmentReleased"
 
 // ConfirmReasonPrefix starts the reason of a `fenced confirm` run by
 // `fenced diagnose --fix`, in the evidence and the Events.
@@ -117,7 +107,7 @@ func (o *Operator) Snapshot(ctx context.Context, scope diagnose.Options, agentUR
 		return s, fmt.Errorf("listing persistentvolumeclaims: %w", err)
 	}
 	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("reason", diagnose.EventFailedAttachVolume).String()})
+		FieldSelector: fields.OneTermEqualSelector("reason", string(vocab.EventFailedAttachVolume)).String()})
 	if err != nil {
 		return s, fmt.Errorf("listing events: %w", err)
 	}
@@ -218,7 +208,7 @@ func (o *Operator) nodeFencing(n *corev1.Node, events []corev1.Event, agent *Age
 		if last == nil || diagnose.EventTime(e).After(diagnose.EventTime(last)) {
 			last = e
 		}
-		if (e.Reason == core.ReasonCannotBeFenced || e.Reason == core.ReasonFenceable) &&
+		if r := vocab.EventReason(e.Reason); (r == vocab.EventCannotBeFencedAutomatically || r == vocab.EventFenceDevicesAnswer) &&
 			(monitor == nil || diagnose.EventTime(e).After(diagnose.EventTime(monitor))) {
 			monitor = e
 		}
@@ -227,7 +217,7 @@ func (o *Operator) nodeFencing(n *corev1.Node, events []corev1.Event, agent *Age
 		nf.LastEvent = &diagnose.NodeEvent{Type: last.Type, Reason: last.Reason, Message: last.Message, Time: diagnose.EventTime(last)}
 	}
 	if monitor != nil {
-		ok := monitor.Reason == core.ReasonFenceable
+		ok := vocab.EventReason(monitor.Reason) == vocab.EventFenceDevicesAnswer
 		nf.Fenceable, nf.FenceableSays = &ok, fmt.Sprintf("%s %s: %s", monitor.Reason, age(diagnose.EventTime(monitor), o.now()), monitor.Message)
 	}
 	if agent != nil {
@@ -421,7 +411,7 @@ func (o *Operator) deleteAttachment(ctx context.Context, c *cure, user string) e
 	}
 	why := fmt.Sprintf("%s deleted VolumeAttachment %s of volume %s on node %s (fenced diagnose --fix, %s): %s",
 		user, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
-	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentDeleted, why)
+	o.vaEvent(va, corev1.EventTypeNormal, vocab.EventStaleVolumeAttachmentDeleted, why)
 	o.log().Info("diagnose --fix: deleted a VolumeAttachment", "volumeattachment", va.Name, "uid", uid, "resourceVersion", rv,
 		"node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
 	fmt.Fprintf(w, "Deleted volumeattachment %s (node %s, volume %s).\n", va.Name, va.Spec.NodeName, pvOf(va))
@@ -485,7 +475,7 @@ func (o *Operator) releaseAttachment(ctx context.Context, c *cure, user string) 
 	}
 	why := fmt.Sprintf("%s removed the finalizers %v of VolumeAttachment %s of volume %s on node %s, which its CSI driver did not detach (fenced diagnose --fix, %s): %s",
 		user, finalizers, va.Name, pvOf(va), va.Spec.NodeName, c.cause, c.summary)
-	o.vaEvent(va, corev1.EventTypeNormal, EventStaleAttachmentReleased, why)
+	o.vaEvent(va, corev1.EventTypeNormal, vocab.EventStaleVolumeAttachmentReleased, why)
 	o.log().Info("diagnose --fix: released a VolumeAttachment stuck in deletion", "volumeattachment", va.Name, "uid", va.UID,
 		"resourceVersion", rv, "finalizers", finalizers, "node", va.Spec.NodeName, "volume", pvOf(va), "cause", c.cause, "by", user)
 	fmt.Fprintf(w, "Removed the finalizers of volumeattachment %s (node %s, volume %s): it goes now.\n", va.Name, va.Spec.NodeName, pvOf(va))
@@ -556,12 +546,12 @@ func (o *Operator) refuseVA(va *storagev1.VolumeAttachment, user, why string) er
 
 // vaEvent records an Event on a VolumeAttachment (cluster-scoped: the
 // recorder files it in "default").
-func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ, reason, msg string) {
+func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ string, reason vocab.EventReason, msg string) {
 	if o.Recorder == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "VolumeAttachment", APIVersion: "storage.k8s.io/v1", Name: va.Name, UID: va.UID}
-	o.Recorder.Event(ref, typ, reason, msg)
+	o.Recorder.Event(ref, typ, string(reason), msg)
 }
 
 func pvOf(va *storagev1.VolumeAttachment) string {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // startFencer builds a fencer from cfg on informers of cfg.Client, as the
@@ -124,7 +125,7 @@ func TestNeverReady(t *testing.T) {
 
 // testPolicy is the decision core's test policy (pkg/fencing/core, decide_test.go),
 // for fencers under test.
-func testPolicy(mode core.Mode) core.Policy {
+func testPolicy(mode vocab.Mode) core.Policy {
 	return core.Policy{
 		Mode: mode, FenceAfter: 30 * time.Second, MaxUnhealthy: 0.5, MaxConcurrentPowerActions: 1,
 		FenceDelay: 5 * time.Second, ForceDeletePods: true,

@@ -32,23 +32,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/metrics"
-)
-
-// Event reasons.
-const (
-	// ReasonStale is the Warning Event on a pod waiting for a volume that
-	// a stale VolumeAttachment holds (or on the VolumeAttachment when no
-	// pod waits).
-	ReasonStale = "StaleVolumeAttachment"
-	// ReasonDeleted is the Event on a stale VolumeAttachment the fencer
-	// deleted (policy.deleteStaleVolumeAttachments), and on the pods that
-	// waited for it.
-	ReasonDeleted = "StaleVolumeAttachmentDeleted"
-	// ReasonReleased is the Event on a stale VolumeAttachment stuck in
-	// deletion whose finalizers the fencer removed
-	// (policy.deleteStaleVolumeAttachments), and on the pods that waited
-	// for it.
-	ReasonReleased = "StaleVolumeAttachmentReleased"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Decision is the `decision` of the Reporter's log lines, one per
@@ -747,7 +731,7 @@ func (r *Reporter) report(va *storagev1.VolumeAttachment, a diagnose.Attachment,
 			next = min(next, eventRetry)
 			continue
 		}
-		r.cfg.Recorder.Event(t.obj, corev1.EventTypeWarning, ReasonStale, t.msg)
+		r.cfg.Recorder.Event(t.obj, corev1.EventTypeWarning, string(vocab.EventStaleVolumeAttachment), t.msg)
 		r.mu.Lock()
 		h.sent[t.key] = now
 		r.mu.Unlock()
@@ -796,7 +780,7 @@ func (r *Reporter) deleteStale(ctx context.Context, cached *storagev1.VolumeAtta
 	reason := staleReason(a, r.cfg.Now())
 	r.decision(DecisionDeleted, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion, "waiting", podNames(waiting))
 	msg := fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)", name, volumeOf(va), va.Spec.NodeName, reason)
-	r.record(va, waiting, ReasonDeleted, msg)
+	r.record(va, waiting, vocab.EventStaleVolumeAttachmentDeleted, msg)
 	return nil
 }
 
@@ -838,7 +822,7 @@ func (r *Reporter) releaseStale(ctx context.Context, cached *storagev1.VolumeAtt
 		"finalizers", strings.Join(finalizers, ","), "waiting", podNames(waiting))
 	msg := fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
 		strings.Join(finalizers, ", "), name, volumeOf(va), va.Spec.NodeName, reason)
-	r.record(va, waiting, ReasonReleased, msg)
+	r.record(va, waiting, vocab.EventStaleVolumeAttachmentReleased, msg)
 	return nil
 }
 
@@ -915,10 +899,10 @@ func (r *Reporter) recheck(ctx context.Context, cached *storagev1.VolumeAttachme
 
 // record sends the Normal Event of a deletion or release on the
 // VolumeAttachment and on the pods that waited for it.
-func (r *Reporter) record(va *storagev1.VolumeAttachment, waiting []*corev1.Pod, reason, msg string) {
-	r.cfg.Recorder.Event(va, corev1.EventTypeNormal, reason, msg)
+func (r *Reporter) record(va *storagev1.VolumeAttachment, waiting []*corev1.Pod, reason vocab.EventReason, msg string) {
+	r.cfg.Recorder.Event(va, corev1.EventTypeNormal, string(reason), msg)
 	for _, p := range waiting {
-		r.cfg.Recorder.Event(p, corev1.EventTypeNormal, reason, msg)
+		r.cfg.Recorder.Event(p, corev1.EventTypeNormal, string(reason), msg)
 	}
 }
 

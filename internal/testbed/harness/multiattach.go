@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // The scenarios below reproduce, on the real control plane, every cause of
@@ -394,7 +395,7 @@ func (h *Harness) newScenario(ctx context.Context, ns string, mode corev1.Persis
 // and substr. With selector "" s.Pod is created there as a bare pod;
 // otherwise it is a controller's pod, the first matching selector that is
 // scheduled on node.
-func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector, reason, substr string) (Stuck, error) {
+func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, reason vocab.EventReason, substr string) (Stuck, error) {
 	s.Node = node
 	if selector == "" {
 		if err := h.CreatePodOn(ctx, s.Namespace, s.Pod, node, s.PVC); err != nil {

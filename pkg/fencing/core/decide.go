@@ -37,21 +37,9 @@ const (
 	PhaseRecovering  Phase = "Recovering"  // back with a new boot; waiting for old attachments to go
 )
 
-// Mode says whether fenced may switch nodes off.
-type Mode string
-
-// Modes.
-const (
-	// ModeConfirmOnly taints only nodes whose BMC already reads off.
-	ModeConfirmOnly Mode = "confirm-only"
-	// ModePowerOff also switches off nodes that are unresponsive on both
-	// channels for FenceAfter, under quorum, storm budget and a Lease.
-	ModePowerOff Mode = "power-off"
-)
-
 // Policy holds the decision settings (see pkg/config for defaults).
 type Policy struct {
-	Mode Mode
+	Mode vocab.Mode
 	// FenceAfter is how long a node must be unresponsive on both channels
 	// (gossip and Kubernetes) before it may be switched off.
 	FenceAfter time.Duration
@@ -184,7 +172,7 @@ type BMCObs struct {
 // Failure is one failed BMC request.
 type Failure struct {
 	Op      string
-	Kind    ErrorKind
+	Kind    vocab.ErrorKind
 	Message string
 	At      time.Time
 }
@@ -256,41 +244,15 @@ type Action struct {
 	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
 	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
-	EventType, Reason, Message string
+	EventType string
+	Reason    vocab.EventReason
+	Message   string
 	// After for ActRequeue.
 	After time.Duration
 	// Held and Hold, for ActHeld: the action held back, and by what.
 	Held ActionKind
 	Hold Hold
 }
-
-// Event reasons (stable: tests, alerts and runbooks match on them).
-const (
-	ReasonSuspected                  = "NodeSuspected"
-	ReasonShuttingDown               = "NodeShuttingDown"
-	ReasonSuspicionCleared           = "NodeResponsive"
-	ReasonCannotConfirmPowerState    = "CannotConfirmPowerState"
-	ReasonUnresponsiveButPoweredOn   = "NodeUnresponsiveButPoweredOn"
-	ReasonPoweringOff                = "PoweringOffUnresponsiveNode"
-	ReasonPowerOffAborted            = "PowerOffAborted"
-	ReasonPowerOffFailed             = "PowerOffFailed"
-	ReasonFenced                     = "NodeFenced"
-	ReasonPoweringOnAfterFence       = "PoweringOnAfterFence"
-	ReasonWaitingForVolumeDetach     = "WaitingForVolumeAttachments"
-	ReasonCannotVerifyReboot         = "CannotVerifyReboot"
-	ReasonRecovered                  = "NodeRecovered"
-	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
-	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
-	ReasonEvidenceVoided             = "FenceEvidenceVoided"
-	ReasonPowerReadingContradicted   = "PowerReadingContradicted"
-	// The fencer's device monitor (pkg/fencing/monitor.go): no fencing level
-	// of the node answers, or they answer again.
-	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
-	ReasonFenceable      = "FenceDevicesAnswer"
-	// The device monitor: a fencing level of a Ready node reads off while
-	// its agent answers — the inventory is wrong (a safety alarm).
-	ReasonDeviceReadsOffLiveNode = "PowerDeviceReadsOffLiveNode"
-)
 
 // TaintRetry is how long the core waits to see its own taint on the Node
 // before writing it again (and to see the rest of the fence done before
@@ -384,7 +346,7 @@ func (d *decider) enter(p Phase, reason string) {
 
 // notice emits an Event once per distinct key, so a node that stays in
 // one situation does not flood the API.
-func (d *decider) notice(key, eventType, reason, msg string) {
+func (d *decider) notice(key, eventType string, reason vocab.EventReason, msg string) {
 	if d.t.lastNotice == key {
 		return
 	}
@@ -424,7 +386,7 @@ func (d *decider) step() {
 		// says so (dated with the evidence, not with the decision).
 		t.taintSeen = true
 		if f := t.fence; f != nil {
-			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeFenced, Message: fmt.Sprintf(
 				"tainted out-of-service with %s evidence taken at %s: %s",
 				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
 		}
@@ -481,7 +443,7 @@ func (d *decider) detect() {
 	o, t := d.o, d.t
 	if !d.unresponsive() {
 		if t.Phase != PhaseHealthy && t.Phase != "" {
-			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonSuspicionCleared,
+			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
 				Message: "node answers again on every channel; no action taken"})
 			*t = Target{Name: t.Name}
 			d.enter(PhaseHealthy, "responsive again")
@@ -505,7 +467,7 @@ func (d *decider) detect() {
 		if o.Node.Excluded != "" {
 			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
 		}
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonSuspected,
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeSuspected,
 			Message: "node stopped answering (" + d.channels() + "); " + next})
 	}
 
@@ -526,7 +488,7 @@ func (d *decider) detect() {
 	if d.shuttingDown() {
 		until := t.suspectSince.Add(d.p.ShutdownWait)
 		d.enter(PhaseSuspect, "shutting down: waiting for its shutdown-complete announcement")
-		d.notice("shutdown-wait", "Normal", ReasonShuttingDown, fmt.Sprintf(
+		d.notice("shutdown-wait", "Normal", vocab.EventNodeShuttingDown, fmt.Sprintf(
 			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
 			d.shutdownSource(), d.p.ShutdownWait))
 		d.requeue(until.Sub(o.Now))
@@ -541,7 +503,7 @@ func (d *decider) detect() {
 	}
 	if !o.BMC.Configured {
 		d.enter(PhaseSuspect, "no BMC in the inventory: waiting")
-		d.notice("no-bmc", "Warning", ReasonCannotConfirmPowerState,
+		d.notice("no-bmc", "Warning", vocab.EventCannotConfirmPowerState,
 			"node stopped answering but has no BMC in the fencer's inventory: cannot confirm it is off, so it is not tainted")
 		return
 	}
@@ -558,14 +520,14 @@ func (d *decider) detect() {
 		(r == nil || o.BMC.Failure.At.After(r.At))
 
 	switch {
-	case fresh && r.Power == PowerOff && !d.guidMatches(r):
+	case fresh && r.Power == vocab.PowerOff && !d.guidMatches(r):
 		bad := r.GUIDMismatch(o.Node.SystemUUID)
 		d.enter(PhaseConfirming, "BMC identity mismatch")
-		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("guid:"+bad.SystemGUID, "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
 			"%s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
 			source(bad), bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
-	case fresh && r.Power == PowerOff:
+	case fresh && r.Power == vocab.PowerOff:
 		ev := Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("%s read power off at %s, after the node stopped answering (%s)",
 				source(r), r.At.UTC().Format(time.RFC3339Nano), d.channels())}
@@ -582,10 +544,10 @@ func (d *decider) detect() {
 	case failedSince:
 		f := o.BMC.Failure
 		d.enter(PhaseConfirming, "BMC request failed: "+string(f.Kind))
-		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("fail:"+string(f.Kind), "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
 			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
 		d.scheduleRead(true)
-	case fresh && r.Power == PowerOn:
+	case fresh && r.Power == vocab.PowerOn:
 		d.poweredOn(r)
 	default:
 		d.enter(PhaseConfirming, "reading the BMC")
@@ -625,7 +587,7 @@ func (d *decider) cleanShutdownStorm() bool {
 	}
 	if !d.t.stormAlarmed {
 		d.t.stormAlarmed = true
-		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonCleanShutdownStorm, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventCleanShutdownStorm, Message: fmt.Sprintf(
 			"SAFETY: %d node(s) were tainted on their own clean-shutdown announcement within %s and this one would make %d of %d, more than maxUnhealthy %.0f%%: not taking this node's word. Its power device is asked instead; an operator can run fenced confirm.",
 			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
 	}
@@ -636,15 +598,15 @@ func (d *decider) cleanShutdownStorm() bool {
 func (d *decider) poweredOn(r *Reading) {
 	o, t, p := d.o, d.t, d.p
 	recheck := p.RecheckPoweredOn
-	if p.Mode != ModePowerOff {
+	if p.Mode != vocab.ModePowerOff {
 		d.enter(PhaseConfirming, "powered on (confirm-only mode)")
-		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+		d.notice("on", "Warning", vocab.EventNodeUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
 			source(r)))
 	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
 		d.challengeIfDue()
 		d.enter(PhaseConfirming, "powered on, power-off not allowed: "+blocked)
-		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+		d.notice("on:"+blocked, "Warning", vocab.EventNodeUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on; not switching it off: %s", source(r), blocked))
 		if retryIn > 0 && retryIn < recheck {
 			recheck = retryIn
@@ -666,7 +628,7 @@ func (d *decider) poweredOn(r *Reading) {
 		// Ask its agent once more during the fence delay: the switch
 		// happens only if this challenge, too, goes unanswered.
 		d.challenge()
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPoweringOff, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPoweringOffUnresponsiveNode, Message: fmt.Sprintf(
 			"node unresponsive on both channels for %s and its BMC reads on: switching it off in %s (power-off mode)",
 			p.FenceAfter, p.FenceDelay)})
 		d.requeue(p.FenceDelay)
@@ -733,7 +695,7 @@ func (d *decider) powerOffBlocked() (string, time.Duration) {
 // power action needs.
 func (d *decider) challengeIfDue() {
 	o, p := d.o, d.p
-	if p.Mode != ModePowerOff || !o.Member.Known {
+	if p.Mode != vocab.ModePowerOff || !o.Member.Known {
 		return
 	}
 	last := o.Agent.LastProof
@@ -758,7 +720,7 @@ func (d *decider) challenge() {
 func (d *decider) poweringOff() {
 	o, t, p := d.o, d.t, d.p
 	r := o.BMC.Reading
-	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
+	if r != nil && r.PoweredOffByFenced && r.Power == vocab.PowerOff && r.At.After(t.poweringFrom) && d.guidMatches(r) {
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through %s and read power off at %s",
 				source(r), r.At.UTC().Format(time.RFC3339))})
@@ -766,7 +728,7 @@ func (d *decider) poweringOff() {
 	}
 	if d.responsiveSince(t.suspectSince) || o.Agent.LastProof.After(t.poweringFrom) {
 		d.do(Action{Kind: ActReleaseLease})
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventPowerOffAborted,
 			Message: "node answers again before it was switched off: power-off cancelled"})
 		*t = Target{Name: t.Name}
 		d.enter(PhaseHealthy, "responsive again during fence delay")
@@ -790,7 +752,7 @@ func (d *decider) poweringOff() {
 	}
 	if f := o.BMC.Failure; t.powerOffSent && !o.BMC.InFlight && f != nil && f.At.After(t.poweringFrom) {
 		d.do(Action{Kind: ActReleaseLease})
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffFailed, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPowerOffFailed, Message: fmt.Sprintf(
 			"switching the node off failed (%s: %s); not tainted, will read the BMC again", f.Kind, f.Message)})
 		t.powerOffSent = false
 		t.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.readBackoff))
@@ -816,7 +778,7 @@ func (d *decider) poweringOff() {
 		// have begun, another fencer may have started a power action.
 		if blocked, _ := d.powerOffBlocked(); blocked != "" {
 			d.do(Action{Kind: ActReleaseLease})
-			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPowerOffAborted,
 				Message: "power-off cancelled at the last moment: " + blocked})
 			t.nextRead = o.Now.Add(p.RecheckPoweredOn)
 			d.enter(PhaseConfirming, "power-off cancelled: "+blocked)
@@ -858,7 +820,7 @@ func LifeAfter(ev *Evidence, o Observation) string {
 		return why
 	}
 	switch {
-	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
+	case o.BMC.Reading != nil && o.BMC.Reading.Power == vocab.PowerOn && o.BMC.Reading.At.After(at):
 		return fmt.Sprintf("its %s reads power on at %s", source(o.BMC.Reading), o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
 	case o.Agent.LastProof.After(at):
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
@@ -1000,7 +962,7 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 	}
 	if ok, why := EvidenceHolds(&ev, o, d.p.MaxEvidenceAge); !ok {
 		// Too old (the write was held up): say so, and read again, now.
-		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", ReasonEvidenceVoided, fmt.Sprintf(
+		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", vocab.EventFenceEvidenceVoided, fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s; reading the power state again",
 			ev.Method, evidenceTime(&ev).UTC().Format(time.RFC3339Nano), why))
 		t.nextRead = o.Now
@@ -1018,10 +980,10 @@ func (d *decider) void(ev *Evidence, why string) {
 	o, t, p := d.o, d.t, d.p
 	at := evidenceTime(ev)
 	late := lateRenewal(ev, o)
-	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" && !late
+	contradiction := ev.BMC != nil && ev.BMC.Power == vocab.PowerOff && newBoot(ev, o) == "" && !late
 	switch {
 	case late:
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFenceEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	case contradiction && t.contradicted:
@@ -1033,11 +995,11 @@ func (d *decider) void(ev *Evidence, why string) {
 		// node, is not this node's (a mislabelled outlet, a VM of the same
 		// name). Nothing it says about this node can be trusted until a
 		// person looks.
-		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonPowerReadingContradicted, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventPowerReadingContradicted, Message: fmt.Sprintf(
 			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): not tainting; check that the device and plug in the configuration really feed this node",
 			source(ev.BMC), at.UTC().Format(time.RFC3339Nano), why)})
 	default:
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFenceEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	}
@@ -1045,7 +1007,7 @@ func (d *decider) void(ev *Evidence, why string) {
 		t.voidedUpTo = ev.BMC.At
 	}
 	switchedOff := t.switchedOff
-	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == vocab.PowerOff && newBoot(ev, o) == "" {
 		// The reading is void as evidence, but fenced did switch this
 		// boot off: a later reading's fence is still fenced's power-off
 		// (afterFence: on must switch it on again).
@@ -1129,7 +1091,7 @@ func (d *decider) fenced() {
 			fresh.At = ev.At
 			ev = fresh
 		}
-		if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
+		if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == vocab.PowerOff && LifeAfter(&ev, o) == "" {
 			// A newer reading of off: fence on that one.
 			*t = Target{Name: t.Name, suspectSince: t.suspectSince, voidedUpTo: t.voidedUpTo}
 			t.Phase = PhaseConfirming
@@ -1169,7 +1131,7 @@ func (d *decider) fenced() {
 		if fence.BootID != "" && bootNow == fence.BootID {
 			if !t.alarmed {
 				t.alarmed = true
-				d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
+				d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventFencedNodeBackWithSameBootID, Message: fmt.Sprintf(
 					"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
 					fence.Method, bootNow)})
 			}
@@ -1182,14 +1144,14 @@ func (d *decider) fenced() {
 		}
 		if bootNow == "" {
 			d.enter(PhaseFenced, "back, but its boot ID is unknown")
-			d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
+			d.notice("noboot", "Warning", vocab.EventCannotVerifyReboot,
 				"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
 			return
 		}
 		checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
 		if o.Node.VolumeAttachments > 0 {
 			d.enter(PhaseRecovering, "back with a new boot, VolumeAttachments left")
-			d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
+			d.notice("vas", "Normal", vocab.EventWaitingForVolumeAttachments, fmt.Sprintf(
 				"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
 				o.Node.VolumeAttachments))
 			return
@@ -1204,7 +1166,7 @@ func (d *decider) fenced() {
 			d.enter(PhaseRecovering, fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
 			return
 		}
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
 		*t = Target{Name: t.Name}
 		d.enter(PhaseHealthy, "recovered")
 		return
@@ -1233,7 +1195,7 @@ func (d *decider) fenced() {
 	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight && d.do(Action{Kind: ActPowerOn}) {
 		t.poweredOnSent = true
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventPoweringOnAfterFence,
 			Message: "volumes released: switching the node on again (afterFence: on)"})
 	}
 }
