@@ -604,7 +604,7 @@ func isClosed(ch <-chan struct{}) bool {
 func policyOf(c *config.Config) core.Policy {
 	p := c.Policy
 	return core.Policy{
-		Mode: vocab.Mode(p.Mode), FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
+		Mode: p.Mode, FenceAfter: p.FenceAfter, MaxUnhealthy: p.MaxUnhealthy,
 		MaxConcurrentPowerActions: p.MaxConcurrentPowerActions, FenceDelay: p.FenceDelay,
 		PowerOnAfterFence: p.PowerOnAfterFence, ForceDeletePods: p.ForceDeletePods,
 		ShutdownWait: p.ShutdownWait, DryRun: p.DryRun,

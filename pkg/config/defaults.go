@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"fenced.io/fenced/pkg/vocab"
+)
 
 // Every default of the configuration file is here, and only here. The
 // README's configuration reference is written from this file.
@@ -63,7 +67,7 @@ const (
 	FastGossipSuspicionMult = 3
 	FastGossipInterval      = 100 * time.Millisecond
 	// DefaultMode only ever taints nodes whose BMC already reads off.
-	DefaultMode = "confirm-only"
+	DefaultMode = vocab.ModeConfirmOnly
 	// DefaultFenceAfter: a node must be gone on both channels this long
 	// before power-off mode switches it off (Kubernetes itself declares a
 	// node NotReady after 50 s).
@@ -76,7 +80,7 @@ const (
 	// DefaultFenceDelay: a last chance for the node to come back.
 	DefaultFenceDelay = 5 * time.Second
 	// DefaultAfterFence leaves a node switched off by fenced off.
-	DefaultAfterFence = "off"
+	DefaultAfterFence = vocab.PowerOff
 	// DefaultForceDeletePods: release volumes without waiting for the pod
 	// garbage collector.
 	DefaultForceDeletePods = true

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Config is a loaded, validated configuration with every default applied.
@@ -42,7 +44,7 @@ type Gossip struct {
 
 // Policy is the resolved policy section.
 type Policy struct {
-	Mode                      string
+	Mode                      vocab.Mode
 	FenceAfter                time.Duration
 	MaxUnhealthy              float64 // 0..1
 	MaxConcurrentPowerActions int

@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // orInt is v, or def when v is 0 (unset).
@@ -76,10 +78,8 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 		DeleteStaleVolumeAttachments: DefaultDeleteStaleVolumeAttachments,
 		DryRun:                       DefaultDryRun,
 	}
-	switch r.Mode {
-	case "confirm-only", "power-off":
-	default:
-		fe.add("policy", "mode", "unknown mode %q (want confirm-only or power-off)", r.Mode)
+	if !r.Mode.Valid() {
+		fe.add("policy", "mode", "unknown mode %q (want %s or %s)", r.Mode, vocab.ModeConfirmOnly, vocab.ModePowerOff)
 	}
 	if r.FenceAfter < 0 {
 		fe.add("policy", "fenceAfter", "%s is negative", r.FenceAfter)
@@ -98,11 +98,11 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 		fe.add("policy", "fenceDelay", "%s is out of range (0 to 10m)", r.FenceDelay)
 	}
 	switch first(p.AfterFence, DefaultAfterFence) {
-	case "off":
-	case "on":
+	case vocab.PowerOff:
+	case vocab.PowerOn:
 		r.PowerOnAfterFence = true
 	default:
-		fe.add("policy", "afterFence", "%q: want off or on", p.AfterFence)
+		fe.add("policy", "afterFence", "%q: want %s or %s", p.AfterFence, vocab.PowerOff, vocab.PowerOn)
 	}
 	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
 		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)

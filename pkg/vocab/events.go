@@ -39,8 +39,9 @@ const (
 	EventPowerOffFailed EventReason = "PowerOffFailed"
 	// EventNodeFenced: the out-of-service taint is on, with its evidence.
 	EventNodeFenced EventReason = "NodeFenced"
-	// EventPoweringOnAfterFence: policy.powerOnAfterFence switches a
-	// fenced node back on once its pods have moved.
+	// EventPoweringOnAfterFence: with policy.afterFence "on", fenced
+	// switches a node it switched off on again once its volumes are
+	// released.
 	EventPoweringOnAfterFence EventReason = "PoweringOnAfterFence"
 	// EventWaitingForVolumeAttachments: the node is back on a new boot;
 	// the taint stays until its old VolumeAttachments are gone.

@@ -212,7 +212,7 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 }
 
 // TestNeverTaintsWithoutEvidence runs each fault for ten minutes of
-// decisions and checks that no step ever returns ApplyTaint or vocab.PowerOff.
+// decisions and checks that no step ever returns ApplyTaint or PowerOff.
 func TestNeverTaintsWithoutEvidence(t *testing.T) {
 	failure := func(kind vocab.ErrorKind) func(*Observation) {
 		return func(o *Observation) {
