@@ -96,7 +96,7 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Errorf("applied-by = %q", n.Annotations[taint.AnnotationAppliedBy])
 	}
 	// The command waits for its Events before it exits.
-	sel := fields.Set{"involvedObject.name": "node-a", "reason": admin.EventManualFenceConfirmed}.AsSelector().String()
+	sel := fields.Set{"involvedObject.name": "node-a", "reason": string(vocab.EventManualFenceConfirmed)}.AsSelector().String()
 	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
 		len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning || !strings.Contains(evs.Items[0].Message, adminUser) {
 		t.Errorf("ManualFenceConfirmed events: %v, %v", evs, err)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // PowerOp is what `fenced bmc` and `fenced device` do to a node's power:
@@ -46,13 +46,13 @@ func (op PowerOp) verified() func(context.Context, device.BMC, device.VerifyOpti
 func (op PowerOp) coreOp() string {
 	switch op {
 	case PowerOff:
-		return core.OpPowerOff
+		return vocab.OpPowerOff
 	case PowerOn:
-		return core.OpPowerOn
+		return vocab.OpPowerOn
 	case PowerCycle:
-		return core.OpPowerCycle
+		return vocab.OpPowerCycle
 	}
-	return core.OpPowerStatus
+	return vocab.OpPowerStatus
 }
 
 // SwitchOptions bound a verified switch by hand.
@@ -101,9 +101,9 @@ func UseBMC(ctx context.Context, entry config.ResolvedBMC, op PowerOp, opts Swit
 	defer b.Close()
 
 	start := time.Now()
-	res := BMCResult{Node: entry.Node, Endpoint: entry.Endpoint(), Action: string(op), Power: string(core.PowerUnknown)}
+	res := BMCResult{Node: entry.Node, Endpoint: entry.Endpoint(), Action: string(op), Power: string(vocab.PowerUnknown)}
 	if do := op.verified(); do == nil {
-		var state core.PowerState
+		var state vocab.PowerState
 		state, err = b.PowerState(ctx)
 		res.Power = string(state)
 		if err == nil {
@@ -156,12 +156,12 @@ func (r BMCResult) Write(w io.Writer, format string) error {
 // bmcHint tells an operator what to check for each kind of failure.
 func bmcHint(err error, e config.ResolvedBMC) string {
 	switch device.KindOf(err) {
-	case core.KindAuth:
+	case vocab.KindAuth:
 		return fmt.Sprintf("the BMC refused user %q: check the password (%s) and that the user may open %s sessions",
 			e.Username, e.Password, sessionPrivilege(e))
-	case core.KindUnreachable:
+	case vocab.KindUnreachable:
 		return "nothing answers at " + e.Endpoint() + ": check the address and port and that this host can reach the management network"
-	case core.KindTimeout:
+	case vocab.KindTimeout:
 		return fmt.Sprintf("no answer from %s within the timeout (%s per attempt, %d retries): check the address, firewalls, and whether the BMC is hung",
 			e.Endpoint(), e.Timeout, e.Retries)
 	}

@@ -18,10 +18,6 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// EventManualFenceConfirmed is the Warning Event Confirm records on the Node
-// next to pkg/taint's OutOfServiceTaintApplied: who confirmed, and why.
-const EventManualFenceConfirmed = "ManualFenceConfirmed"
-
 // ConfirmOptions are the inputs of Confirm.
 type ConfirmOptions struct {
 	// Node is the node to fence.
@@ -115,7 +111,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		if err != nil {
 			return fmt.Errorf("node %s not fenced: power-off through BMC %s failed: %w", n.Name, bv.endpoint, err)
 		}
-		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = core.PowerOff, o.now(), true
+		bv.reading.Power, bv.reading.At, bv.reading.PoweredOffByFenced = vocab.PowerOff, o.now(), true
 		fmt.Fprintf(w, "BMC reads off after %s.\n", res.Elapsed.Round(100*time.Millisecond))
 	}
 
@@ -134,7 +130,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		fmt.Fprintf(w, "Node %s got an out-of-service taint from elsewhere meanwhile: nothing written.\n", n.Name)
 		return nil
 	}
-	o.warn(n, EventManualFenceConfirmed, "%s confirmed node %s is powered off (fenced confirm): %s", user, n.Name, reasonOr(opts.Reason))
+	o.warn(n, vocab.EventManualFenceConfirmed, "%s confirmed node %s is powered off (fenced confirm): %s", user, n.Name, reasonOr(opts.Reason))
 	fmt.Fprintf(w, "Tainted node %s %s=%s:NoExecute with manual evidence (by %s).\n", n.Name, taint.TaintKey, taint.TaintValue, user)
 
 	// The taint is the evidence; the rest only makes the recovery faster
@@ -221,7 +217,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 	bv := bmcView{b: b, endpoint: endpoint}
 	state, err := b.PowerState(ctx)
 	at := o.now()
-	if err != nil || (state != core.PowerOn && state != core.PowerOff) {
+	if err != nil || (state != vocab.PowerOn && state != vocab.PowerOff) {
 		fmt.Fprintf(w, "  BMC:         %s: power state could NOT be read (%s): %v\n", endpoint, kindOf(err), err)
 		fmt.Fprintf(w, "               not a refusal: your confirmation will be the only evidence\n")
 		if powerOff {
@@ -252,7 +248,7 @@ func (o *Operator) checkBMC(ctx context.Context, n *corev1.Node, powerOff bool) 
 			endpoint, guid, n.Name, uuid)
 	}
 	bv.reading = &core.Reading{Power: state, At: at, Endpoint: endpoint, SystemGUID: guid}
-	if state == core.PowerOn {
+	if state == vocab.PowerOn {
 		if !powerOff {
 			return bmcView{}, refused("the BMC %s reads node %s's power ON: it may still be writing to its volumes. "+
 				"Switch it off first (fenced bmc off %s) or pass --power-off", endpoint, n.Name, n.Name)
@@ -281,7 +277,7 @@ func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
 		if len(plugs) == 1 && plugs[0].Device == vocab.DeviceBMC {
 			continue
 		}
-		lr := device.OnLevel(ctx, i+1, plugs, core.OpPowerStatus, device.ReadPlug, o.now, nil)
+		lr := device.OnLevel(ctx, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug, o.now, nil)
 		var parts []string
 		for _, p := range lr.Plugs {
 			state := "unreadable"
@@ -298,7 +294,7 @@ func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
 			bad := r.GUIDMismatch(n.Status.NodeInfo.SystemUUID)
 			return refused("fencing level %d: %s reports system GUID %s but node %s has systemUUID %s: the configuration may point at another machine",
 				i+1, bad.Endpoint, bad.SystemGUID, n.Name, n.Status.NodeInfo.SystemUUID)
-		case r.Power == core.PowerOn:
+		case r.Power == vocab.PowerOn:
 			return refused("fencing level %d reads node %s's power ON (%s): it may still be writing to its volumes. "+
 				"Switch that level off first (fenced device off %s --level %d)", i+1, n.Name, strings.Join(parts, ", "), n.Name, i+1)
 		}

@@ -14,6 +14,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // PowerDevices are the power devices of a configuration, opened as the
@@ -76,7 +77,7 @@ type DeviceResult struct {
 func (d *PowerDevices) Use(ctx context.Context, node string, level int, op PowerOp, opts SwitchOptions) DeviceResult {
 	do := device.ReadPlug
 	if verified := op.verified(); verified != nil {
-		do = func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+		do = func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
 			res, err := verified(ctx, b, opts.verify("  the device"))
 			return res.State, err
 		}
@@ -133,7 +134,7 @@ func (d *PowerDevices) onLevel(ctx context.Context, node string, level int, plug
 	out := make([]PlugResult, 0, len(lr.Plugs))
 	for i, pr := range lr.Plugs {
 		res := PlugResult{Level: level, Device: pr.Device, Plug: pr.Plug, Endpoint: plugs[i].Endpoint,
-			Power: string(core.PowerUnknown), ElapsedMS: elapsed[plugLabel(pr.Device, pr.Plug)].Milliseconds()}
+			Power: string(vocab.PowerUnknown), ElapsedMS: elapsed[plugLabel(pr.Device, pr.Plug)].Milliseconds()}
 		if pr.Reading != nil {
 			res.Power, res.SystemGUID = string(pr.Reading.Power), pr.Reading.SystemGUID
 		}
@@ -206,7 +207,7 @@ func (d *PowerDevices) CheckTopology(ctx context.Context, nodes []string) Topolo
 	for _, node := range nodes {
 		ready := 0
 		for i, plugs := range d.levels.Levels(node) {
-			lr, plugsOut := d.onLevel(ctx, node, i+1, plugs, core.OpPowerStatus, device.ReadPlug)
+			lr, plugsOut := d.onLevel(ctx, node, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug)
 			row := LevelCheck{Node: node, Level: i + 1, OK: lr.Decides(), Plugs: plugsOut}
 			if r, _ := core.CombineLevels([]core.LevelRead{lr}); r != nil {
 				row.Power = string(r.Power)

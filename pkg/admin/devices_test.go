@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // fakeLevels gives each node its fencing levels, as *device.Inventory
@@ -45,27 +45,27 @@ func TestPowerDevicesUse(t *testing.T) {
 		wantOK       bool
 		wantDecision string
 		wantPlugs    int
-		wantOutlet   core.PowerState // the outlet's state afterwards
+		wantOutlet   vocab.PowerState // the outlet's state afterwards
 	}{
 		{"status: the BMC decides", 0, PowerStatus, func(bmc, outlet *fakeBMC) fakeLevels {
 			return fakeLevels{"n": {{device.BMCPlug("n", bmc, "ipmi://bmc-n:623")}, {pduPlug("pdu-a", "1", outlet)}}}
-		}, true, "power on (level 1, the BMC decides)", 2, core.PowerOn},
+		}, true, "power on (level 1, the BMC decides)", 2, vocab.PowerOn},
 		{"status of level 2 alone", 2, PowerStatus, func(bmc, outlet *fakeBMC) fakeLevels {
 			return fakeLevels{"n": {{device.BMCPlug("n", bmc, "ipmi://bmc-n:623")}, {pduPlug("pdu-a", "1", outlet)}}}
-		}, true, "power on (level 2 decides)", 1, core.PowerOn},
+		}, true, "power on (level 2 decides)", 1, vocab.PowerOn},
 		{"status: nothing answers", 0, PowerStatus, func(_, _ *fakeBMC) fakeLevels {
 			return fakeLevels{"n": {{pduPlug("pdu-dark", "3", nil)}}}
-		}, false, "no level could be read: level 1: pdu-dark:3", 1, core.PowerOn},
+		}, false, "no level could be read: level 1: pdu-dark:3", 1, vocab.PowerOn},
 		{"off: the first level that switches", 0, PowerOff, func(_, outlet *fakeBMC) fakeLevels {
 			return fakeLevels{"n": {{pduPlug("pdu-dark", "3", nil)}, {pduPlug("pdu-a", "1", outlet)}}}
-		}, true, "power-off done on level 2", 2, core.PowerOff},
+		}, true, "power-off done on level 2", 2, vocab.PowerOff},
 		{"off: only the level asked for", 1, PowerOff, func(_, outlet *fakeBMC) fakeLevels {
 			return fakeLevels{"n": {{pduPlug("pdu-dark", "3", nil)}, {pduPlug("pdu-a", "1", outlet)}}}
-		}, false, "level 1: pdu-dark:3", 1, core.PowerOn},
+		}, false, "level 1: pdu-dark:3", 1, vocab.PowerOn},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			bmc, outlet := &fakeBMC{state: core.PowerOn}, &fakeBMC{state: core.PowerOn}
+			bmc, outlet := &fakeBMC{state: vocab.PowerOn}, &fakeBMC{state: vocab.PowerOn}
 			res := testDevices(tc.levels(bmc, outlet)).Use(t.Context(), "n", tc.level, tc.op, fast)
 			if res.OK != tc.wantOK || !strings.Contains(res.Decision, tc.wantDecision) || len(res.Plugs) != tc.wantPlugs {
 				t.Errorf("ok %v, decision %q, %d plugs; want %v, %q, %d", res.OK, res.Decision, len(res.Plugs), tc.wantOK, tc.wantDecision, tc.wantPlugs)
@@ -82,7 +82,7 @@ func TestPowerDevicesUse(t *testing.T) {
 
 func TestCheckTopology(t *testing.T) {
 	devs := testDevices(fakeLevels{
-		"node-a": {{device.BMCPlug("node-a", &fakeBMC{state: core.PowerOn}, "ipmi://bmc-a:623")}, {pduPlug("pdu-a", "1", &fakeBMC{state: core.PowerOff})}},
+		"node-a": {{device.BMCPlug("node-a", &fakeBMC{state: vocab.PowerOn}, "ipmi://bmc-a:623")}, {pduPlug("pdu-a", "1", &fakeBMC{state: vocab.PowerOff})}},
 		"node-b": {{pduPlug("pdu-dark", "3", nil)}},
 	})
 	c := devs.CheckTopology(t.Context(), []string{"node-a", "node-b"})
@@ -110,17 +110,17 @@ func TestCheckTopology(t *testing.T) {
 func TestBMCHint(t *testing.T) {
 	e := config.ResolvedBMC{Node: "n", Protocol: config.ProtocolIPMI, Address: "10.0.0.1", Port: 623, Username: "admin",
 		Password: config.PasswordSource{File: "/etc/fenced/n.pw"}, Timeout: 2 * time.Second, Retries: 3, IPMIPrivilegeLevel: "operator"}
-	kind := func(k core.ErrorKind) error {
-		return &device.Error{Node: "n", Op: core.OpPowerStatus, Kind: k, Err: errors.New("x")}
+	kind := func(k vocab.ErrorKind) error {
+		return &device.Error{Node: "n", Op: vocab.OpPowerStatus, Kind: k, Err: errors.New("x")}
 	}
 	cases := []struct {
 		err  error
 		want string
 	}{
-		{kind(core.KindAuth), `the BMC refused user "admin": check the password (file /etc/fenced/n.pw) and that the user may open operator sessions`},
-		{kind(core.KindUnreachable), "nothing answers at ipmi://10.0.0.1:623: check the address"},
-		{kind(core.KindTimeout), "no answer from ipmi://10.0.0.1:623 within the timeout (2s per attempt, 3 retries)"},
-		{kind(core.KindBMC), ""},
+		{kind(vocab.KindAuth), `the BMC refused user "admin": check the password (file /etc/fenced/n.pw) and that the user may open operator sessions`},
+		{kind(vocab.KindUnreachable), "nothing answers at ipmi://10.0.0.1:623: check the address"},
+		{kind(vocab.KindTimeout), "no answer from ipmi://10.0.0.1:623 within the timeout (2s per attempt, 3 retries)"},
+		{kind(vocab.KindBMC), ""},
 		{errors.New("not a driver's"), ""},
 	}
 	for _, tc := range cases {

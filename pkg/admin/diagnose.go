@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/diagnose"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
@@ -107,7 +106,7 @@ func (o *Operator) Snapshot(ctx context.Context, scope diagnose.Options, agentUR
 		return s, fmt.Errorf("listing persistentvolumeclaims: %w", err)
 	}
 	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("reason", diagnose.EventFailedAttachVolume).String()})
+		FieldSelector: fields.OneTermEqualSelector("reason", string(vocab.EventFailedAttachVolume)).String()})
 	if err != nil {
 		return s, fmt.Errorf("listing events: %w", err)
 	}
@@ -208,7 +207,7 @@ func (o *Operator) nodeFencing(n *corev1.Node, events []corev1.Event, agent *Age
 		if last == nil || diagnose.EventTime(e).After(diagnose.EventTime(last)) {
 			last = e
 		}
-		if (e.Reason == core.ReasonCannotBeFenced || e.Reason == core.ReasonFenceable) &&
+		if r := vocab.EventReason(e.Reason); (r == vocab.EventCannotBeFencedAutomatically || r == vocab.EventFenceDevicesAnswer) &&
 			(monitor == nil || diagnose.EventTime(e).After(diagnose.EventTime(monitor))) {
 			monitor = e
 		}
@@ -217,7 +216,7 @@ func (o *Operator) nodeFencing(n *corev1.Node, events []corev1.Event, agent *Age
 		nf.LastEvent = &diagnose.NodeEvent{Type: last.Type, Reason: last.Reason, Message: last.Message, Time: diagnose.EventTime(last)}
 	}
 	if monitor != nil {
-		ok := monitor.Reason == core.ReasonFenceable
+		ok := vocab.EventReason(monitor.Reason) == vocab.EventFenceDevicesAnswer
 		nf.Fenceable, nf.FenceableSays = &ok, fmt.Sprintf("%s %s: %s", monitor.Reason, age(diagnose.EventTime(monitor), o.now()), monitor.Message)
 	}
 	if agent != nil {
@@ -405,14 +404,14 @@ func (o *Operator) cureAttachment(ctx context.Context, c *cure, user string) err
 	case stale.ResultDeleted:
 		why := fmt.Sprintf("%s deleted VolumeAttachment %s of volume %s on node %s (fenced diagnose --fix, %s): %s",
 			user, va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, c.cause, c.summary)
-		o.vaEvent(va, corev1.EventTypeNormal, stale.ReasonDeleted, why)
+		o.vaEvent(va, corev1.EventTypeNormal, vocab.EventStaleVolumeAttachmentDeleted, why)
 		o.log().Info("diagnose --fix: deleted a VolumeAttachment", "volumeattachment", va.Name, "uid", va.UID, "resourceVersion", va.ResourceVersion,
 			"node", va.Spec.NodeName, "volume", diagnose.VolumeOf(va), "cause", c.cause, "by", user)
 		fmt.Fprintf(w, "Deleted volumeattachment %s (node %s, volume %s).\n", va.Name, va.Spec.NodeName, diagnose.VolumeOf(va))
 	case stale.ResultReleased:
 		why := fmt.Sprintf("%s removed the finalizers %v of VolumeAttachment %s of volume %s on node %s, which its CSI driver did not detach (fenced diagnose --fix, %s): %s",
 			user, out.Finalizers, va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, c.cause, c.summary)
-		o.vaEvent(va, corev1.EventTypeNormal, stale.ReasonReleased, why)
+		o.vaEvent(va, corev1.EventTypeNormal, vocab.EventStaleVolumeAttachmentReleased, why)
 		o.log().Info("diagnose --fix: released a VolumeAttachment stuck in deletion", "volumeattachment", va.Name, "uid", va.UID,
 			"resourceVersion", va.ResourceVersion, "finalizers", out.Finalizers, "node", va.Spec.NodeName, "volume", diagnose.VolumeOf(va), "cause", c.cause, "by", user)
 		fmt.Fprintf(w, "Removed the finalizers of volumeattachment %s (node %s, volume %s): it goes now.\n", va.Name, va.Spec.NodeName, diagnose.VolumeOf(va))
@@ -437,12 +436,12 @@ func (o *Operator) refuseVA(va *storagev1.VolumeAttachment, user, why string) er
 
 // vaEvent records an Event on a VolumeAttachment (cluster-scoped: the
 // recorder files it in "default").
-func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ, reason, msg string) {
+func (o *Operator) vaEvent(va *storagev1.VolumeAttachment, typ string, reason vocab.EventReason, msg string) {
 	if o.Recorder == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "VolumeAttachment", APIVersion: "storage.k8s.io/v1", Name: va.Name, UID: va.UID}
-	o.Recorder.Event(ref, typ, reason, msg)
+	o.Recorder.Event(ref, typ, string(reason), msg)
 }
 
 // pointers returns a pointer to each item of a List's Items, in order.

@@ -21,9 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/pkg/diagnose"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -53,7 +51,7 @@ func dObjects(t0 time.Time) []runtime.Object {
 	pod := dPod("web-7d9c-x2", "w-2", corev1.PodPending, "web-7d9c")
 	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: dNS, Name: "web-7d9c-x2.17f"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: dNS, Name: pod.Name},
-		Reason:         diagnose.EventFailedAttachVolume, Type: corev1.EventTypeWarning, Count: 3,
+		Reason:         string(vocab.EventFailedAttachVolume), Type: corev1.EventTypeWarning, Count: 3,
 		FirstTimestamp: metav1.NewTime(t0.Add(-4 * time.Minute)), LastTimestamp: metav1.NewTime(t0.Add(-time.Minute)),
 		Message: `Multi-Attach error for volume "` + dPV + `" Volume is already exclusively attached to one node and can't be attached to another`}
 	yes := true
@@ -182,7 +180,7 @@ func TestDiagnoseShowsWhatFencedDoes(t *testing.T) {
 				Source: corev1.EventSource{Component: "fenced"}, LastTimestamp: metav1.NewTime(t0.Add(-at))}
 		}
 		return append(objs,
-			mk("w-1.a", core.ReasonCannotConfirmPowerState, "BMC unreachable", 4*time.Minute),
+			mk("w-1.a", string(vocab.EventCannotConfirmPowerState), "BMC unreachable", 4*time.Minute),
 			mk("w-1.b", "CannotBeFencedAutomatically", "no fencing level answers", 9*time.Minute),
 			&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w-1.c"}, InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "w-1"},
 				Reason: "NodeNotReady", Source: corev1.EventSource{Component: "node-controller"}, LastTimestamp: metav1.NewTime(t0.Add(-time.Minute))})
@@ -219,9 +217,9 @@ func TestDiagnoseFixDecisions(t *testing.T) {
 	}{
 		{name: "stale, --yes: deleted and recorded", opts: DiagnoseOptions{Fix: true, Yes: true},
 			out:   []string{"delete volumeattachment " + dVA, "you: alice", "Deleted volumeattachment " + dVA},
-			event: "Normal " + stale.ReasonDeleted + " alice deleted VolumeAttachment " + dVA},
+			event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted) + " alice deleted VolumeAttachment " + dVA},
 		{name: "stale, terminal, answer y", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("y\n")},
-			out: []string{"Apply these 1 cure(s)? [y/N]"}, event: "Normal " + stale.ReasonDeleted},
+			out: []string{"Apply these 1 cure(s)? [y/N]"}, event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted)},
 		{name: "stale, terminal, answer n", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("n\n")},
 			wantErr: ErrRefused, vaLeft: true, out: []string{"Nothing changed."}, noWrites: true},
 		{name: "no terminal, no --yes: nothing changes", opts: DiagnoseOptions{Fix: true, In: strings.NewReader("y\n")},
@@ -235,14 +233,14 @@ func TestDiagnoseFixDecisions(t *testing.T) {
 		}, wantErr: ErrStuck, vaLeft: true, out: []string{"fenced never changes a workload", diagnose.RecreatePatch}, noWrites: true},
 		{name: "deleted node: deleted", opts: DiagnoseOptions{Fix: true, Yes: true}, mods: func(objs []runtime.Object) []runtime.Object {
 			return objs[1:]
-		}, out: []string{"(node w-1)", "Deleted volumeattachment"}, event: "Normal " + stale.ReasonDeleted},
-		{name: "dead node whose BMC reads on: refused", inv: fakeInventory{"w-1": {state: core.PowerOn, guid: nodeUUID}},
+		}, out: []string{"(node w-1)", "Deleted volumeattachment"}, event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted)},
+		{name: "dead node whose BMC reads on: refused", inv: fakeInventory{"w-1": {state: vocab.PowerOn, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true, Yes: true}, mods: deadW1, wantErr: ErrRefused, vaLeft: true,
 			out: []string{"fenced confirm w-1", "NOT cured", "power ON"}, noWrites: true},
-		{name: "dead node whose BMC reads off: confirmed", inv: fakeInventory{"w-1": {state: core.PowerOff, guid: nodeUUID}},
+		{name: "dead node whose BMC reads off: confirmed", inv: fakeInventory{"w-1": {state: vocab.PowerOff, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true, Yes: true}, mods: deadW1, vaLeft: true, tainted: true,
-			event: "Warning " + EventManualFenceConfirmed + " alice confirmed node w-1 is powered off (fenced confirm): " + ConfirmReasonPrefix + "dead-node"},
-		{name: "dead node, no terminal: nothing", inv: fakeInventory{"w-1": {state: core.PowerOff, guid: nodeUUID}},
+			event: "Warning " + string(vocab.EventManualFenceConfirmed) + " alice confirmed node w-1 is powered off (fenced confirm): " + ConfirmReasonPrefix + "dead-node"},
+		{name: "dead node, no terminal: nothing", inv: fakeInventory{"w-1": {state: vocab.PowerOff, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true}, mods: deadW1, wantErr: ErrRefused, vaLeft: true, noWrites: true},
 	}
 	for _, tc := range cases {

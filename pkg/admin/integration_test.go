@@ -24,10 +24,8 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/diagnose"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
-	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -100,7 +98,7 @@ func TestDiagnoseFixIntegration(t *testing.T) {
 		{name: "changed between check and delete", hook: touch, opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrRefused, out: "changed since it was checked"},
 		{name: "no terminal and no yes", opts: DiagnoseOptions{Fix: true, In: strings.NewReader("y\n")}, wantErr: ErrRefused, out: "Nothing changed."},
 		{name: "dead node whose BMC reads on", setup: func(t *testing.T, s *scenario) { s.setReady(t, corev1.ConditionUnknown) },
-			inv:  fakeInventory{"deadon-hold": {state: core.PowerOn, guid: nodeUUID}},
+			inv:  fakeInventory{"deadon-hold": {state: vocab.PowerOn, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrRefused, out: "power ON"},
 		{name: "safe", opts: DiagnoseOptions{Fix: true, Yes: true}, deleted: true, out: "Deleted volumeattachment va-safe"},
 		{name: "safe after asking", answer: func(*testing.T, *scenario) {}, deleted: true},
@@ -327,7 +325,7 @@ func vaEvents(ctx context.Context, t *testing.T, client kubernetes.Interface, va
 	}
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.Reason == stale.ReasonDeleted || e.Reason == stale.ReasonReleased {
+		if e.Reason == string(vocab.EventStaleVolumeAttachmentDeleted) || e.Reason == string(vocab.EventStaleVolumeAttachmentReleased) {
 			out = append(out, e)
 		}
 	}

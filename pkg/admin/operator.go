@@ -38,8 +38,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // ErrRefused is wrapped by the errors of Confirm and Unfence when they
@@ -128,12 +128,12 @@ func (o *Operator) log() *slog.Logger {
 }
 
 // warn records a Warning Event on the node, if there is a Recorder.
-func (o *Operator) warn(n *corev1.Node, reason, format string, args ...any) {
+func (o *Operator) warn(n *corev1.Node, reason vocab.EventReason, format string, args ...any) {
 	if o.Recorder != nil {
 		// A reference rather than the Node, as pkg/taint does, so that any
 		// recorder, whatever scheme it was built with, can use it.
 		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
-		o.Recorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)
+		o.Recorder.Eventf(ref, corev1.EventTypeWarning, string(reason), format, args...)
 	}
 }
 
@@ -210,7 +210,7 @@ func kindOf(err error) string {
 		return string(k)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return string(core.KindTimeout)
+		return string(vocab.KindTimeout)
 	}
 	return "error"
 }

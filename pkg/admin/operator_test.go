@@ -43,17 +43,17 @@ const (
 // fakeBMC is a BMC whose power is a variable.
 type fakeBMC struct {
 	mu       sync.Mutex
-	state    core.PowerState
+	state    vocab.PowerState
 	err      error // returned by PowerState
 	guid     string
 	offCalls int
 }
 
-func (b *fakeBMC) PowerState(context.Context) (core.PowerState, error) {
+func (b *fakeBMC) PowerState(context.Context) (vocab.PowerState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
-		return core.PowerUnknown, b.err
+		return vocab.PowerUnknown, b.err
 	}
 	return b.state, nil
 }
@@ -62,7 +62,7 @@ func (b *fakeBMC) PowerOff(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.offCalls++
-	b.state = core.PowerOff
+	b.state = vocab.PowerOff
 	return nil
 }
 
@@ -72,7 +72,7 @@ func (b *fakeBMC) Close() error                     { return nil }
 
 func (b *fakeBMC) SystemGUID(context.Context) (string, error) {
 	if b.guid == "" {
-		return "", &device.Error{Op: core.OpSystemGUID, Kind: core.KindNotSupported, Err: errors.New("no GUID")}
+		return "", &device.Error{Op: vocab.OpSystemGUID, Kind: vocab.KindNotSupported, Err: errors.New("no GUID")}
 	}
 	return b.guid, nil
 }
@@ -100,8 +100,8 @@ func (i fakeInventory) Endpoint(node string) (string, bool) {
 }
 
 func timeoutErr(node string) error {
-	return &device.Error{Node: node, Op: core.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
-		Kind: core.KindTimeout, Err: context.DeadlineExceeded}
+	return &device.Error{Node: node, Op: vocab.OpPowerStatus, Endpoint: "ipmi://bmc-" + node + ":623",
+		Kind: vocab.KindTimeout, Err: context.DeadlineExceeded}
 }
 
 // newNode is a Node as its kubelet left it: Ready since an hour before t0.
@@ -206,7 +206,7 @@ func hasEvent(evs []string, prefix string, contains ...string) bool {
 }
 
 func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
-	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
+	bmc := &fakeBMC{state: vocab.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "power ON") {
@@ -221,7 +221,7 @@ func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
 }
 
 func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
-	bmc := &fakeBMC{state: core.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
+	bmc := &fakeBMC{state: vocab.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "another machine") {
@@ -233,7 +233,7 @@ func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
 }
 
 func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
-	bmc := &fakeBMC{state: core.PowerOn, guid: nodeUUID}
+	bmc := &fakeBMC{state: vocab.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
 	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true, Reason: "hung"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
@@ -285,7 +285,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app", UID: "p2"}, Spec: corev1.PodSpec{NodeName: "n2"}}
 	bmcs := fakeInventory{
 		"n1": {err: timeoutErr("n1")}, // unreadable: the operator's word is the evidence
-		"n2": {state: core.PowerOff, guid: nodeUUID},
+		"n2": {state: vocab.PowerOff, guid: nodeUUID},
 	}
 	e := newEnv(bmcs, newNode("n1", corev1.ConditionUnknown), newNode("n2", corev1.ConditionTrue), pod, other)
 
@@ -317,8 +317,8 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 		}
 	}
 	evs := e.events()
-	if !hasEvent(evs, "Normal "+taint.EventTaintApplied, "manual") ||
-		!hasEvent(evs, "Warning "+EventManualFenceConfirmed, "alice", "PSU dead") {
+	if !hasEvent(evs, "Normal "+string(vocab.EventOutOfServiceTaintApplied), "manual") ||
+		!hasEvent(evs, "Warning "+string(vocab.EventManualFenceConfirmed), "alice", "PSU dead") {
 		t.Errorf("events = %q", evs)
 	}
 
@@ -337,7 +337,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 func TestConfirmOnExcludedNode(t *testing.T) {
 	n := newNode("n1", corev1.ConditionUnknown)
 	n.Labels = map[string]string{taint.Medik8sExcludeLabel: "true"}
-	e := newEnv(fakeInventory{"n1": {state: core.PowerOff, guid: nodeUUID}}, n)
+	e := newEnv(fakeInventory{"n1": {state: vocab.PowerOff, guid: nodeUUID}}, n)
 	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "maintenance, checked on site"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
 	}
@@ -368,7 +368,7 @@ func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
 func TestConfirmOnFencedNodeIsANoop(t *testing.T) {
 	for name, mod := range map[string]func(*corev1.Node){"fenced": fencedWith(bootA), "foreign": foreignTaint} {
 		t.Run(name, func(t *testing.T) {
-			bmc := &fakeBMC{state: core.PowerOn}
+			bmc := &fakeBMC{state: vocab.PowerOn}
 			e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionFalse, mod))
 			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true}); err != nil {
 				t.Fatal(err)
@@ -439,10 +439,10 @@ func TestUnfence(t *testing.T) {
 				t.Fatalf("taint removed = %v, want %v", removed, tc.wantRemove)
 			}
 			evs := e.events()
-			if tc.wantRemove && !hasEvent(evs, "Normal "+taint.EventTaintRemoved, "alice", "back") {
+			if tc.wantRemove && !hasEvent(evs, "Normal "+string(vocab.EventOutOfServiceTaintRemoved), "alice", "back") {
 				t.Errorf("events = %q", evs)
 			}
-			forcedEvent := hasEvent(evs, "Warning "+EventUnfenceForced, "alice", "--force", "new boot ID", "back")
+			forcedEvent := hasEvent(evs, "Warning "+string(vocab.EventUnfenceForced), "alice", "--force", "new boot ID", "back")
 			forcedLog := strings.Contains(e.log.String(), "unfence forced")
 			if tc.wantRemove && tc.force != (forcedEvent && forcedLog) {
 				t.Errorf("forced: event %v log %v; events %q log %q", forcedEvent, forcedLog, evs, e.log)
@@ -486,8 +486,8 @@ func TestStatus(t *testing.T) {
 	defer agent.Close()
 
 	bmcs := fakeInventory{
-		"healthy": {state: core.PowerOn},
-		"fenced":  {state: core.PowerOff},
+		"healthy": {state: vocab.PowerOn},
+		"fenced":  {state: vocab.PowerOff},
 		"hung":    {err: timeoutErr("hung")},
 	}
 	fencedNode := newNode("fenced", corev1.ConditionFalse, fencedWith(bootA))
@@ -600,11 +600,11 @@ func (i topologyInventory) Levels(node string) [][]device.Plug {
 func TestConfirmReadsTheOtherLevels(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		outlets []core.PowerState
+		outlets []vocab.PowerState
 		refused string
 	}{
-		{"one outlet still on", []core.PowerState{core.PowerOff, core.PowerOn}, "fencing level 2 reads node n1's power ON"},
-		{"both outlets off", []core.PowerState{core.PowerOff, core.PowerOff}, ""},
+		{"one outlet still on", []vocab.PowerState{vocab.PowerOff, vocab.PowerOn}, "fencing level 2 reads node n1's power ON"},
+		{"both outlets off", []vocab.PowerState{vocab.PowerOff, vocab.PowerOff}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bmc := &fakeBMC{err: timeoutErr("n1")}

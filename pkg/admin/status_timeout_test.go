@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // deadlineBMC reads on and remembers how long its read was given.
@@ -18,11 +18,11 @@ type deadlineBMC struct {
 	bounded bool
 }
 
-func (b *deadlineBMC) PowerState(ctx context.Context) (core.PowerState, error) {
+func (b *deadlineBMC) PowerState(ctx context.Context) (vocab.PowerState, error) {
 	var deadline time.Time
 	deadline, b.bounded = ctx.Deadline()
 	b.left = time.Until(deadline)
-	return core.PowerOn, nil
+	return vocab.PowerOn, nil
 }
 
 type oneBMC struct{ b *deadlineBMC }
@@ -53,7 +53,7 @@ func TestStatusReadsBMCsAsTheAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Nodes[0].Power != string(core.PowerOn) {
+			if s.Nodes[0].Power != string(vocab.PowerOn) {
 				t.Fatalf("power %q, want on", s.Nodes[0].Power)
 			}
 			if b.bounded != tt.wantBounded {

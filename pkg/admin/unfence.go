@@ -11,11 +11,8 @@ import (
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
-
-// EventUnfenceForced is the Warning Event Unfence records on the Node when
-// --force skipped the checks.
-const EventUnfenceForced = "UnfenceForced"
 
 // UnfenceOptions are the inputs of Unfence.
 type UnfenceOptions struct {
@@ -94,7 +91,7 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 		// and in the log, besides the terminal.
 		o.log().Warn("unfence forced: out-of-service taint removed without the recovery checks",
 			"node", n.Name, "by", user, "reason", opts.Reason, "failedChecks", failed)
-		o.warn(n, EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
+		o.warn(n, vocab.EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
 			user, skipped, reasonOr(opts.Reason))
 	}
 	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.TaintKey, n.Name)

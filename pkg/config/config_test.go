@@ -10,6 +10,7 @@ import (
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // writePassword creates a password file and returns its path.
@@ -217,7 +218,7 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	// The README's defaults of the policy section; the settings the file
 	// does not expose are the core's own.
 	decide := core.DefaultPolicy()
-	decide.Mode, decide.FenceAfter, decide.MaxUnhealthy, decide.MaxConcurrentPowerActions = core.ModeConfirmOnly, time.Minute, 0.5, 1
+	decide.Mode, decide.FenceAfter, decide.MaxUnhealthy, decide.MaxConcurrentPowerActions = vocab.ModeConfirmOnly, time.Minute, 0.5, 1
 	decide.FenceDelay, decide.PowerOnAfterFence, decide.ForceDeletePods = 5*time.Second, false, true
 	decide.ShutdownWait, decide.DryRun = 5*time.Minute, false
 	want := Policy{Policy: decide, StaleAttachmentGrace: DefaultStaleAttachmentGrace, DeleteStaleVolumeAttachments: false}
@@ -247,7 +248,7 @@ shutdown: {announce: false}
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
 	set := core.DefaultPolicy()
-	set.Mode, set.FenceAfter, set.MaxUnhealthy, set.MaxConcurrentPowerActions = core.ModePowerOff, 30*time.Second, 0.34, 2
+	set.Mode, set.FenceAfter, set.MaxUnhealthy, set.MaxConcurrentPowerActions = vocab.ModePowerOff, 30*time.Second, 0.34, 2
 	set.FenceDelay, set.PowerOnAfterFence, set.ForceDeletePods, set.ShutdownWait, set.DryRun = 0, true, false, 0, true
 	if cfg.Policy != (Policy{Policy: set, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true}) {
 		t.Errorf("policy %+v", cfg.Policy)

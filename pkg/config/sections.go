@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -76,15 +77,13 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 		StaleAttachmentGrace:         duration(p.StaleAttachmentGrace, DefaultStaleAttachmentGrace),
 		DeleteStaleVolumeAttachments: DefaultDeleteStaleVolumeAttachments,
 	}
-	r.Mode = core.Mode(first(p.Mode, string(def.Mode)))
+	r.Mode = first(p.Mode, def.Mode)
 	r.FenceAfter = duration(p.FenceAfter, def.FenceAfter)
 	r.MaxConcurrentPowerActions = first(p.MaxConcurrentPowerActions, def.MaxConcurrentPowerActions)
 	r.FenceDelay = duration(p.FenceDelay, def.FenceDelay)
 	r.ShutdownWait = duration(p.ShutdownWait, def.ShutdownWait)
-	switch r.Mode {
-	case core.ModeConfirmOnly, core.ModePowerOff:
-	default:
-		fe.add("policy", "mode", "unknown mode %q (want confirm-only or power-off)", r.Mode)
+	if !r.Mode.Valid() {
+		fe.add("policy", "mode", "unknown mode %q (want %s or %s)", r.Mode, vocab.ModeConfirmOnly, vocab.ModePowerOff)
 	}
 	if r.FenceAfter < 0 {
 		fe.add("policy", "fenceAfter", "%s is negative", r.FenceAfter)
@@ -104,12 +103,12 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	}
 	switch p.AfterFence {
 	case "":
-	case "off":
+	case vocab.PowerOff:
 		r.PowerOnAfterFence = false
-	case "on":
+	case vocab.PowerOn:
 		r.PowerOnAfterFence = true
 	default:
-		fe.add("policy", "afterFence", "%q: want off or on", p.AfterFence)
+		fe.add("policy", "afterFence", "%q: want %s or %s", p.AfterFence, vocab.PowerOff, vocab.PowerOn)
 	}
 	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
 		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // APIVersion and Kind identify the configuration file format.
@@ -110,7 +112,7 @@ type GossipTimings struct {
 type PolicySpec struct {
 	// Mode is "confirm-only" (taint only nodes whose BMC reads off) or
 	// "power-off" (also switch off nodes unresponsive on both channels).
-	Mode string `json:"mode,omitempty"`
+	Mode vocab.Mode `json:"mode,omitempty"`
 	// FenceAfter is how long a node must be unresponsive on both channels
 	// before power-off mode switches it off.
 	FenceAfter *metav1.Duration `json:"fenceAfter,omitempty"`
@@ -123,7 +125,7 @@ type PolicySpec struct {
 	FenceDelay *metav1.Duration `json:"fenceDelay,omitempty"`
 	// AfterFence is "off" (leave a node fenced by power-off switched off)
 	// or "on" (switch it on again once its volumes are released).
-	AfterFence string `json:"afterFence,omitempty"`
+	AfterFence vocab.PowerState `json:"afterFence,omitempty"`
 	// ForceDeletePods deletes a fenced node's pods at once instead of
 	// waiting for the pod garbage collector's 20 s tick.
 	ForceDeletePods *bool `json:"forceDeletePods,omitempty"`

@@ -13,6 +13,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // RecreatePatch is the merge patch that switches a Deployment to the
@@ -73,7 +75,7 @@ func newIndex(s Snapshot) *index {
 		ix.deploys[d.Namespace+"/"+d.Name] = d
 	}
 	for _, e := range s.Events {
-		if e.Reason != EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !strings.Contains(e.Message, MultiAttachMessage) {
+		if vocab.EventReason(e.Reason) != vocab.EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !strings.Contains(e.Message, MultiAttachMessage) {
 			continue
 		}
 		k := e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name

@@ -52,7 +52,7 @@ func newWorld() *world {
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: "logger-7d9c-new12.1"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: newPod.Name},
-		Reason:         EventFailedAttachVolume, Type: corev1.EventTypeWarning, Count: 5,
+		Reason:         string(vocab.EventFailedAttachVolume), Type: corev1.EventTypeWarning, Count: 5,
 		FirstTimestamp: before(4 * time.Minute), LastTimestamp: before(30 * time.Second),
 		Message: `Multi-Attach error for volume "` + pvName + `" Volume is already exclusively attached to one node and can't be attached to another`,
 	}
@@ -173,7 +173,7 @@ func TestDiagnoseCauses(t *testing.T) {
 		{name: "seed 002: dead node fenced cannot read", setup: func(w *world) {
 			dead(w.node("w-1"))
 			w.oldPod()
-			w.s.Fencing["w-1"] = NodeFencing{LastEvent: &NodeEvent{Type: "Warning", Reason: core.ReasonCannotConfirmPowerState,
+			w.s.Fencing["w-1"] = NodeFencing{LastEvent: &NodeEvent{Type: "Warning", Reason: string(vocab.EventCannotConfirmPowerState),
 				Message: "BMC unreachable", Time: now.Add(-4 * time.Minute)}, Configured: yes, Fenceable: no, FenceableSays: "CannotBeFencedAutomatically 10m ago"}
 		}, cause: CauseDeadNode, action: FixConfirmNode, automatic: true, command: "fenced confirm w-1 --reason",
 			fenced: "fenced: CannotConfirmPowerState 4m ago: BMC unreachable; no working fence device", proof: []string{"Ready=Unknown for 4m (NodeStatusUnknown)"}},
@@ -184,7 +184,7 @@ func TestDiagnoseCauses(t *testing.T) {
 		{name: "dead node fenced has tainted", setup: func(w *world) {
 			dead(w.node("w-1"))
 			w.s.Fencing["w-1"] = NodeFencing{Tainted: true, ByFenced: true, Evidence: &core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "fencer-1",
-				At: now.Add(-2 * time.Minute), BMC: &core.Reading{Power: core.PowerOff, At: now.Add(-2 * time.Minute), Endpoint: "ipmi://10.0.0.11:623"}}}
+				At: now.Add(-2 * time.Minute), BMC: &core.Reading{Power: vocab.PowerOff, At: now.Add(-2 * time.Minute), Endpoint: "ipmi://10.0.0.11:623"}}}
 		}, cause: CauseDeadNode, action: FixWait, fenced: "tainted out-of-service by fenced"},
 		{name: "dead node tainted by someone else", setup: func(w *world) {
 			dead(w.node("w-1"))

@@ -90,7 +90,3 @@ type Options struct {
 // MultiAttachMessage is how the attach/detach controller's
 // FailedAttachVolume Event starts when another node holds the volume.
 const MultiAttachMessage = "Multi-Attach error"
-
-// EventFailedAttachVolume is the reason of the attach/detach controller's
-// Event on a pod whose volume cannot be attached.
-const EventFailedAttachVolume = "FailedAttachVolume"

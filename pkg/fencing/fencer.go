@@ -676,11 +676,11 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 	case core.ActRequeue:
 		f.queue.AddAfter(name, a.After)
 	case core.ActReadPower:
-		f.startBMC(ctx, name, core.OpPowerStatus)
+		f.startBMC(ctx, name, vocab.OpPowerStatus)
 	case core.ActPowerOff:
-		f.startBMC(ctx, name, core.OpPowerOff)
+		f.startBMC(ctx, name, vocab.OpPowerOff)
 	case core.ActPowerOn:
-		f.startBMC(ctx, name, core.OpPowerOn)
+		f.startBMC(ctx, name, vocab.OpPowerOn)
 	case core.ActAcquireLease:
 		return f.acquireLease(ctx, name)
 	case core.ActReleaseLease:
@@ -748,15 +748,15 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		}
 	case core.ActEvent:
 		if node != nil {
-			f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
+			f.cfg.Recorder.Event(node, a.EventType, string(a.Reason), a.Message)
 		}
 	case core.ActChallenge:
 		f.startChallenge(ctx, name, node)
 	case core.ActSafetyAlarm:
-		f.cfg.Metrics.SafetyAlarms.WithLabelValues(a.Reason).Inc()
+		f.cfg.Metrics.SafetyAlarms.WithLabelValues(string(a.Reason)).Inc()
 		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)
 		if node != nil {
-			f.cfg.Recorder.Event(node, corev1.EventTypeWarning, a.Reason, a.Message)
+			f.cfg.Recorder.Event(node, corev1.EventTypeWarning, string(a.Reason), a.Message)
 		}
 	}
 	return nil
@@ -798,20 +798,20 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 		var r *core.Reading
 		var fail *core.Failure
 		switch op {
-		case core.OpPowerStatus:
+		case vocab.OpPowerStatus:
 			// The node stays InFlight while it waits for a slot: the core
 			// neither asks again nor decides on an older reading meanwhile.
 			// Its reading is dated when its own request goes out.
 			if !f.reads.acquire(ctx, f.readClassOf(name)) {
-				fail = &core.Failure{Op: op, Kind: core.KindTimeout, Message: "fencer stopping: read not started", At: f.cfg.Now()}
+				fail = &core.Failure{Op: op, Kind: vocab.KindTimeout, Message: "fencer stopping: read not started", At: f.cfg.Now()}
 				break
 			}
 			start = f.cfg.Now()
 			r, fail = f.readLevels(ctx, name, levels)
 			f.reads.release()
-		case core.OpPowerOff:
+		case vocab.OpPowerOff:
 			r, fail = f.powerOffLevels(ctx, name, levels)
-		case core.OpPowerOn:
+		case vocab.OpPowerOn:
 			fail = f.powerOnLevels(ctx, name, levels)
 		}
 		elapsed := f.cfg.Now().Sub(start)
@@ -868,7 +868,7 @@ func actionNames(as []core.Action) string {
 	var s []string
 	for _, a := range as {
 		if a.Kind == core.ActEvent || a.Kind == core.ActSafetyAlarm || a.Kind == core.ActHeld {
-			s = append(s, string(a.Kind)+":"+a.Reason)
+			s = append(s, string(a.Kind)+":"+string(a.Reason))
 		} else if a.Kind != core.ActRequeue {
 			s = append(s, string(a.Kind))
 		}

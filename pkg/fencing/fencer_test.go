@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // startFencer builds a fencer from cfg on informers of cfg.Client, as the
@@ -124,7 +125,7 @@ func TestNeverReady(t *testing.T) {
 
 // testPolicy is the decision core's test policy (pkg/fencing/core, decide_test.go),
 // for fencers under test.
-func testPolicy(mode core.Mode) core.Policy {
+func testPolicy(mode vocab.Mode) core.Policy {
 	p := core.DefaultPolicy()
 	p.Mode, p.FenceAfter, p.MaxUnhealthy, p.MaxConcurrentPowerActions = mode, 30*time.Second, 0.5, 1
 	p.FenceDelay, p.ForceDeletePods, p.PowerOnAfterFence, p.DryRun = 5*time.Second, true, false, false

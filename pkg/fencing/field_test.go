@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -25,15 +24,15 @@ func TestMislabelledPlugFalseDeathOfAReadyNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	b := newHostileBed(t, testPolicy(core.ModeConfirmOnly), "victim-1", "victim-2", "victim-3")
+	b := newHostileBed(t, testPolicy(vocab.ModeConfirmOnly), "victim-1", "victim-2", "victim-3")
 	v1 := b.victims["victim-1"]
-	v1.bmc.power.Store(core.PowerOff) // the plug of another machine, off
+	v1.bmc.power.Store(vocab.PowerOff) // the plug of another machine, off
 	if err := b.forger.Dead(b.ring.LocalAddr(), v1.name, ^uint32(0), "fencer"); err != nil {
 		t.Fatal(err)
 	}
 	b.waitFor(10*time.Second, "the fencer reads the mislabelled device", func() bool { return v1.bmc.reads.Load() > 0 })
 	b.waitFor(20*time.Second, "the safety alarm", func() bool {
-		return b.alarms(core.ReasonPowerReadingContradicted) > 0
+		return b.alarms(string(vocab.EventPowerReadingContradicted)) > 0
 	})
 	b.assertNoHarm(10 * time.Second)
 	if m, _ := b.ring.Member(v1.name); m.State != vocab.MemberDead {
@@ -97,15 +96,15 @@ func TestMonitorFindsAMislabelledPlugBeforeAnOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	b := newHostileBed(t, testPolicy(core.ModeConfirmOnly), "victim-1", "victim-2", "victim-3")
-	b.victims["victim-1"].bmc.power.Store(core.PowerOff)
+	b := newHostileBed(t, testPolicy(vocab.ModeConfirmOnly), "victim-1", "victim-2", "victim-3")
+	b.victims["victim-1"].bmc.power.Store(vocab.PowerOff)
 	// victim-3 really lost its power: off, and its agent gone.
-	b.victims["victim-3"].bmc.power.Store(core.PowerOff)
+	b.victims["victim-3"].bmc.power.Store(vocab.PowerOff)
 	b.victims["victim-3"].ring.Shutdown()
 	for round := range 3 {
 		b.fencer.monitorRound(t.Context())
-		if got := b.alarms(core.ReasonDeviceReadsOffLiveNode); got != 1 {
-			t.Fatalf("round %d: %v %s alarms, want 1", round, got, core.ReasonDeviceReadsOffLiveNode)
+		if got := b.alarms(string(vocab.EventPowerDeviceReadsOffLiveNode)); got != 1 {
+			t.Fatalf("round %d: %v %s alarms, want 1", round, got, vocab.EventPowerDeviceReadsOffLiveNode)
 		}
 	}
 	for _, n := range b.tainted() {
@@ -114,7 +113,7 @@ func TestMonitorFindsAMislabelledPlugBeforeAnOutage(t *testing.T) {
 		}
 	}
 	// Fixed inventory: the alarm is raised again only after a new finding.
-	b.victims["victim-1"].bmc.power.Store(core.PowerOn)
+	b.victims["victim-1"].bmc.power.Store(vocab.PowerOn)
 	b.fencer.monitorRound(t.Context())
 	b.fencer.mu.Lock()
 	misfed := b.fencer.state["victim-1"] != nil && b.fencer.state["victim-1"].misfed

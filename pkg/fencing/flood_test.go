@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"fenced.io/fenced/internal/testbed/hostile"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -47,7 +46,7 @@ func TestOversizedGossipFloodBounded(t *testing.T) {
 		t.Skip("real gossip rings and a 160 MB flood")
 	}
 	logs := &logMeter{}
-	b := newHostileBedLogging(t, testPolicy(core.ModeConfirmOnly), logs.logger, "victim-1")
+	b := newHostileBedLogging(t, testPolicy(vocab.ModeConfirmOnly), logs.logger, "victim-1")
 	v := b.victims["victim-1"]
 	to := b.ring.LocalAddr()
 	// A victim at the fencer's end only: its own ring would refute the

@@ -29,11 +29,11 @@ func TestDeletedNodeIsForgotten(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		mode  core.Mode
-		power core.PowerState
+		mode  vocab.Mode
+		power vocab.PowerState
 	}{
-		{"confirm-only: the BMC reads off", core.ModeConfirmOnly, core.PowerOff},
-		{"power-off: the agent is silent, the fencer switches the node off", core.ModePowerOff, core.PowerOn},
+		{"confirm-only: the BMC reads off", vocab.ModeConfirmOnly, vocab.PowerOff},
+		{"power-off: the agent is silent, the fencer switches the node off", vocab.ModePowerOff, vocab.PowerOn},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

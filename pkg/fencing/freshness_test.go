@@ -39,7 +39,7 @@ type slowBMC struct {
 	delay time.Duration
 }
 
-func (b *slowBMC) PowerState(ctx context.Context) (core.PowerState, error) {
+func (b *slowBMC) PowerState(ctx context.Context) (vocab.PowerState, error) {
 	time.Sleep(b.delay)
 	return b.countingBMC.PowerState(ctx)
 }
@@ -55,7 +55,7 @@ func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fa
 	t.Helper()
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
-	p := testPolicy(core.ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
 		Inventory: inventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
@@ -93,7 +93,7 @@ func TestEvidenceIsDatedWithTheAnswer(t *testing.T) {
 		t.Skip("runs a fencer")
 	}
 	b := &slowBMC{delay: 1500 * time.Millisecond}
-	b.power.Store(core.PowerOff)
+	b.power.Store(vocab.PowerOff)
 	_, client := runFencer(t, b)
 	ev := waitTaintEvidence(t, client, "no taint")
 	if ev.BMC == nil || ev.BMC.SentAt.IsZero() || ev.BMC.At.Sub(ev.BMC.SentAt) < b.delay {
@@ -109,10 +109,10 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 		t.Skip("runs a fencer")
 	}
 	reading := time.Now()
-	b := newCountingBMC(core.PowerOff)
+	b := newCountingBMC(vocab.PowerOff)
 	f, client := runFencer(t, b, kubeletLease("victim", reading.Add(-5*time.Second)))
 	ev := &core.Evidence{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(-5 * time.Second)}}
+		BMC: &core.Reading{Power: vocab.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(-5 * time.Second)}}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "victim", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestWriteTimeCheckUsesTheFreshestView(t *testing.T) {
 	// A new boot in the Node as just read.
 	n.Status.NodeInfo.BootID = "boot-2"
 	if err := f.evidenceCheck(context.Background(), "victim", &core.Evidence{Method: vocab.EvidenceBMCPowerOff, At: reading, BootID: "boot-1",
-		BMC: &core.Reading{Power: core.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
+		BMC: &core.Reading{Power: vocab.PowerOff, At: reading, KubeletLeaseRenewedAt: reading.Add(time.Minute)}})(n); !errors.Is(err, ErrEvidenceVoided) {
 		t.Fatalf("new boot: %v", err)
 	}
 }
@@ -160,17 +160,17 @@ func TestLaggingInformerIsNoSignOfLife(t *testing.T) {
 	recorder := record.NewFakeRecorder(1000)
 	startFencerWatching(t, Config{
 		Identity: "fencer", Client: api,
-		Inventory: inventoryOf(map[string]device.BMC{"victim": newCountingBMC(core.PowerOff)}, map[string]string{"victim": "test://victim"}),
+		Inventory: inventoryOf(map[string]device.BMC{"victim": newCountingBMC(vocab.PowerOff)}, map[string]string{"victim": "test://victim"}),
 		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: now}},
 		Tainter:   taint.NewTainter(api, "fencer", nil), Recorder: recorder,
-		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
+		Policy: testPolicy(vocab.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
 	}, lagging)
 	ev := waitTaintEvidence(t, api, "not tainted: the renewal the informer had not seen was taken for a sign of life")
 	if ev.BMC == nil || !ev.BMC.KubeletLeaseRenewedAt.Equal(now.Add(-15*time.Second)) {
 		t.Fatalf("evidence %+v: want the reading stamped with the API server's renewal (%s)", ev.BMC, now.Add(-15*time.Second))
 	}
 	for len(recorder.Events) > 0 {
-		if e := <-recorder.Events; strings.Contains(e, core.ReasonPowerReadingContradicted) {
+		if e := <-recorder.Events; strings.Contains(e, string(vocab.EventPowerReadingContradicted)) {
 			t.Fatalf("a contradiction was raised: %s", e)
 		}
 	}

@@ -49,25 +49,25 @@ type countingBMC struct {
 	powerOffs atomic.Int32
 }
 
-func newCountingBMC(p core.PowerState) *countingBMC {
+func newCountingBMC(p vocab.PowerState) *countingBMC {
 	b := &countingBMC{}
 	b.power.Store(p)
 	return b
 }
 
-func (b *countingBMC) PowerState(context.Context) (core.PowerState, error) {
+func (b *countingBMC) PowerState(context.Context) (vocab.PowerState, error) {
 	b.reads.Add(1)
-	return b.power.Load().(core.PowerState), nil
+	return b.power.Load().(vocab.PowerState), nil
 }
 func (b *countingBMC) PowerOff(context.Context) error {
 	b.powerOffs.Add(1)
-	b.power.Store(core.PowerOff)
+	b.power.Store(vocab.PowerOff)
 	return nil
 }
-func (b *countingBMC) PowerOn(context.Context) error    { b.power.Store(core.PowerOn); return nil }
+func (b *countingBMC) PowerOn(context.Context) error    { b.power.Store(vocab.PowerOn); return nil }
 func (b *countingBMC) PowerCycle(context.Context) error { return nil }
 func (b *countingBMC) SystemGUID(context.Context) (string, error) {
-	return "", &device.Error{Kind: core.KindNotSupported}
+	return "", &device.Error{Kind: vocab.KindNotSupported}
 }
 func (b *countingBMC) Close() error { return nil }
 
@@ -162,7 +162,7 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 	}
 	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue), policy, binding}
 	for i, name := range victims {
-		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(core.PowerOn)}
+		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(vocab.PowerOn)}
 		b.victims[name] = v
 		objs = append(objs, hostileNode(name, v.boot, v.ip, corev1.ConditionTrue))
 	}
@@ -318,7 +318,7 @@ func TestHostileMemberCannotTaint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real gossip rings")
 	}
-	p := testPolicy(core.ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	b := newHostileBed(t, p, "victim-1", "victim-2", "victim-3", "victim-4", "bystander")
 	v1, v2, v3, v4 := b.victims["victim-1"], b.victims["victim-2"], b.victims["victim-3"], b.victims["victim-4"]
 	attackerKey, _ := identity.NewKey()
@@ -476,7 +476,7 @@ func TestHostileMemberCannotPowerOff(t *testing.T) {
 // guards, not the timers, keep a healthy node powered.
 func newPowerOffBed(t *testing.T) *hostileBed {
 	t.Helper()
-	p := testPolicy(core.ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	p.FenceAfter, p.FenceDelay, p.ChallengeInterval = time.Second, time.Second, time.Second
 	return newHostileBed(t, p, "victim-1", "victim-2", "victim-3")
 }

@@ -8,6 +8,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Inventory is where the fencer finds each node's fencing levels: a
@@ -31,7 +32,7 @@ type Inventory interface {
 func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
 	var reads []core.LevelRead
 	for i, plugs := range levels {
-		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerStatus, device.ReadPlug)
+		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug)
 		reads = append(reads, lr)
 		if lr.Decides() {
 			break
@@ -48,7 +49,7 @@ func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.
 func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
 	var failed []core.LevelRead
 	for i, plugs := range levels {
-		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerOff, func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerOff, func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
 			res, err := device.PowerOffVerified(ctx, b, f.cfg.Verify)
 			return res.State, err
 		})
@@ -67,7 +68,7 @@ func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]dev
 	}
 	_, fail := core.CombineLevels(failed)
 	if fail != nil {
-		fail.Op, fail.Message = core.OpPowerOff, strings.Replace(fail.Message, "no level could be read", "no level could be switched off", 1)
+		fail.Op, fail.Message = vocab.OpPowerOff, strings.Replace(fail.Message, "no level could be read", "no level could be switched off", 1)
 	}
 	return nil, fail
 }
@@ -78,7 +79,7 @@ func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]dev
 func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]device.Plug) *core.Failure {
 	var failed []core.LevelRead
 	for i, plugs := range levels {
-		lr := f.onLevel(ctx, name, i+1, plugs, core.OpPowerOn, func(ctx context.Context, b device.BMC) (core.PowerState, error) {
+		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerOn, func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
 			res, err := device.PowerOnVerified(ctx, b, f.cfg.Verify)
 			return res.State, err
 		})
@@ -89,7 +90,7 @@ func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]devi
 	}
 	_, fail := core.CombineLevels(failed)
 	if fail != nil {
-		fail.Op, fail.Message = core.OpPowerOn, strings.Replace(fail.Message, "no level could be read", "no level could be switched on", 1)
+		fail.Op, fail.Message = vocab.OpPowerOn, strings.Replace(fail.Message, "no level could be read", "no level could be switched on", 1)
 	}
 	return fail
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
@@ -67,13 +66,13 @@ func TestNotifyFromInsideTheRing(t *testing.T) {
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(victim)
 	members := &reentrantMembers{stillMembers: stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}}}
-	b := newCountingBMC(core.PowerOff)
+	b := newCountingBMC(vocab.PowerOff)
 	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
 		Inventory: inventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),
 		Members:   members,
 		Tainter:   taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
-		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Policy: testPolicy(vocab.ModeConfirmOnly), LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()),
 		Logger: testLog(t, "fencer"),
 	})
 	members.f.Store(f)

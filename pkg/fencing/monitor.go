@@ -15,6 +15,7 @@ import (
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Device monitoring (Pacemaker's monitor operation): every power device
@@ -115,10 +116,10 @@ func (f *Fencer) monitorRound(ctx context.Context) {
 			msg := "this node cannot be fenced automatically: no fencing level answers (" + strings.Join(why, " | ") +
 				"); if it fails now, it stays down until a person runs fenced confirm"
 			f.log.Error("device monitor: node cannot be fenced automatically", "node", name, "levels", strings.Join(why, " | "))
-			f.cfg.Recorder.Event(byName[name], corev1.EventTypeWarning, core.ReasonCannotBeFenced, msg)
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeWarning, string(vocab.EventCannotBeFencedAutomatically), msg)
 		case ready > 0 && known && !was:
 			f.log.Info("device monitor: node can be fenced again", "node", name, "levelsReady", ready)
-			f.cfg.Recorder.Event(byName[name], corev1.EventTypeNormal, core.ReasonFenceable,
+			f.cfg.Recorder.Event(byName[name], corev1.EventTypeNormal, string(vocab.EventFenceDevicesAnswer),
 				fmt.Sprintf("%d of %d fencing levels answer again: this node can be fenced automatically", ready, len(ls)))
 		}
 	}
@@ -221,12 +222,12 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 	var off *core.Reading
 	for i, plugs := range levels {
 		// Counted as the monitor's requests, not as reads of a suspect.
-		lr := device.OnLevel(ctx, i+1, plugs, core.OpPowerStatus, device.ReadPlug, f.cfg.Now,
+		lr := device.OnLevel(ctx, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug, f.cfg.Now,
 			func(_ device.Plug, _ *core.Reading, err error, elapsed time.Duration) {
 				f.cfg.Metrics.bmcRequest(opMonitor, err, elapsed)
 			})
 		r, _ := core.CombineLevels([]core.LevelRead{lr})
-		if r != nil && r.Power == core.PowerOff {
+		if r != nil && r.Power == vocab.PowerOff {
 			off = r
 			break
 		}
@@ -261,7 +262,7 @@ func (f *Fencer) checkNodeLevels(ctx context.Context, n *corev1.Node, levels [][
 	}
 	msg := fmt.Sprintf("SAFETY: fencing level %d (%s) reads power off at %s, but the node is Ready and its agent answered a liveness challenge after that reading (boot %s): the device or plug in the configuration does not feed this node. If the node fails, this level cannot be trusted; fix the inventory.",
 		max(off.Level, 1), off.Endpoint, off.At.UTC().Format(time.RFC3339Nano), proof.BootID)
-	f.cfg.Metrics.SafetyAlarms.WithLabelValues(core.ReasonDeviceReadsOffLiveNode).Inc()
-	f.log.Error("SAFETY ALARM", "node", n.Name, "reason", core.ReasonDeviceReadsOffLiveNode, "message", msg)
-	f.cfg.Recorder.Event(n, corev1.EventTypeWarning, core.ReasonDeviceReadsOffLiveNode, msg)
+	f.cfg.Metrics.SafetyAlarms.WithLabelValues(string(vocab.EventPowerDeviceReadsOffLiveNode)).Inc()
+	f.log.Error("SAFETY ALARM", "node", n.Name, "reason", vocab.EventPowerDeviceReadsOffLiveNode, "message", msg)
+	f.cfg.Recorder.Event(n, corev1.EventTypeWarning, string(vocab.EventPowerDeviceReadsOffLiveNode), msg)
 }

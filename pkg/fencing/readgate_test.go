@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
@@ -49,7 +48,7 @@ type probedBMC struct {
 	dark  chan struct{} // nil: answers
 }
 
-func (b *probedBMC) PowerState(ctx context.Context) (core.PowerState, error) {
+func (b *probedBMC) PowerState(ctx context.Context) (vocab.PowerState, error) {
 	b.probe.enter()
 	defer b.probe.leave()
 	if b.dark != nil {
@@ -57,7 +56,7 @@ func (b *probedBMC) PowerState(ctx context.Context) (core.PowerState, error) {
 		case <-b.dark:
 		case <-ctx.Done():
 		}
-		return "", &device.Error{Kind: core.KindTimeout, Err: fmt.Errorf("no answer")}
+		return "", &device.Error{Kind: vocab.KindTimeout, Err: fmt.Errorf("no answer")}
 	}
 	time.Sleep(b.delay)
 	return b.countingBMC.PowerState(ctx)
@@ -93,7 +92,7 @@ func TestPowerReadsBounded(t *testing.T) {
 			for i := range tt.answering + tt.dark {
 				name := fmt.Sprintf("rack-%02d", i)
 				b := &probedBMC{probe: probe, delay: 20 * time.Millisecond}
-				b.power.Store(core.PowerOff)
+				b.power.Store(vocab.PowerOff)
 				if i < tt.dark {
 					b.dark = release
 				} else {
@@ -127,7 +126,7 @@ func TestPowerReadsBounded(t *testing.T) {
 				Identity: "fencer", Client: client,
 				Inventory: inventoryOf(bmcs, endpoints), Members: members,
 				Tainter: taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
-				Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: tt.limit,
+				Policy: testPolicy(vocab.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: tt.limit,
 				Metrics: m, Logger: testLog(t, "fencer"),
 			})
 			t.Cleanup(func() { close(release) })
@@ -288,7 +287,7 @@ type loggedBMC struct {
 	delay time.Duration
 }
 
-func (b *loggedBMC) PowerState(ctx context.Context) (core.PowerState, error) {
+func (b *loggedBMC) PowerState(ctx context.Context) (vocab.PowerState, error) {
 	b.log.add(b.name)
 	select {
 	case <-time.After(b.delay):
@@ -314,14 +313,14 @@ func TestRealFenceNotBehindGossipSuspects(t *testing.T) {
 	for i := range suspects {
 		name := fmt.Sprintf("alive-%02d", i)
 		b := &loggedBMC{name: name, log: log, delay: slow}
-		b.power.Store(core.PowerOn)
+		b.power.Store(vocab.PowerOn)
 		bmcs[name], endpoints[name] = b, "test://"+name
 		members[name] = heartbeat.Member{Name: name, State: vocab.MemberDead, Since: time.Now().Add(-10 * time.Minute)}
 		objs = append(objs, hostileNode(name, "boot-"+name, "127.0.0.9", corev1.ConditionTrue))
 	}
 	const victim = "dead-node"
 	vb := &loggedBMC{name: victim, log: log}
-	vb.power.Store(core.PowerOff)
+	vb.power.Store(vocab.PowerOff)
 	bmcs[victim], endpoints[victim] = vb, "test://"+victim
 	objs = append(objs, hostileNode(victim, "boot-"+victim, "127.0.0.9", corev1.ConditionTrue))
 	client := fake.NewClientset(objs...)
@@ -330,7 +329,7 @@ func TestRealFenceNotBehindGossipSuspects(t *testing.T) {
 		Identity: "fencer", Client: client,
 		Inventory: inventoryOf(bmcs, endpoints), Members: members,
 		Tainter: taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(10000),
-		Policy: testPolicy(core.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: 1,
+		Policy: testPolicy(vocab.ModeConfirmOnly), LeaseNamespace: hostileNS, MaxConcurrentPowerReads: 1,
 		Metrics: m, Logger: testLog(t, "fencer"),
 	})
 	// Every gossip suspect's read is in flight or waiting.

@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
@@ -39,7 +38,7 @@ func TestStaleKeyReplayCannotTaint(t *testing.T) {
 		{name: "new run signs with its unpublished key", signsEarly: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newHostileBed(t, testPolicy(core.ModeConfirmOnly), "victim")
+			b := newHostileBed(t, testPolicy(vocab.ModeConfirmOnly), "victim")
 			v := b.victims["victim"]
 
 			// The old run's last words, signed with the key on the Lease as

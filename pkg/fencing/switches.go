@@ -14,6 +14,7 @@ import (
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // The operator's switches, as the fencer sees them. What each one holds
@@ -21,12 +22,6 @@ import (
 // reads them — policy.dryRun from its configuration, a Node's exclusion
 // label from the Node, the cluster-wide pause from one ConfigMap it watches
 // — and reports what they hold back: an Event, a log line and a metric.
-
-// Event reasons of the cluster-wide pause, on the pause ConfigMap.
-const (
-	ReasonFencingPaused  = "FencingPaused"
-	ReasonFencingResumed = "FencingResumed"
-)
 
 // pauseState is the pause as last reported.
 type pauseState struct {
@@ -102,7 +97,7 @@ func (f *Fencer) pauseChanged(obj any) {
 		f.log.Warn("fencing paused cluster-wide: no taint, no Node write and no power action until resumed; still observing and deciding",
 			"configMap", where, "reason", reason)
 		if cm != nil {
-			f.cfg.Recorder.Event(cm, corev1.EventTypeWarning, ReasonFencingPaused, fmt.Sprintf(
+			f.cfg.Recorder.Event(cm, corev1.EventTypeWarning, string(vocab.EventFencingPaused), fmt.Sprintf(
 				"fencer %s paused: no taint, no Node write and no power action until %s says %s: \"false\" or is deleted (reason: %s)",
 				f.cfg.Identity, where, taint.PauseKey, orNone(reason)))
 		}
@@ -110,7 +105,7 @@ func (f *Fencer) pauseChanged(obj any) {
 		f.cfg.Metrics.Paused.Set(0)
 		f.log.Info("fencing resumed cluster-wide: carrying out what was held", "configMap", where)
 		if cm != nil {
-			f.cfg.Recorder.Event(cm, corev1.EventTypeNormal, ReasonFencingResumed, fmt.Sprintf(
+			f.cfg.Recorder.Event(cm, corev1.EventTypeNormal, string(vocab.EventFencingResumed), fmt.Sprintf(
 				"fencer %s resumed: carrying out what the pause held", f.cfg.Identity))
 		}
 	}
@@ -156,7 +151,7 @@ func (f *Fencer) reportHeld(name string, node *corev1.Node, a core.Action) {
 	f.log.Info("held", "node", name, "hold", string(a.Hold), "action", string(a.Held), "reason", a.Reason,
 		"evidence", heldEvidence(a), "message", a.Message)
 	if node != nil {
-		f.cfg.Recorder.Event(node, a.EventType, a.Reason, a.Message)
+		f.cfg.Recorder.Event(node, a.EventType, string(a.Reason), a.Message)
 	}
 }
 

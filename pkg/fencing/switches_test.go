@@ -72,7 +72,7 @@ func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node st
 	t.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
 	rec, stop := taint.NewRecorder(client, "fenced-test")
 	t.Cleanup(stop)
-	b := &switchBed{t: t, ctx: ctx, client: client, node: node, bmc: newCountingBMC(core.PowerOff),
+	b := &switchBed{t: t, ctx: ctx, client: client, node: node, bmc: newCountingBMC(vocab.PowerOff),
 		member: &switchMember{m: heartbeat.Member{Name: node, State: vocab.MemberAlive, Since: time.Now()}}}
 	b.f = startFencer(t, Config{
 		Identity: "fencer", Client: client,
@@ -192,7 +192,7 @@ func TestSwitchesAgainstAPIServer(t *testing.T) {
 	}
 
 	t.Run("dry-run", func(t *testing.T) {
-		p := testPolicy(core.ModeConfirmOnly)
+		p := testPolicy(vocab.ModeConfirmOnly)
 		p.DryRun = true
 		b := newSwitchBed(ctx, t, c, "dry-victim", p, nil)
 		if v := testutil.ToFloat64(b.f.cfg.Metrics.DryRun); v != 1 {
@@ -210,7 +210,7 @@ func TestSwitchesAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("exclusion", func(t *testing.T) {
-		b := newSwitchBed(ctx, t, c, "excluded-victim", testPolicy(core.ModeConfirmOnly), map[string]string{taint.Medik8sExcludeLabel: "true"})
+		b := newSwitchBed(ctx, t, c, "excluded-victim", testPolicy(vocab.ModeConfirmOnly), map[string]string{taint.Medik8sExcludeLabel: "true"})
 		b.powerLoss()
 		msg := b.waitEvent("ExcludedWouldReadPower")
 		if !strings.Contains(msg, taint.Medik8sExcludeLabel+"=true") {
@@ -236,7 +236,7 @@ func TestSwitchesAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("pause", func(t *testing.T) {
-		b := newSwitchBed(ctx, t, c, "paused-victim", testPolicy(core.ModeConfirmOnly), nil)
+		b := newSwitchBed(ctx, t, c, "paused-victim", testPolicy(vocab.ModeConfirmOnly), nil)
 		setPause(ctx, t, b.client, "true")
 		b.waitFor(15*time.Second, "fenced_paused 1", func() bool { return testutil.ToFloat64(b.f.cfg.Metrics.Paused) == 1 })
 		b.powerLoss()
@@ -245,9 +245,9 @@ func TestSwitchesAgainstAPIServer(t *testing.T) {
 			t.Errorf("message %q", msg)
 		}
 		b.stillUntainted(3*time.Second, "PausedWouldTaint")
-		sel := fields.Set{"involvedObject.kind": "ConfigMap", "involvedObject.name": taint.PauseConfigMap, "reason": ReasonFencingPaused}.AsSelector().String()
+		sel := fields.Set{"involvedObject.kind": "ConfigMap", "involvedObject.name": taint.PauseConfigMap, "reason": string(vocab.EventFencingPaused)}.AsSelector().String()
 		if l, err := b.client.CoreV1().Events(hostileNS).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil || len(l.Items) == 0 {
-			t.Errorf("no %s Event on the ConfigMap: %v", ReasonFencingPaused, err)
+			t.Errorf("no %s Event on the ConfigMap: %v", vocab.EventFencingPaused, err)
 		}
 		// Resume: the taint within seconds, no restart.
 		resumed := time.Now()

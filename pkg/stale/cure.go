@@ -15,17 +15,6 @@ import (
 	"fenced.io/fenced/pkg/diagnose"
 )
 
-// The Events of a cure, on the VolumeAttachment (and, from the fencers, on
-// the pods that waited for it). `fenced diagnose --fix` and the Reporter
-// record the same reasons.
-const (
-	// ReasonDeleted: a stale VolumeAttachment was deleted.
-	ReasonDeleted = "StaleVolumeAttachmentDeleted"
-	// ReasonReleased: the finalizers of a stale VolumeAttachment stuck in
-	// deletion were removed.
-	ReasonReleased = "StaleVolumeAttachmentReleased"
-)
-
 // Action is what a cure writes.
 type Action string
 

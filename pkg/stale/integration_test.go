@@ -28,6 +28,7 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // testGrace is the grace period in these tests: short, so they run in
@@ -95,9 +96,9 @@ func testReported(ctx context.Context, t *testing.T, client kubernetes.Interface
 	w.logs.wait(t, "va-1 reported", func(l logLine) bool { return l.is(DecisionReported, "va-1") })
 	w.logs.wait(t, "va-2 reported", func(l logLine) bool { return l.is(DecisionReported, "va-2") })
 	waitFor(t, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
-	w.waitEvent("Pod", "waiter", ReasonStale)
-	w.waitEvent("VolumeAttachment", "va-2", ReasonStale)
-	if w.hasEvent("VolumeAttachment", "va-1", ReasonStale) {
+	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment))
+	w.waitEvent("VolumeAttachment", "va-2", string(vocab.EventStaleVolumeAttachment))
+	if w.hasEvent("VolumeAttachment", "va-1", string(vocab.EventStaleVolumeAttachment)) {
 		t.Errorf("va-1 has a pod waiting for it: the Event belongs on the pod only")
 	}
 
@@ -167,7 +168,7 @@ func testNeverReported(ctx context.Context, t *testing.T, client kubernetes.Inte
 	if g := testutil.ToFloat64(r.cfg.Metrics.Stale); g != 0 {
 		t.Errorf("gauge %v, want 0", g)
 	}
-	if w.hasEvent("Pod", "waiter", ReasonStale) {
+	if w.hasEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment)) {
 		t.Error("the waiting pod got a StaleVolumeAttachment Event")
 	}
 	va, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-1", metav1.GetOptions{})
@@ -205,8 +206,8 @@ func testDeleted(ctx context.Context, t *testing.T, client kubernetes.Interface)
 	if _, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-gone", metav1.GetOptions{}); err != nil {
 		t.Errorf("va-gone: %v", err)
 	}
-	w.waitEvent("VolumeAttachment", "va-1", ReasonDeleted)
-	w.waitEvent("Pod", "waiter", ReasonDeleted)
+	w.waitEvent("VolumeAttachment", "va-1", string(vocab.EventStaleVolumeAttachmentDeleted))
+	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachmentDeleted))
 }
 
 // testHeld: with the switch on, the operator's switches (dry-run, pause,
@@ -328,9 +329,9 @@ func testStuckReported(ctx context.Context, t *testing.T, client kubernetes.Inte
 			strings.Contains(l.attrs["reason"], "detach is stuck")
 	})
 	waitFor(t, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
-	w.waitEvent("Pod", "waiter", ReasonStale)
-	w.waitEvent("VolumeAttachment", "va-gone", ReasonStale)
-	if ev := w.events("Pod", "waiter", ReasonStale); len(ev) > 0 && !strings.Contains(ev[0].Message, "finalizers") {
+	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment))
+	w.waitEvent("VolumeAttachment", "va-gone", string(vocab.EventStaleVolumeAttachment))
+	if ev := w.events("Pod", "waiter", string(vocab.EventStaleVolumeAttachment)); len(ev) > 0 && !strings.Contains(ev[0].Message, "finalizers") {
 		t.Errorf("Event %q does not say how to release it", ev[0].Message)
 	}
 
@@ -384,7 +385,7 @@ func testDetaching(ctx context.Context, t *testing.T, client kubernetes.Interfac
 	if g := testutil.ToFloat64(r.cfg.Metrics.Stale); g != 0 {
 		t.Errorf("gauge %v, want 0", g)
 	}
-	if w.hasEvent("Pod", "waiter", ReasonStale) {
+	if w.hasEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment)) {
 		t.Error("the waiting pod got a StaleVolumeAttachment Event")
 	}
 	if va, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-1", metav1.GetOptions{}); err != nil || len(va.Finalizers) == 0 {
@@ -418,9 +419,9 @@ func testReleased(ctx context.Context, t *testing.T, client kubernetes.Interface
 	if va, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-gone", metav1.GetOptions{}); err != nil || len(va.Finalizers) == 0 {
 		t.Errorf("va-gone: %v, %v", va, err)
 	}
-	w.waitEvent("VolumeAttachment", "va-1", ReasonReleased)
-	w.waitEvent("Pod", "waiter", ReasonReleased)
-	if w.hasEvent("VolumeAttachment", "va-1", ReasonDeleted) {
+	w.waitEvent("VolumeAttachment", "va-1", string(vocab.EventStaleVolumeAttachmentReleased))
+	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachmentReleased))
+	if w.hasEvent("VolumeAttachment", "va-1", string(vocab.EventStaleVolumeAttachmentDeleted)) {
 		t.Error("a release recorded as a deletion")
 	}
 }

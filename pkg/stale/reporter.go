@@ -31,12 +31,8 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/metrics"
+	"fenced.io/fenced/pkg/vocab"
 )
-
-// ReasonStale is the Warning Event on a pod waiting for a volume that a
-// stale VolumeAttachment holds (or on the VolumeAttachment when no pod
-// waits). The Events of the cure are ReasonDeleted and ReasonReleased.
-const ReasonStale = "StaleVolumeAttachment"
 
 // Decision is the `decision` of the Reporter's log lines, one per
 // decision about a VolumeAttachment.
@@ -665,7 +661,7 @@ func (r *Reporter) report(va *storagev1.VolumeAttachment, a diagnose.Attachment,
 			next = min(next, eventRetry)
 			continue
 		}
-		r.cfg.Recorder.Event(t.obj, corev1.EventTypeWarning, ReasonStale, t.msg)
+		r.cfg.Recorder.Event(t.obj, corev1.EventTypeWarning, string(vocab.EventStaleVolumeAttachment), t.msg)
 		r.mu.Lock()
 		h.sent[t.key] = now
 		r.mu.Unlock()
@@ -732,12 +728,12 @@ func (r *Reporter) cured(o Outcome, waiting []*corev1.Pod) {
 	if o.Result == ResultReleased {
 		r.decision(DecisionReleased, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion,
 			"finalizers", strings.Join(o.Finalizers, ","), "waiting", podNames(waiting))
-		r.record(va, waiting, ReasonReleased, fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
+		r.record(va, waiting, vocab.EventStaleVolumeAttachmentReleased, fmt.Sprintf("fenced removed finalizer %s of VolumeAttachment %s of volume %s on node %s, stuck in deletion (checked again right before: %s)",
 			strings.Join(o.Finalizers, ", "), va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, reason))
 		return
 	}
 	r.decision(DecisionDeleted, va, reason, "uid", va.UID, "resourceVersion", va.ResourceVersion, "waiting", podNames(waiting))
-	r.record(va, waiting, ReasonDeleted, fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)",
+	r.record(va, waiting, vocab.EventStaleVolumeAttachmentDeleted, fmt.Sprintf("fenced deleted VolumeAttachment %s of volume %s on node %s (checked again right before: %s)",
 		va.Name, diagnose.VolumeOf(va), va.Spec.NodeName, reason))
 }
 
@@ -751,10 +747,10 @@ func byHand(va *storagev1.VolumeAttachment) string {
 
 // record sends the Normal Event of a deletion or release on the
 // VolumeAttachment and on the pods that waited for it.
-func (r *Reporter) record(va *storagev1.VolumeAttachment, waiting []*corev1.Pod, reason, msg string) {
-	r.cfg.Recorder.Event(va, corev1.EventTypeNormal, reason, msg)
+func (r *Reporter) record(va *storagev1.VolumeAttachment, waiting []*corev1.Pod, reason vocab.EventReason, msg string) {
+	r.cfg.Recorder.Event(va, corev1.EventTypeNormal, string(reason), msg)
 	for _, p := range waiting {
-		r.cfg.Recorder.Event(p, corev1.EventTypeNormal, reason, msg)
+		r.cfg.Recorder.Event(p, corev1.EventTypeNormal, string(reason), msg)
 	}
 }
 

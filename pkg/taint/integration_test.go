@@ -131,7 +131,7 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 
 	// stop waits until the recorder has written its Events.
 	stop()
-	for reason, want := range map[string]string{EventTaintApplied: string(vocab.EvidenceBMCPowerOff), EventTaintRemoved: "new boot ID"} {
+	for reason, want := range map[string]string{string(vocab.EventOutOfServiceTaintApplied): string(vocab.EvidenceBMCPowerOff), string(vocab.EventOutOfServiceTaintRemoved): "new boot ID"} {
 		evs := nodeEvents(ctx, t, client, "roundtrip", reason)
 		if len(evs) != 1 {
 			t.Errorf("%d %s Events in the API, want 1", len(evs), reason)
@@ -534,7 +534,7 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		rec.Event(ref, corev1.EventTypeNormal, "RBACProbeRepeat", "same text")
 		rec.Event(ref, corev1.EventTypeNormal, "RBACProbeRepeat", "same text")
 		stop()
-		for _, reason := range []string{EventTaintApplied, EventTaintRemoved} {
+		for _, reason := range []string{string(vocab.EventOutOfServiceTaintApplied), string(vocab.EventOutOfServiceTaintRemoved)} {
 			if evs := nodeEvents(ctx, t, admin, "rbac-full", reason); len(evs) != 1 {
 				t.Errorf("%d %s Events, want 1", len(evs), reason)
 			}

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // flushTimeout bounds how long the stop function of NewRecorder waits for
@@ -92,7 +94,7 @@ func (s *flushSink) flush(rec record.EventRecorder, timeout time.Duration) {
 		delete(s.waiting, uid)
 		s.mu.Unlock()
 	}()
-	rec.Event(&corev1.ObjectReference{Kind: flushMarkerKind, Name: string(uid), UID: uid}, corev1.EventTypeNormal, "Flush", "flush")
+	rec.Event(&corev1.ObjectReference{Kind: flushMarkerKind, Name: string(uid), UID: uid}, corev1.EventTypeNormal, string(vocab.EventFlush), "flush")
 	select {
 	case <-ch:
 	case <-time.After(timeout):

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 const (
@@ -32,12 +33,6 @@ const (
 	// ReasonPoweredOff is the reason of the Ready=False condition
 	// MarkNotReady writes.
 	ReasonPoweredOff = "PoweredOff"
-)
-
-// Event reasons.
-const (
-	EventTaintApplied = "OutOfServiceTaintApplied"
-	EventTaintRemoved = "OutOfServiceTaintRemoved"
 )
 
 // ErrNotOurs is wrapped by Remove's error when the node's out-of-service
@@ -200,7 +195,7 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev core.Evidence, ch
 	if done == nil {
 		return nil, nil
 	}
-	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, EventTaintApplied,
+	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, string(vocab.EventOutOfServiceTaintApplied),
 		"Applied %s=%s:%s, method %s: %s", TaintKey, TaintValue, corev1.TaintEffectNoExecute, stored.Method, stored.Summary())
 	return done, nil
 }
@@ -260,7 +255,7 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (remov
 	if method == "" {
 		method = "unknown"
 	}
-	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, EventTaintRemoved,
+	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, string(vocab.EventOutOfServiceTaintRemoved),
 		"Removed %s (applied by %s, method %s): %s", TaintKey, appliedBy, method, reason)
 	return true, nil
 }

@@ -59,7 +59,7 @@ func bmcEvidence() core.Evidence {
 	return core.Evidence{
 		Method: vocab.EvidenceBMCPowerOff,
 		At:     t0,
-		BMC:    &core.Reading{Power: core.PowerOff, At: t0, Endpoint: "198.18.0.11:623", SystemGUID: testUUID},
+		BMC:    &core.Reading{Power: vocab.PowerOff, At: t0, Endpoint: "198.18.0.11:623", SystemGUID: testUUID},
 	}
 }
 
@@ -162,9 +162,9 @@ func TestApplyIdempotent(t *testing.T) {
 	}
 
 	evs := events(rec)
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventTaintApplied+" ") ||
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+string(vocab.EventOutOfServiceTaintApplied)+" ") ||
 		!strings.Contains(evs[0], string(vocab.EvidenceBMCPowerOff)) || !strings.Contains(evs[0], "198.18.0.11:623") {
-		t.Errorf("events = %q, want one Normal %s naming the method and BMC", evs, EventTaintApplied)
+		t.Errorf("events = %q, want one Normal %s naming the method and BMC", evs, vocab.EventOutOfServiceTaintApplied)
 	}
 }
 
@@ -294,7 +294,7 @@ func TestRemoveOurs(t *testing.T) {
 		t.Errorf("other taints/annotations lost: %+v %v", n.Spec.Taints, n.Annotations)
 	}
 	evs := events(rec)
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventTaintRemoved+" ") ||
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+string(vocab.EventOutOfServiceTaintRemoved)+" ") ||
 		!strings.Contains(evs[0], "new boot ID") || !strings.Contains(evs[0], "fencer-a") {
 		t.Errorf("events = %q", evs)
 	}
@@ -352,7 +352,7 @@ func TestEvidenceJSONRoundTrip(t *testing.T) {
 		At:     time.Date(2026, 3, 1, 3, 0, 0, 123456789, time.FixedZone("CET", 3600)),
 		BootID: testBoot,
 		Reason: "NotReady for 40s, gossip dead",
-		BMC: &core.Reading{Power: core.PowerOff, At: t0, Endpoint: "198.18.0.11:623",
+		BMC: &core.Reading{Power: vocab.PowerOff, At: t0, Endpoint: "198.18.0.11:623",
 			SystemGUID: testUUID, PoweredOffByFenced: true},
 	}
 	raw, err := json.Marshal(full)
@@ -677,7 +677,7 @@ func TestNewRecorderFlushesOnStop(t *testing.T) {
 	rec, stop := NewRecorder(cs, "fenced-test")
 	ref := nodeRef(testNode("n1"))
 	for i := range 3 {
-		rec.Eventf(ref, corev1.EventTypeNormal, EventTaintApplied, "event %d", i)
+		rec.Eventf(ref, corev1.EventTypeNormal, string(vocab.EventOutOfServiceTaintApplied), "event %d", i)
 	}
 	stop()
 	stop() // idempotent

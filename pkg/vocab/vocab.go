@@ -1,8 +1,12 @@
 // Package vocab is the vocabulary fenced's packages share: what gossip
-// says of a member, what an agent announces about its own host, and the
-// kinds of evidence a taint may rest on. Each word is defined here once,
-// as a type, so that a typo does not compile and no package compares a
-// bare string (TestNoBareVocabulary checks that). It imports nothing.
+// says of a member, what an agent announces about its own host, the kinds
+// of evidence a taint may rest on, what a power device reads and why it
+// failed (power.go), the modes fencing runs in (mode.go), and every Event
+// reason fenced records (events.go). Each word is defined here once, as a
+// type, so that a typo does not compile and no package compares a bare
+// string (TestNoBareVocabulary) or records an Event with a reason of its
+// own (TestEventCatalogue). It imports nothing, so that the decision core
+// (pkg/fencing/core) may use it and stay pure.
 package vocab
 
 // MemberState is a gossip ring member's state as an agent sees it.

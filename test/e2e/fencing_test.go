@@ -13,7 +13,6 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/fencing"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -48,7 +47,7 @@ func TestConfirmOnlyFencing(t *testing.T) {
 			m := h.Machine(f.machine)
 			must(t, f.breakNode(m))
 			t.Cleanup(func() { _ = f.repair(m) })
-			_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "reads on", podTimeout)
+			_, err := h.WaitEvent(ctx, "default", m.Name, vocab.EventNodeUnresponsiveButPoweredOn, "reads on", podTimeout)
 			must(t, err)
 			must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
 			requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
@@ -57,7 +56,7 @@ func TestConfirmOnlyFencing(t *testing.T) {
 			if !f.cleared {
 				return
 			}
-			_, err = h.WaitEvent(ctx, "default", m.Name, core.ReasonSuspicionCleared, "", podTimeout)
+			_, err = h.WaitEvent(ctx, "default", m.Name, vocab.EventNodeResponsive, "", podTimeout)
 			must(t, err)
 			requireNoTaintFor(ctx, t, h, m.Name, time.Second)
 		})
@@ -82,7 +81,7 @@ func TestConfirmOnlyFencing(t *testing.T) {
 				must(t, f.breakBMC(m))
 			}
 			must(t, m.PowerLoss())
-			ev, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonCannotConfirmPowerState, f.message, podTimeout)
+			ev, err := h.WaitEvent(ctx, "default", m.Name, vocab.EventCannotConfirmPowerState, f.message, podTimeout)
 			must(t, err)
 			t.Logf("event: %s", ev.Message)
 			requireNoTaintFor(ctx, t, h, m.Name, 20*time.Second)
@@ -220,7 +219,7 @@ func TestPowerOffFencing(t *testing.T) {
 			}
 		})
 		for _, m := range hungs {
-			_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "storm", notReadyTimeout)
+			_, err := h.WaitEvent(ctx, "default", m.Name, vocab.EventNodeUnresponsiveButPoweredOn, "storm", notReadyTimeout)
 			must(t, err)
 		}
 		// Well past NotReady and fenceAfter: still nobody switched off.
@@ -245,7 +244,7 @@ func TestPowerOffFencing(t *testing.T) {
 		must(t, m.PartitionFromAPI())
 		t.Cleanup(func() { _ = m.Heal() })
 		must(t, h.WaitNodeNotReady(ctx, m.Name, notReadyTimeout))
-		_, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonUnresponsiveButPoweredOn, "its agent answers liveness challenges", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", m.Name, vocab.EventNodeUnresponsiveButPoweredOn, "its agent answers liveness challenges", podTimeout)
 		must(t, err)
 		requireNoTaintFor(ctx, t, h, m.Name, 15*time.Second)
 		waitPower(t, m, "on")
@@ -266,7 +265,7 @@ func TestPowerOffFencing(t *testing.T) {
 
 		// The first fencer to take the Lease waits out the fence delay...
 		holder := waitLeaseHolder(ctx, t, h, victim)
-		_, err := h.WaitEvent(ctx, "default", victim, core.ReasonPoweringOff, "switching it off", podTimeout)
+		_, err := h.WaitEvent(ctx, "default", victim, vocab.EventPoweringOffUnresponsiveNode, "switching it off", podTimeout)
 		must(t, err)
 		// ...and dies before switching: the other one must take over.
 		must(t, h.Machine(holder).KillAgent())

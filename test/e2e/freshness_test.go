@@ -79,7 +79,7 @@ func TestEvidenceFreshness(t *testing.T) {
 		// it sent while the API server was away.
 		decision := ""
 		for _, l := range strings.Split(fencer.AgentLog(), "\n") {
-			if strings.Contains(l, "msg=decision component=fencer node="+victim+" ") && strings.Contains(l, "Event:"+core.ReasonEvidenceVoided) && lineAfter(l, t0) {
+			if strings.Contains(l, "msg=decision component=fencer node="+victim+" ") && strings.Contains(l, "Event:"+string(vocab.EventFenceEvidenceVoided)) && lineAfter(l, t0) {
 				decision = l
 				break
 			}
@@ -88,7 +88,7 @@ func TestEvidenceFreshness(t *testing.T) {
 			t.Fatalf("the fencer never decided that its reading of %s was void or too old", victim)
 		}
 		said := "event: "
-		ev, err := h.WaitEvent(ctx, "default", victim, core.ReasonEvidenceVoided, "", 30*time.Second)
+		ev, err := h.WaitEvent(ctx, "default", victim, vocab.EventFenceEvidenceVoided, "", 30*time.Second)
 		switch {
 		case err == nil:
 			said += ev.Message

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -87,7 +86,7 @@ func TestCleanShutdown(t *testing.T) {
 		must(t, m.Shutdown(ctx))
 		// The agent gives up waiting for the unmount and leaves without
 		// shutdown-complete; the fencer then goes to the BMC, which is down.
-		ev, err := h.WaitEvent(ctx, "default", victim, core.ReasonCannotConfirmPowerState, "timeout", podTimeout)
+		ev, err := h.WaitEvent(ctx, "default", victim, vocab.EventCannotConfirmPowerState, "timeout", podTimeout)
 		must(t, err)
 		tAsked := time.Now()
 		t.Logf("event: %s", ev.Message)

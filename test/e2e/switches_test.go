@@ -15,7 +15,6 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/admin"
-	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -97,7 +96,7 @@ func TestSwitches(t *testing.T) {
 	w3.BMCDown()
 	t.Cleanup(w3.BMCUp)
 	must(t, w3.PowerLoss())
-	_, err = h.WaitEvent(ctx, "default", "w-3", core.ReasonCannotConfirmPowerState, "timeout", podTimeout)
+	_, err = h.WaitEvent(ctx, "default", "w-3", vocab.EventCannotConfirmPowerState, "timeout", podTimeout)
 	must(t, err)
 	cms := client.CoreV1().ConfigMaps(harness.LeaseNamespace)
 	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taint.PauseConfigMap},

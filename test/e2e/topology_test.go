@@ -126,8 +126,8 @@ func TestTopologyConfirmOnly(t *testing.T) {
 			requireNoTaintFor(ctx, t, h, a.Name, 15*time.Second)
 			// w-6's only level, its BMC, is dark with its feeds: no evidence.
 			requireNoTaintFor(ctx, t, h, b.Name, time.Second)
-			if v := metricValue(t, cp, `fenced_safety_alarms_total{reason="`+core.ReasonPowerReadingContradicted+`"}`); v < 1 {
-				t.Fatalf("fenced_safety_alarms_total{reason=%q} is %v", core.ReasonPowerReadingContradicted, v)
+			if v := metricValue(t, cp, `fenced_safety_alarms_total{reason="`+string(vocab.EventPowerReadingContradicted)+`"}`); v < 1 {
+				t.Fatalf("fenced_safety_alarms_total{reason=%q} is %v", vocab.EventPowerReadingContradicted, v)
 			}
 			must(t, a.Heal())
 			must(t, h.WaitNodeReady(ctx, a.Name, podTimeout))
@@ -147,7 +147,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		t.Cleanup(func() { _ = pduB.Thaw() })
 		must(t, m.CutFeeds())
 		t.Cleanup(func() { _ = m.RestoreFeeds() })
-		ev, err := h.WaitEvent(ctx, "default", m.Name, core.ReasonCannotConfirmPowerState, "level 2", podTimeout)
+		ev, err := h.WaitEvent(ctx, "default", m.Name, vocab.EventCannotConfirmPowerState, "level 2", podTimeout)
 		must(t, err)
 		t.Logf("event: %s", ev.Message)
 		for _, want := range []string{"level 1", "level 2", "pdu-b"} {
@@ -179,7 +179,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		waitMetric(t, cp, `fenced_fence_device_up{device="pdu-a"} 0`, limit)
 		t.Logf("fenced_fence_device_up{device=\"pdu-a\"} 0 after %.1fs", time.Since(t0).Seconds())
 		// w-5's only level is on pdu-a; the others still have their BMC.
-		ev, err := h.WaitEvent(ctx, "default", "w-5", core.ReasonCannotBeFenced, "pdu-a", limit)
+		ev, err := h.WaitEvent(ctx, "default", "w-5", vocab.EventCannotBeFencedAutomatically, "pdu-a", limit)
 		must(t, err)
 		t.Logf("after %.1fs: %s", time.Since(t0).Seconds(), ev.Message)
 		waitMetric(t, cp, `fenced_node_fence_levels_ready{node="w-5"} 0`, time.Second)
@@ -188,7 +188,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 		// The right community back: the node can be fenced again.
 		must(t, os.WriteFile(pduA.CommunityFile, good, 0o600))
 		waitMetric(t, cp, `fenced_fence_device_up{device="pdu-a"} 1`, limit)
-		_, err = h.WaitEvent(ctx, "default", "w-5", core.ReasonFenceable, "", limit)
+		_, err = h.WaitEvent(ctx, "default", "w-5", vocab.EventFenceDevicesAnswer, "", limit)
 		must(t, err)
 	})
 
@@ -197,13 +197,13 @@ func TestTopologyConfirmOnly(t *testing.T) {
 	t.Run("mislabelled outlet of a Ready node: an alarm before any outage, and a forced gossip death taints nothing", func(t *testing.T) {
 		a, b := h.Machine("w-5"), h.Machine("w-6")
 		must(t, h.WaitNodeReady(ctx, a.Name, podTimeout))
-		contradicted := `fenced_safety_alarms_total{reason="` + core.ReasonPowerReadingContradicted + `"}`
+		contradicted := `fenced_safety_alarms_total{reason="` + string(vocab.EventPowerReadingContradicted) + `"}`
 		before := metricValue(t, cp, contradicted)
 		// w-6 off: w-5's only level, w-6's outlet, reads off while w-5 runs.
 		must(t, b.CutFeeds())
 		t.Cleanup(func() { _ = b.RestoreFeeds() })
 		t0 := time.Now()
-		ev, err := h.WaitEvent(ctx, "default", a.Name, core.ReasonDeviceReadsOffLiveNode, "", 2*topologyMonitorInterval+podTimeout)
+		ev, err := h.WaitEvent(ctx, "default", a.Name, vocab.EventPowerDeviceReadsOffLiveNode, "", 2*topologyMonitorInterval+podTimeout)
 		must(t, err)
 		t.Logf("device monitor after %.1fs: %s", time.Since(t0).Seconds(), ev.Message)
 
@@ -318,7 +318,7 @@ func feedLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.Ha
 func requireLevelEvidence(t *testing.T, n *corev1.Node, level int, bootBefore string, want []string) core.Evidence {
 	t.Helper()
 	ev, ok, err := taint.EvidenceOf(n)
-	if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.Power != core.PowerOff ||
+	if err != nil || !ok || ev.Method != vocab.EvidenceBMCPowerOff || ev.BMC == nil || ev.BMC.Power != vocab.PowerOff ||
 		ev.BMC.Level != level || ev.BootID != bootBefore {
 		t.Fatalf("node %s: evidence %+v (ok %v, err %v), want power off at level %d in boot %s; annotation %s",
 			n.Name, ev, ok, err, level, bootBefore, n.Annotations[taint.AnnotationEvidence])
@@ -328,7 +328,7 @@ func requireLevelEvidence(t *testing.T, n *corev1.Node, level int, bootBefore st
 		t.Fatalf("node %s: evidence of level %d has plugs %v, want %v", n.Name, level, got, want)
 	}
 	for _, p := range ev.BMC.Plugs {
-		if p.Power != core.PowerOff || p.At.IsZero() {
+		if p.Power != vocab.PowerOff || p.At.IsZero() {
 			t.Fatalf("node %s: plug %s:%s read %q at %v, want off and dated", n.Name, p.Device, p.Plug, p.Power, p.At)
 		}
 	}
@@ -374,12 +374,12 @@ func alarmOrTaint(ctx context.Context, t *testing.T, h *harness.Harness, node st
 		if n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && taint.HasTaint(n) {
 			t.Fatalf("node %s, alive (its agent answers), was tainted on a mislabelled outlet's reading: %s", node, n.Annotations[taint.AnnotationEvidence])
 		}
-		if ev, err := h.WaitEvent(ctx, "default", node, core.ReasonPowerReadingContradicted, "", time.Millisecond); err == nil {
+		if ev, err := h.WaitEvent(ctx, "default", node, vocab.EventPowerReadingContradicted, "", time.Millisecond); err == nil {
 			t.Logf("alarm: %s", ev.Message)
 			return
 		}
 	}
-	t.Fatalf("no %s event for %s after %s", core.ReasonPowerReadingContradicted, node, podTimeout)
+	t.Fatalf("no %s event for %s after %s", vocab.EventPowerReadingContradicted, node, podTimeout)
 }
 
 // requireNoOutage fails if, during d, a Node that was Ready and untainted

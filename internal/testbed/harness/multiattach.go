@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // The scenarios below reproduce, on the real control plane, every cause of
@@ -29,11 +30,9 @@ import (
 // refusal from kube-scheduler. Each leaves one stuck pod and returns it as
 // a Stuck, for a test to diagnose and then cure.
 
-// Reasons of the Events that show a stuck pod.
+// Reasons and messages of the Events that show a stuck pod (the
+// attach/detach controller's reason is vocab.EventFailedAttachVolume).
 const (
-	// ReasonFailedAttach is the attach/detach controller's Event reason
-	// for Multi-Attach errors and for failed attaches.
-	ReasonFailedAttach = "FailedAttachVolume"
 	// ReasonFailedScheduling is kube-scheduler's, for a ReadWriteOncePod
 	// claim in use.
 	ReasonFailedScheduling = "FailedScheduling"
@@ -130,7 +129,7 @@ func (h *Harness) StaleAttachment(ctx context.Context, ns, holder, target string
 	if err := h.waitNotInUse(ctx, holder, s.PV); err != nil {
 		return s, err
 	}
-	s.Event, err = h.WaitEvent(ctx, ns, s.Pod, ReasonFailedAttach, csi.AlreadyPublished+holder, scenarioTimeout)
+	s.Event, err = h.WaitEvent(ctx, ns, s.Pod, vocab.EventFailedAttachVolume, csi.AlreadyPublished+holder, scenarioTimeout)
 	return s, err
 }
 
@@ -214,7 +213,7 @@ func (h *Harness) RollingUpdateRWO(ctx context.Context, ns, from, to string) (St
 	if s.VolumeAttachment, err = h.attachmentOf(ctx, s.PV, from); err != nil {
 		return s, d, err
 	}
-	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, ReasonFailedAttach, MultiAttachError)
+	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, vocab.EventFailedAttachVolume, MultiAttachError)
 	return s, d, err
 }
 
@@ -246,7 +245,7 @@ func (h *Harness) DeadNode(ctx context.Context, ns, victim, spare string) (Stuck
 	if err := pods.Delete(ctx, sts.PodName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", ReasonFailedAttach, MultiAttachError)
+	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, MultiAttachError)
 }
 
 // DeletedNode is a VolumeAttachment of a Node that no longer exists: a
@@ -264,7 +263,7 @@ func (h *Harness) DeletedNode(ctx context.Context, ns, victim, spare string) (St
 	if err := h.Cluster.Client().CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", ReasonFailedAttach, MultiAttachError)
+	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, MultiAttachError)
 }
 
 // statefulSetDown creates StatefulSet "db" in ns on victim (spare allowed),
@@ -308,7 +307,7 @@ func (h *Harness) SharedClaim(ctx context.Context, ns, a, b string) (Stuck, erro
 		return s, err
 	}
 	s.Pod = "app-b"
-	return h.stuckOn(ctx, s, b, "", ReasonFailedAttach, MultiAttachError)
+	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, MultiAttachError)
 }
 
 // AttachError is a volume the driver fails to attach: the test Attacher
@@ -323,7 +322,7 @@ func (h *Harness) AttachError(ctx context.Context, ns, node, message string) (St
 		return s, err
 	}
 	h.Attacher.FailAttach(s.PV, node, message)
-	if s, err = h.stuckOn(ctx, s, node, "", ReasonFailedAttach, message); err != nil {
+	if s, err = h.stuckOn(ctx, s, node, "", vocab.EventFailedAttachVolume, message); err != nil {
 		return s, err
 	}
 	va, err := h.waitVA(ctx, s.PV, node, "failed", func(va *storagev1.VolumeAttachment) bool { return va.Status.AttachError != nil })
@@ -361,7 +360,7 @@ func (h *Harness) ReadWriteOncePodBound(ctx context.Context, ns, a, b string) (S
 	if err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, b, "", ReasonFailedAttach, MultiAttachError)
+	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, MultiAttachError)
 }
 
 // rwopInUse creates a ReadWriteOncePod claim in ns and runs pod "app-a"
@@ -394,7 +393,7 @@ func (h *Harness) newScenario(ctx context.Context, ns string, mode corev1.Persis
 // and substr. With selector "" s.Pod is created there as a bare pod;
 // otherwise it is a controller's pod, the first matching selector that is
 // scheduled on node.
-func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector, reason, substr string) (Stuck, error) {
+func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, reason vocab.EventReason, substr string) (Stuck, error) {
 	s.Node = node
 	if selector == "" {
 		if err := h.CreatePodOn(ctx, s.Namespace, s.Pod, node, s.PVC); err != nil {

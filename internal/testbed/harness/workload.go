@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // OutOfServiceTaint is Kubernetes' non-graceful node shutdown taint.
@@ -157,7 +158,7 @@ func (h *Harness) WaitPodGone(ctx context.Context, ns, name string, uid string, 
 
 // WaitEvent waits for an Event about object name in ns with reason and a
 // message containing substr, and returns it.
-func (h *Harness) WaitEvent(ctx context.Context, ns, name, reason, substr string, timeout time.Duration) (*corev1.Event, error) {
+func (h *Harness) WaitEvent(ctx context.Context, ns, name string, reason vocab.EventReason, substr string, timeout time.Duration) (*corev1.Event, error) {
 	var found *corev1.Event
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		evs, err := h.Cluster.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
@@ -165,7 +166,7 @@ func (h *Harness) WaitEvent(ctx context.Context, ns, name, reason, substr string
 			return false, nil
 		}
 		for i, e := range evs.Items {
-			if e.Reason == reason && strings.Contains(e.Message, substr) {
+			if vocab.EventReason(e.Reason) == reason && strings.Contains(e.Message, substr) {
 				found = &evs.Items[i]
 				return true, nil
 			}

@@ -156,7 +156,7 @@ func node(t *testing.T, name string, tainted, appliedBy bool, ev *core.Evidence)
 
 func TestChecker(t *testing.T) {
 	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	offReading := &core.Reading{Power: core.PowerOff, At: at, Endpoint: "198.18.0.1:623"}
+	offReading := &core.Reading{Power: vocab.PowerOff, At: at, Endpoint: "198.18.0.1:623"}
 	good := &core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: "boot-1", BMC: offReading}
 	noReading := &core.Evidence{Method: vocab.EvidenceBMCPowerOff, By: "cp-1", At: at, BootID: "boot-1"}
 	tests := []struct {

@@ -127,7 +127,7 @@ type BMCObs struct {
 // Failure is one failed BMC request.
 type Failure struct {
 	Op      string
-	Kind    ErrorKind
+	Kind    vocab.ErrorKind
 	Message string
 	At      time.Time
 }
@@ -199,41 +199,15 @@ type Action struct {
 	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
 	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
-	EventType, Reason, Message string
+	EventType string
+	Reason    vocab.EventReason
+	Message   string
 	// After for ActRequeue.
 	After time.Duration
 	// Held and Hold, for ActHeld: the action held back, and by what.
 	Held ActionKind
 	Hold Hold
 }
-
-// Event reasons (stable: tests, alerts and runbooks match on them).
-const (
-	ReasonSuspected                  = "NodeSuspected"
-	ReasonShuttingDown               = "NodeShuttingDown"
-	ReasonSuspicionCleared           = "NodeResponsive"
-	ReasonCannotConfirmPowerState    = "CannotConfirmPowerState"
-	ReasonUnresponsiveButPoweredOn   = "NodeUnresponsiveButPoweredOn"
-	ReasonPoweringOff                = "PoweringOffUnresponsiveNode"
-	ReasonPowerOffAborted            = "PowerOffAborted"
-	ReasonPowerOffFailed             = "PowerOffFailed"
-	ReasonFenced                     = "NodeFenced"
-	ReasonPoweringOnAfterFence       = "PoweringOnAfterFence"
-	ReasonWaitingForVolumeDetach     = "WaitingForVolumeAttachments"
-	ReasonCannotVerifyReboot         = "CannotVerifyReboot"
-	ReasonRecovered                  = "NodeRecovered"
-	ReasonFencedNodeBackWithSameBoot = "FencedNodeBackWithSameBootID"
-	ReasonCleanShutdownStorm         = "CleanShutdownStorm"
-	ReasonEvidenceVoided             = "FenceEvidenceVoided"
-	ReasonPowerReadingContradicted   = "PowerReadingContradicted"
-	// The fencer's device monitor (pkg/fencing/monitor.go): no fencing level
-	// of the node answers, or they answer again.
-	ReasonCannotBeFenced = "CannotBeFencedAutomatically"
-	ReasonFenceable      = "FenceDevicesAnswer"
-	// The device monitor: a fencing level of a Ready node reads off while
-	// its agent answers — the inventory is wrong (a safety alarm).
-	ReasonDeviceReadsOffLiveNode = "PowerDeviceReadsOffLiveNode"
-)
 
 // TaintRetry is how long the core waits to see its own taint on the Node
 // before writing it again (and to see the rest of the fence done before
@@ -307,7 +281,7 @@ func (d *decider) do(a Action) bool {
 
 // notice emits an Event once per distinct key, so a node that stays in
 // one situation does not flood the API.
-func (d *decider) notice(key, eventType, reason, msg string) {
+func (d *decider) notice(key, eventType string, reason vocab.EventReason, msg string) {
 	if d.t.reports.lastNotice == key {
 		return
 	}
@@ -360,7 +334,7 @@ func (d *decider) followTaint() {
 		// says so (dated with the evidence, not with the decision).
 		t.fence.taintSeen = true
 		if f := t.fence.evidence; f != nil {
-			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonFenced, Message: fmt.Sprintf(
+			d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeFenced, Message: fmt.Sprintf(
 				"tainted out-of-service with %s evidence taken at %s: %s",
 				f.Method, evidenceTime(f).UTC().Format(time.RFC3339Nano), f.Reason)})
 		}
@@ -407,7 +381,7 @@ func (d *decider) detect() {
 	o, t := d.o, d.t
 	if !d.unresponsive() {
 		if t.Phase != PhaseHealthy {
-			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonSuspicionCleared,
+			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
 				Message: "node answers again on every channel; no action taken"})
 			d.becomeHealthy("responsive again", voided{})
 			return
@@ -427,7 +401,7 @@ func (d *decider) detect() {
 		if o.Node.Excluded != "" {
 			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
 		}
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonSuspected,
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeSuspected,
 			Message: "node stopped answering (" + d.channels() + "); " + next})
 	}
 
@@ -457,7 +431,7 @@ func (d *decider) waitBeforeReading() bool {
 	if d.shuttingDown() {
 		until := t.suspicion.since.Add(d.p.ShutdownWait)
 		d.becomeSuspect("shutting down: waiting for its shutdown-complete announcement", nil)
-		d.notice("shutdown-wait", "Normal", ReasonShuttingDown, fmt.Sprintf(
+		d.notice("shutdown-wait", "Normal", vocab.EventNodeShuttingDown, fmt.Sprintf(
 			"node is shutting down (%s); waiting up to %s for its agent to announce that no CSI volume is mounted and leave, before asking the BMC",
 			d.shutdownSource(), d.p.ShutdownWait))
 		d.requeue(until.Sub(o.Now))
@@ -472,7 +446,7 @@ func (d *decider) waitBeforeReading() bool {
 	}
 	if !o.BMC.Configured {
 		d.becomeSuspect("no BMC in the inventory: waiting", nil)
-		d.notice("no-bmc", "Warning", ReasonCannotConfirmPowerState,
+		d.notice("no-bmc", "Warning", vocab.EventCannotConfirmPowerState,
 			"node stopped answering but has no BMC in the fencer's inventory: cannot confirm it is off, so it is not tainted")
 		return true
 	}
@@ -494,24 +468,24 @@ func (d *decider) confirm() {
 		(r == nil || o.BMC.Failure.At.After(r.At))
 
 	switch {
-	case fresh && r.Power == PowerOff && !d.guidMatches(r):
+	case fresh && r.Power == vocab.PowerOff && !d.guidMatches(r):
 		bad := r.GUIDMismatch(o.Node.SystemUUID)
 		d.becomeConfirming("BMC identity mismatch", nil)
-		d.notice("guid:"+bad.SystemGUID, "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("guid:"+bad.SystemGUID, "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
 			"%s reads off, but its system GUID %s is not this node's systemUUID %s: the inventory may point at another machine; not tainting",
 			source(bad), bad.SystemGUID, o.Node.SystemUUID))
 		d.scheduleRead(true)
-	case fresh && r.Power == PowerOff:
+	case fresh && r.Power == vocab.PowerOff:
 		d.fenceIfStillTrue(d.offEvidence(r))
 	case o.BMC.InFlight:
 		d.becomeConfirming("BMC request in flight", nil)
 	case failedSince:
 		f := o.BMC.Failure
 		d.becomeConfirming("BMC request failed: "+string(f.Kind), nil)
-		d.notice("fail:"+string(f.Kind), "Warning", ReasonCannotConfirmPowerState, fmt.Sprintf(
+		d.notice("fail:"+string(f.Kind), "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
 			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
 		d.scheduleRead(true)
-	case fresh && r.Power == PowerOn:
+	case fresh && r.Power == vocab.PowerOn:
 		d.poweredOn(r)
 	default:
 		d.becomeConfirming("reading the BMC", nil)
@@ -567,7 +541,7 @@ func (d *decider) cleanShutdownStorm() bool {
 	}
 	if !d.t.suspicion.stormAlarmed {
 		d.t.suspicion.stormAlarmed = true
-		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonCleanShutdownStorm, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventCleanShutdownStorm, Message: fmt.Sprintf(
 			"SAFETY: %d node(s) were tainted on their own clean-shutdown announcement within %s and this one would make %d of %d, more than maxUnhealthy %.0f%%: not taking this node's word. Its power device is asked instead; an operator can run fenced confirm.",
 			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
 	}
@@ -578,15 +552,15 @@ func (d *decider) cleanShutdownStorm() bool {
 func (d *decider) poweredOn(r *Reading) {
 	o, t, p := d.o, d.t, d.p
 	recheck := p.RecheckPoweredOn
-	if p.Mode != ModePowerOff {
+	if p.Mode != vocab.ModePowerOff {
 		d.becomeConfirming("powered on (confirm-only mode)", nil)
-		d.notice("on", "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+		d.notice("on", "Warning", vocab.EventNodeUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on: it may still write to its volumes, so it is not tainted (confirm-only mode; fenced confirm or power it off to proceed)",
 			source(r)))
 	} else if blocked, retryIn := d.powerOffBlocked(); blocked != "" {
 		d.challengeIfDue()
 		d.becomeConfirming("powered on, power-off not allowed: "+blocked, nil)
-		d.notice("on:"+blocked, "Warning", ReasonUnresponsiveButPoweredOn, fmt.Sprintf(
+		d.notice("on:"+blocked, "Warning", vocab.EventNodeUnresponsiveButPoweredOn, fmt.Sprintf(
 			"node is unresponsive but its %s reads on; not switching it off: %s", source(r), blocked))
 		if retryIn > 0 && retryIn < recheck {
 			recheck = retryIn
@@ -607,7 +581,7 @@ func (d *decider) poweredOn(r *Reading) {
 		// Ask its agent once more during the fence delay: the switch
 		// happens only if this challenge, too, goes unanswered.
 		d.challenge()
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPoweringOff, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPoweringOffUnresponsiveNode, Message: fmt.Sprintf(
 			"node unresponsive on both channels for %s and its BMC reads on: switching it off in %s (power-off mode)",
 			p.FenceAfter, p.FenceDelay)})
 		d.requeue(p.FenceDelay)
@@ -674,7 +648,7 @@ func (d *decider) powerOffBlocked() (string, time.Duration) {
 // power action needs.
 func (d *decider) challengeIfDue() {
 	o, p := d.o, d.p
-	if p.Mode != ModePowerOff || !o.Member.Known {
+	if p.Mode != vocab.ModePowerOff || !o.Member.Known {
 		return
 	}
 	last := o.Agent.LastProof
@@ -699,7 +673,7 @@ func (d *decider) challenge() {
 func (d *decider) poweringOff() {
 	o, t := d.o, d.t
 	r := o.BMC.Reading
-	if r != nil && r.PoweredOffByFenced && r.Power == PowerOff && r.At.After(t.power.from) && d.guidMatches(r) {
+	if r != nil && r.PoweredOffByFenced && r.Power == vocab.PowerOff && r.At.After(t.power.from) && d.guidMatches(r) {
 		d.fenceIfStillTrue(Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now, BootID: d.bootID(), BMC: r,
 			Reason: fmt.Sprintf("fenced switched the node off through %s and read power off at %s",
 				source(r), r.At.UTC().Format(time.RFC3339))})
@@ -707,7 +681,7 @@ func (d *decider) poweringOff() {
 	}
 	if d.responsiveSince(t.suspicion.since) || o.Agent.LastProof.After(t.power.from) {
 		d.do(Action{Kind: ActReleaseLease})
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPowerOffAborted,
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventPowerOffAborted,
 			Message: "node answers again before it was switched off: power-off cancelled"})
 		d.becomeHealthy("responsive again during fence delay", voided{})
 		return
@@ -739,7 +713,7 @@ func (d *decider) powerOffStopped() bool {
 	}
 	if f := o.BMC.Failure; t.power.sent && !o.BMC.InFlight && f != nil && f.At.After(t.power.from) {
 		d.do(Action{Kind: ActReleaseLease})
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffFailed, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPowerOffFailed, Message: fmt.Sprintf(
 			"switching the node off failed (%s: %s); not tainted, will read the BMC again", f.Kind, f.Message)})
 		t.suspicion.nextRead = o.Now.Add(max(p.ReadBackoffMin, t.suspicion.readBackoff))
 		d.becomeConfirming("power-off failed", nil)
@@ -774,7 +748,7 @@ func (d *decider) switchOff() {
 	// another fencer may have started a power action.
 	if blocked, _ := d.powerOffBlocked(); blocked != "" {
 		d.do(Action{Kind: ActReleaseLease})
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonPowerOffAborted,
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventPowerOffAborted,
 			Message: "power-off cancelled at the last moment: " + blocked})
 		t.suspicion.nextRead = o.Now.Add(p.RecheckPoweredOn)
 		d.becomeConfirming("power-off cancelled: "+blocked, nil)
@@ -813,7 +787,7 @@ func LifeAfter(ev *Evidence, o Observation) string {
 		return why
 	}
 	switch {
-	case o.BMC.Reading != nil && o.BMC.Reading.Power == PowerOn && o.BMC.Reading.At.After(at):
+	case o.BMC.Reading != nil && o.BMC.Reading.Power == vocab.PowerOn && o.BMC.Reading.At.After(at):
 		return fmt.Sprintf("its %s reads power on at %s", source(o.BMC.Reading), o.BMC.Reading.At.UTC().Format(time.RFC3339Nano))
 	case o.Agent.LastProof.After(at):
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
@@ -955,7 +929,7 @@ func (d *decider) fenceIfStillTrue(ev Evidence) {
 	}
 	if ok, why := EvidenceHolds(&ev, o, d.p.MaxEvidenceAge); !ok {
 		// Too old (the write was held up): say so, and read again, now.
-		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", ReasonEvidenceVoided, fmt.Sprintf(
+		d.notice("stale:"+evidenceTime(&ev).String(), "Warning", vocab.EventFenceEvidenceVoided, fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s; reading the power state again",
 			ev.Method, evidenceTime(&ev).UTC().Format(time.RFC3339Nano), why))
 		t.suspicion.nextRead = o.Now
@@ -973,10 +947,10 @@ func (d *decider) void(ev *Evidence, why string) {
 	o, t, p := d.o, d.t, d.p
 	at := evidenceTime(ev)
 	late := lateRenewal(ev, o)
-	contradiction := ev.BMC != nil && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" && !late
+	contradiction := ev.BMC != nil && ev.BMC.Power == vocab.PowerOff && newBoot(ev, o) == "" && !late
 	switch {
 	case late:
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFenceEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	case contradiction && t.voided.contradicted:
@@ -988,11 +962,11 @@ func (d *decider) void(ev *Evidence, why string) {
 		// node, is not this node's (a mislabelled outlet, a VM of the same
 		// name). Nothing it says about this node can be trusted until a
 		// person looks.
-		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonPowerReadingContradicted, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventPowerReadingContradicted, Message: fmt.Sprintf(
 			"SAFETY: %s read power off at %s, but the node was alive after it in the same boot (%s): not tainting; check that the device and plug in the configuration really feed this node",
 			source(ev.BMC), at.UTC().Format(time.RFC3339Nano), why)})
 	default:
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: ReasonEvidenceVoided, Message: fmt.Sprintf(
+		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFenceEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting: %s evidence taken at %s is void, the node was alive after it: %s",
 			ev.Method, at.UTC().Format(time.RFC3339Nano), why)})
 	}
@@ -1000,7 +974,7 @@ func (d *decider) void(ev *Evidence, why string) {
 	if ev.BMC != nil && ev.BMC.At.After(mem.upTo) {
 		mem.upTo = ev.BMC.At
 	}
-	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == PowerOff && newBoot(ev, o) == "" {
+	if ev.BMC != nil && ev.BMC.PoweredOffByFenced && ev.BMC.Power == vocab.PowerOff && newBoot(ev, o) == "" {
 		// The reading is void as evidence, but fenced did switch this
 		// boot off: a later reading's fence is still fenced's power-off
 		// (afterFence: on must switch it on again).
@@ -1117,7 +1091,7 @@ func (d *decider) evidenceAgain() (ev Evidence, ok bool) {
 		fresh.At = ev.At
 		ev = fresh
 	}
-	if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == PowerOff && LifeAfter(&ev, o) == "" {
+	if r := o.BMC.Reading; ev.BMC != nil && r != nil && r.At.After(ev.BMC.At) && r.Power == vocab.PowerOff && LifeAfter(&ev, o) == "" {
 		// A newer reading of off: fence on that one.
 		d.becomeConfirming("a newer reading of off before the taint landed",
 			&kept{suspicion: suspicion{since: t.suspicion.since}, voided: voided{upTo: t.voided.upTo}})
@@ -1155,7 +1129,7 @@ func (d *decider) cameBack(fence *Evidence) bool {
 	case fence.BootID != "" && bootNow == fence.BootID:
 		if !t.fence.alarmed {
 			t.fence.alarmed = true
-			d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: ReasonFencedNodeBackWithSameBoot, Message: fmt.Sprintf(
+			d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventFencedNodeBackWithSameBootID, Message: fmt.Sprintf(
 				"SAFETY: node was fenced with %s evidence but answers again with the same boot ID %s: it was never off. Two writers may share its volumes. The taint stays; investigate the BMC inventory before removing it with fenced unfence --force.",
 				fence.Method, bootNow)})
 		}
@@ -1164,7 +1138,7 @@ func (d *decider) cameBack(fence *Evidence) bool {
 		d.becomeFenced("gossip member back with the fenced boot ID", nil)
 	case bootNow == "":
 		d.becomeFenced("back, but its boot ID is unknown", nil)
-		d.notice("noboot", "Warning", ReasonCannotVerifyReboot,
+		d.notice("noboot", "Warning", vocab.EventCannotVerifyReboot,
 			"node answers again but reports no boot ID, so fenced cannot tell it rebooted; the taint stays (remove it with fenced unfence)")
 	default:
 		d.recover(fence, bootNow)
@@ -1179,7 +1153,7 @@ func (d *decider) recover(fence *Evidence, bootNow string) {
 	checks := Recovery(o.Node.Ready == ReadyTrue, bootNow, fence.BootID, o.Node.VolumeAttachments)
 	if o.Node.VolumeAttachments > 0 {
 		d.becomeRecovering("back with a new boot, VolumeAttachments left")
-		d.notice("vas", "Normal", ReasonWaitingForVolumeDetach, fmt.Sprintf(
+		d.notice("vas", "Normal", vocab.EventWaitingForVolumeAttachments, fmt.Sprintf(
 			"node is back with a new boot ID; %d VolumeAttachment(s) from before remain, the taint stays until they are gone",
 			o.Node.VolumeAttachments))
 		return
@@ -1194,7 +1168,7 @@ func (d *decider) recover(fence *Evidence, bootNow string) {
 		d.becomeRecovering(fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
 		return
 	}
-	d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
+	d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
 	d.becomeHealthy("recovered", voided{})
 }
 
@@ -1220,7 +1194,7 @@ func (d *decider) finishFence(fence *Evidence) {
 	if p.PowerOnAfterFence && fence.BMC != nil && fence.BMC.PoweredOffByFenced && !t.fence.poweredOnSent &&
 		o.Node.VolumeAttachments == 0 && !o.BMC.InFlight && d.do(Action{Kind: ActPowerOn}) {
 		t.fence.poweredOnSent = true
-		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: ReasonPoweringOnAfterFence,
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventPoweringOnAfterFence,
 			Message: "volumes released: switching the node on again (afterFence: on)"})
 	}
 }

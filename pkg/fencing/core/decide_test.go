@@ -20,7 +20,7 @@ const nodeUUID = "4c4c4544-0042-3510-8052-b4c04f4d4e31"
 // testPolicy is the core's defaults (DefaultPolicy) for the read pace,
 // the challenges, the storm window and the evidence's age, and fixed
 // values for what the tests reason about.
-func testPolicy(mode Mode) Policy {
+func testPolicy(mode vocab.Mode) Policy {
 	p := DefaultPolicy()
 	p.Mode, p.FenceAfter, p.MaxUnhealthy, p.MaxConcurrentPowerActions = mode, 30*time.Second, 0.5, 1
 	p.FenceDelay, p.ForceDeletePods, p.PowerOnAfterFence, p.DryRun = 5*time.Second, true, false, false
@@ -52,7 +52,7 @@ func powerLoss(o Observation, at time.Time) Observation {
 	return o
 }
 
-func reading(power PowerState, at time.Time, guid string) *Reading {
+func reading(power vocab.PowerState, at time.Time, guid string) *Reading {
 	return &Reading{Power: power, At: at, SystemGUID: guid, Endpoint: "ipmi://198.18.0.1:623"}
 }
 
@@ -75,8 +75,8 @@ func find(as []Action, k ActionKind) *Action {
 	return nil
 }
 
-func events(as []Action) []string {
-	var r []string
+func events(as []Action) []vocab.EventReason {
+	var r []vocab.EventReason
 	for _, a := range as {
 		if a.Kind == ActEvent || a.Kind == ActSafetyAlarm {
 			r = append(r, a.Reason)
@@ -94,7 +94,7 @@ type step struct {
 	phase   Phase
 	want    []ActionKind
 	notWant []ActionKind
-	event   string // an Event reason that must be among the actions
+	event   vocab.EventReason // an Event reason that must be among the actions
 }
 
 func runSteps(t *testing.T, p Policy, start Observation, steps []step) (*Target, Observation) {
@@ -136,25 +136,25 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	steps := []step{
 		{name: "healthy", phase: PhaseHealthy, notWant: []ActionKind{ActReadPower, ActApplyTaint}},
 		{name: "gossip dead", at: 6 * time.Second, change: func(o *Observation) { *o = powerLoss(*o, o.Now) },
-			phase: PhaseConfirming, want: []ActionKind{ActReadPower}, notWant: []ActionKind{ActApplyTaint}, event: ReasonSuspected},
+			phase: PhaseConfirming, want: []ActionKind{ActReadPower}, notWant: []ActionKind{ActApplyTaint}, event: vocab.EventNodeSuspected},
 		{name: "read in flight", at: 6100 * time.Millisecond, change: func(o *Observation) { o.BMC.InFlight = true },
 			phase: PhaseConfirming, notWant: []ActionKind{ActApplyTaint, ActReadPower}},
 		{name: "BMC reads off", at: 6200 * time.Millisecond, change: func(o *Observation) {
 			o.BMC.InFlight = false
-			o.BMC.Reading = reading(PowerOff, t0.Add(6150*time.Millisecond), nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOff, t0.Add(6150*time.Millisecond), nodeUUID)
 		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint}, notWant: []ActionKind{ActMarkNotReady, ActForceDeletePods}},
 	}
-	tgt, o := runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
+	tgt, o := runSteps(t, testPolicy(vocab.ModeConfirmOnly), healthy(), steps)
 	// The informer has not seen our taint yet: nothing is done twice...
 	o.Now = o.Now.Add(100 * time.Millisecond)
-	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
 		t.Fatalf("before the informer caught up: %s %v", d.Phase, kinds(d.Actions))
 	}
 	// ...unless the write was lost: then it is written again, with the
 	// same evidence.
 	o.Now = o.Now.Add(TaintRetry)
-	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence != tgt.fence.evidence {
 		t.Fatalf("lost taint write not retried: %v", kinds(d.Actions))
 	}
@@ -163,18 +163,18 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	// until the Node shows it done.
 	o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
 	o.Now = o.Now.Add(100 * time.Millisecond)
-	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
-	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || !slices.Contains(events(d.Actions), ReasonFenced) {
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
+	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || !slices.Contains(events(d.Actions), vocab.EventNodeFenced) {
 		t.Fatalf("taint seen: %v %v", kinds(d.Actions), events(d.Actions))
 	}
 	o.Now = o.Now.Add(TaintRetry)
-	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
-	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || slices.Contains(events(d.Actions), ReasonFenced) {
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
+	if !has(d.Actions, ActMarkNotReady) || !has(d.Actions, ActForceDeletePods) || slices.Contains(events(d.Actions), vocab.EventNodeFenced) {
 		t.Fatalf("fast path not redone, or NodeFenced twice: %v %v", kinds(d.Actions), events(d.Actions))
 	}
 	o.Node.Ready, o.Node.PodsForceDeleted = ReadyFalse, true
 	o.Now = o.Now.Add(time.Second)
-	if d = tgt.Step(o, testPolicy(ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) || has(d.Actions, ActForceDeletePods) {
+	if d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) || has(d.Actions, ActForceDeletePods) {
 		t.Fatalf("fast path redone when done: %v", kinds(d.Actions))
 	}
 	// The node lifecycle controller turns False into Unknown once the
@@ -183,13 +183,13 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	// False again would be a write war for as long as the node is off).
 	o.Node.Ready = ReadyUnknown
 	o.Now = o.Now.Add(time.Minute)
-	if d = tgt.Step(o, testPolicy(ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) {
+	if d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); has(d.Actions, ActMarkNotReady) {
 		t.Fatalf("fights the node lifecycle controller over Unknown: %v", kinds(d.Actions))
 	}
 
 	// The recorded evidence says what was seen.
 	ev := tgt.fence.evidence
-	if ev == nil || ev.Method != vocab.EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != PowerOff ||
+	if ev == nil || ev.Method != vocab.EvidenceBMCPowerOff || ev.BootID != "boot-1" || ev.BMC == nil || ev.BMC.Power != vocab.PowerOff ||
 		!strings.Contains(ev.Reason, "read power off") {
 		t.Fatalf("evidence = %+v", ev)
 	}
@@ -200,65 +200,65 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0.Add(110*time.Second), "boot-2"
 	o.Member.State, o.Member.Since, o.Member.BootID = "alive", t0.Add(100*time.Second), "boot-2"
 	o.Node.VolumeAttachments = 1
-	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
-	if d.Phase != PhaseRecovering || has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), ReasonWaitingForVolumeDetach) {
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
+	if d.Phase != PhaseRecovering || has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), vocab.EventWaitingForVolumeAttachments) {
 		t.Fatalf("with a VolumeAttachment left: %s %v", d.Phase, kinds(d.Actions))
 	}
 	o.Node.VolumeAttachments = 0
 	o.Now = o.Now.Add(time.Second)
-	d = tgt.Step(o, testPolicy(ModeConfirmOnly))
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
 		t.Fatalf("after the attachment is gone: %s %v", d.Phase, kinds(d.Actions))
 	}
 }
 
 // TestNeverTaintsWithoutEvidence runs each fault for ten minutes of
-// decisions and checks that no step ever returns ApplyTaint or PowerOff.
+// decisions and checks that no step ever returns ApplyTaint or vocab.PowerOff.
 func TestNeverTaintsWithoutEvidence(t *testing.T) {
-	failure := func(kind ErrorKind) func(*Observation) {
+	failure := func(kind vocab.ErrorKind) func(*Observation) {
 		return func(o *Observation) {
-			o.BMC.Failure = &Failure{Op: OpPowerStatus, Kind: kind, Message: "simulated", At: o.Now}
+			o.BMC.Failure = &Failure{Op: vocab.OpPowerStatus, Kind: kind, Message: "simulated", At: o.Now}
 		}
 	}
 	cases := []struct {
 		name  string
 		setup func(*Observation) // applied after power loss
 		each  func(*Observation) // applied at every step
-		event string
+		event vocab.EventReason
 	}{
-		{"BMC unreachable", nil, failure(KindUnreachable), ReasonCannotConfirmPowerState},
-		{"BMC times out", nil, failure(KindTimeout), ReasonCannotConfirmPowerState},
-		{"BMC refuses the password", nil, failure(KindAuth), ReasonCannotConfirmPowerState},
-		{"BMC answers with an error", nil, failure(KindBMC), ReasonCannotConfirmPowerState},
-		{"BMC reads on (gossip dead)", nil, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonUnresponsiveButPoweredOn},
+		{"BMC unreachable", nil, failure(vocab.KindUnreachable), vocab.EventCannotConfirmPowerState},
+		{"BMC times out", nil, failure(vocab.KindTimeout), vocab.EventCannotConfirmPowerState},
+		{"BMC refuses the password", nil, failure(vocab.KindAuth), vocab.EventCannotConfirmPowerState},
+		{"BMC answers with an error", nil, failure(vocab.KindBMC), vocab.EventCannotConfirmPowerState},
+		{"BMC reads on (gossip dead)", nil, func(o *Observation) { o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID) }, vocab.EventNodeUnresponsiveButPoweredOn},
 		{"BMC reads off but its GUID is another machine's", nil, func(o *Observation) {
-			o.BMC.Reading = reading(PowerOff, o.Now, "11111111-2222-3333-4444-555555555555")
-		}, ReasonCannotConfirmPowerState},
+			o.BMC.Reading = reading(vocab.PowerOff, o.Now, "11111111-2222-3333-4444-555555555555")
+		}, vocab.EventCannotConfirmPowerState},
 		{"BMC reading of off taken before the node stopped answering", func(o *Observation) {
-			o.BMC.Reading = reading(PowerOff, t0.Add(-time.Minute), nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOff, t0.Add(-time.Minute), nodeUUID)
 		}, func(o *Observation) { o.BMC.InFlight = true }, ""},
-		{"no BMC in the inventory", func(o *Observation) { o.BMC.Configured = false }, nil, ReasonCannotConfirmPowerState},
+		{"no BMC in the inventory", func(o *Observation) { o.BMC.Configured = false }, nil, vocab.EventCannotConfirmPowerState},
 		{"API partition only: NotReady, gossip alive, BMC on", func(o *Observation) {
 			o.Member.State, o.Member.Since = "alive", t0.Add(-time.Hour)
 			o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(50*time.Second)
-		}, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonUnresponsiveButPoweredOn},
+		}, func(o *Observation) { o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID) }, vocab.EventNodeUnresponsiveButPoweredOn},
 		{"clean-shutdown announced for an older boot", func(o *Observation) {
 			o.Member.State, o.Member.Announced, o.Member.BootID = "left", "shutdown-complete", "boot-0"
-		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		}, failure(vocab.KindTimeout), vocab.EventCannotConfirmPowerState},
 		{"shutdown-complete announced but the member never left", func(o *Observation) {
 			o.Member.State, o.Member.Announced = "alive", "shutdown-complete"
 			o.Node.Ready = ReadyUnknown
-		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		}, failure(vocab.KindTimeout), vocab.EventCannotConfirmPowerState},
 		{"shutting down, left without shutdown-complete (mounts remained), BMC times out", func(o *Observation) {
 			o.Member.State, o.Member.Announced = "left", "shutting-down"
 			o.Node.Ready, o.Node.ShuttingDown = ReadyFalse, true
-		}, failure(KindTimeout), ReasonCannotConfirmPowerState},
+		}, failure(vocab.KindTimeout), vocab.EventCannotConfirmPowerState},
 		{"shutting down, agent alive, BMC reads on", func(o *Observation) {
 			o.Member.State, o.Member.Announced = "alive", "shutting-down"
 			o.Node.Ready, o.Node.ShuttingDown = ReadyFalse, true
-		}, func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, ReasonShuttingDown},
+		}, func(o *Observation) { o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID) }, vocab.EventNodeShuttingDown},
 	}
-	for _, mode := range []Mode{ModeConfirmOnly, ModePowerOff} {
+	for _, mode := range []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff} {
 		for _, tc := range cases {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
 				p := testPolicy(mode)
@@ -269,7 +269,7 @@ func TestNeverTaintsWithoutEvidence(t *testing.T) {
 				if tc.setup != nil {
 					tc.setup(&o)
 				}
-				var seen []string
+				var seen []vocab.EventReason
 				reads := 0
 				for i := 0; i < 600; i++ {
 					o.Now = t0.Add(6*time.Second + time.Duration(i)*time.Second)
@@ -304,13 +304,13 @@ func TestNeverTaintsWithoutEvidence(t *testing.T) {
 }
 
 func TestReadBackoffGrowsToMaximum(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	tgt := &Target{Name: "node-a"}
 	o := powerLoss(healthy(), t0.Add(6*time.Second))
 	var readTimes []time.Time
 	for i := 0; i < 300; i++ {
 		o.Now = t0.Add(6*time.Second + time.Duration(i)*time.Second)
-		o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
+		o.BMC.Failure = &Failure{Kind: vocab.KindTimeout, At: o.Now}
 		if d := tgt.Step(o, p); has(d.Actions, ActReadPower) {
 			readTimes = append(readTimes, o.Now)
 		}
@@ -330,7 +330,7 @@ func TestCleanShutdownIsEvidence(t *testing.T) {
 	o.Member.State, o.Member.Since, o.Member.Announced = "left", t0.Add(9*time.Second), "shutdown-complete"
 	o.BMC.Configured = false // no BMC read is needed
 	tgt := &Target{Name: "node-a"}
-	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
 	a := find(d.Actions, ActApplyTaint)
 	if d.Phase != PhaseFenced || a == nil || a.Evidence.Method != vocab.EvidenceCleanShutdown || a.Evidence.BootID != "boot-1" {
 		t.Fatalf("phase %s, actions %v", d.Phase, kinds(d.Actions))
@@ -362,7 +362,7 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 		{"leaves after shutdown-complete", "shutdown-complete", true},
 		{"leaves while still shutting-down (mounts remained)", "shutting-down", false},
 	}
-	for _, mode := range []Mode{ModeConfirmOnly, ModePowerOff} {
+	for _, mode := range []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff} {
 		for _, st := range starts {
 			for _, end := range ends {
 				t.Run(string(mode)+"/"+st.name+"/"+end.name, func(t *testing.T) {
@@ -372,7 +372,7 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 					o.Node.Ready, o.Node.ReadySince = ReadyFalse, t0
 					o.Cluster.LeaseHeld = true
 					st.setup(&o)
-					var seen []string
+					var seen []vocab.EventReason
 					for i := 0; i < 100; i++ { // 100 s: past FenceAfter, within ShutdownWait
 						o.Now = t0.Add(time.Duration(i) * time.Second)
 						d := tgt.Step(o, p)
@@ -386,8 +386,8 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 						}
 						seen = append(seen, events(d.Actions)...)
 					}
-					if n := strings.Count(strings.Join(seen, ","), ReasonShuttingDown); n != 1 {
-						t.Fatalf("%s events: %d in %v, want 1", ReasonShuttingDown, n, seen)
+					if n := strings.Count(fmt.Sprint(seen), string(vocab.EventNodeShuttingDown)); n != 1 {
+						t.Fatalf("%s events: %d in %v, want 1", vocab.EventNodeShuttingDown, n, seen)
 					}
 
 					o.Now = t0.Add(101 * time.Second)
@@ -413,7 +413,7 @@ func TestShuttingDownWaitsForTheAnnouncement(t *testing.T) {
 // Ready yet is joining: no suspicion, no BMC read, no Event. Once it was
 // Ready, losing Ready is suspicious again.
 func TestJoiningNodeIsNotSuspected(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	tgt := &Target{Name: "node-a"}
 	o := healthy()
 	o.Node.Ready, o.Node.ReadySince, o.Node.NeverReady = ReadyFalse, t0, true
@@ -438,7 +438,7 @@ func TestJoiningNodeIsNotSuspected(t *testing.T) {
 // TestShutdownWaitIsBounded: a node that says it shuts down but stays in
 // the ring longer than ShutdownWait is handled like any silent node.
 func TestShutdownWaitIsBounded(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	tgt := &Target{Name: "node-a"}
 	o := healthy()
 	o.Node.Ready, o.Node.ReadySince, o.Node.ShuttingDown = ReadyFalse, t0, true
@@ -463,7 +463,7 @@ func TestShutdownWaitIsBounded(t *testing.T) {
 }
 
 func TestSameBootIDAfterFenceRaisesSafetyAlarmAndKeepsTaint(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	o := healthy()
 	o.Node.TaintedByFenced = true
 	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
@@ -482,7 +482,7 @@ func TestSameBootIDAfterFenceRaisesSafetyAlarmAndKeepsTaint(t *testing.T) {
 		}
 		if a := find(d.Actions, ActSafetyAlarm); a != nil {
 			alarms++
-			if a.Reason != ReasonFencedNodeBackWithSameBoot || !strings.Contains(a.Message, "boot-1") {
+			if a.Reason != vocab.EventFencedNodeBackWithSameBootID || !strings.Contains(a.Message, "boot-1") {
 				t.Fatalf("alarm %+v", a)
 			}
 		}
@@ -501,7 +501,7 @@ func TestGossipBackWithFencedBootRaisesAlarm(t *testing.T) {
 	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 	o.Member.State, o.Member.Since = "alive", t0.Add(30*time.Second)
 	o.Now = t0.Add(time.Minute)
-	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if !has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) {
 		t.Fatalf("actions %v", kinds(d.Actions))
 	}
@@ -516,7 +516,7 @@ func TestStaleReadyDoesNotCountAsBack(t *testing.T) {
 	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	o.Member.State, o.Member.Since = "dead", t0.Add(-5*time.Second)
 	o.Now = t0.Add(10 * time.Second)
-	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) || has(d.Actions, ActApplyTaint) {
 		t.Fatalf("phase %s actions %v", d.Phase, kinds(d.Actions))
 	}
@@ -533,7 +533,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 	o.Node.Ready, o.Node.ReadySince, o.Node.BootID = ReadyTrue, t0, "boot-2"
 	o.Member.BootID, o.Member.Since = "boot-2", t0.Add(300*time.Millisecond)
 	o.Now = t0.Add(2 * time.Second)
-	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModePowerOff))
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModePowerOff))
 	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
 		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
@@ -546,8 +546,8 @@ func TestUnknownBootIDKeepsTaint(t *testing.T) {
 	o.Node.BootID, o.Member.BootID = "", ""
 	o.Node.ReadySince = t0.Add(time.Minute)
 	o.Now = t0.Add(2 * time.Minute)
-	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
-	if has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), ReasonCannotVerifyReboot) {
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
+	if has(d.Actions, ActRemoveTaint) || !slices.Contains(events(d.Actions), vocab.EventCannotVerifyReboot) {
 		t.Fatalf("actions %v", kinds(d.Actions))
 	}
 }
@@ -566,7 +566,7 @@ func suspected(p Policy) *Target {
 func hung(at time.Duration) Observation {
 	o := powerLoss(healthy(), t0.Add(at))
 	o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(50*time.Second)
-	o.BMC.Reading = reading(PowerOn, t0.Add(at), nodeUUID)
+	o.BMC.Reading = reading(vocab.PowerOn, t0.Add(at), nodeUUID)
 	o.Agent = AgentObs{SilentSince: t0.Add(7 * time.Second), LastSilent: t0.Add(at)}
 	return o
 }
@@ -577,11 +577,11 @@ func stepsToPowerOff() []step {
 	return []step{
 		{name: "gossip dead", at: 6 * time.Second, phase: PhaseConfirming, want: []ActionKind{ActReadPower}},
 		{name: "suspect, on, too early", at: 51 * time.Second, change: func(o *Observation) { *o = hung(51 * time.Second) },
-			phase: PhaseConfirming, notWant: []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint}, event: ReasonUnresponsiveButPoweredOn},
+			phase: PhaseConfirming, notWant: []ActionKind{ActAcquireLease, ActPowerOff, ActApplyTaint}, event: vocab.EventNodeUnresponsiveButPoweredOn},
 		{name: "fenceAfter passed: take the lease", at: 81 * time.Second, change: func(o *Observation) { o.BMC.Reading.At = o.Now },
 			phase: PhaseConfirming, want: []ActionKind{ActAcquireLease}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
 		{name: "lease held: fence delay starts, one more challenge", at: 82 * time.Second, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
-			phase: PhasePoweringOff, want: []ActionKind{ActChallenge}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}, event: ReasonPoweringOff},
+			phase: PhasePoweringOff, want: []ActionKind{ActChallenge}, notWant: []ActionKind{ActPowerOff, ActApplyTaint}, event: vocab.EventPoweringOffUnresponsiveNode},
 		{name: "during fence delay", at: 84 * time.Second, phase: PhasePoweringOff, want: []ActionKind{ActRequeue}, notWant: []ActionKind{ActPowerOff}},
 		{name: "fence delay over, the last challenge still out", at: 87 * time.Second, change: func(o *Observation) { o.Agent.Challenging = true },
 			phase: PhasePoweringOff, notWant: []ActionKind{ActPowerOff, ActApplyTaint}},
@@ -594,17 +594,17 @@ func stepsToPowerOff() []step {
 }
 
 func TestPowerOffModeSwitchesOffUnderLeaseThenFences(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	steps := append(stepsToPowerOff(), []step{
 		{name: "confirmed off", at: 90 * time.Second, change: func(o *Observation) {
 			o.BMC.InFlight = false
-			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 			o.BMC.Reading.PoweredOffByFenced = true
 		}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint, ActReleaseLease}},
 		// Ready is Unknown already (the node lifecycle controller's): not
 		// ready, nothing to mark.
 		{name: "taint seen", at: 90100 * time.Millisecond, change: func(o *Observation) { o.Node.TaintedByFenced = true },
-			phase: PhaseFenced, want: []ActionKind{ActForceDeletePods}, notWant: []ActionKind{ActMarkNotReady}, event: ReasonFenced},
+			phase: PhaseFenced, want: []ActionKind{ActForceDeletePods}, notWant: []ActionKind{ActMarkNotReady}, event: vocab.EventNodeFenced},
 	}...)
 	tgt, _ := runSteps(t, p, powerLoss(healthy(), t0.Add(6*time.Second)), steps)
 	if ev := tgt.fence.evidence; ev == nil || !ev.BMC.PoweredOffByFenced || !strings.Contains(ev.Reason, "switched the node off") {
@@ -630,7 +630,7 @@ func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := testPolicy(ModePowerOff)
+			p := testPolicy(vocab.ModePowerOff)
 			tgt := suspected(p)
 			var seen []Action
 			for i := 0; i < 120; i++ {
@@ -647,7 +647,7 @@ func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
 			}
 			found := false
 			for _, a := range seen {
-				if a.Reason == ReasonUnresponsiveButPoweredOn && strings.Contains(a.Message, tc.reason) {
+				if a.Reason == vocab.EventNodeUnresponsiveButPoweredOn && strings.Contains(a.Message, tc.reason) {
 					found = true
 				}
 			}
@@ -659,7 +659,7 @@ func TestNoPowerActionWhenGuardsForbidIt(t *testing.T) {
 }
 
 func TestNoPowerOffWithoutLease(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	tgt := suspected(p)
 	acquires := 0
 	for i := 0; i < 300; i++ {
@@ -678,7 +678,7 @@ func TestNoPowerOffWithoutLease(t *testing.T) {
 }
 
 func TestPowerOffAbortedWhenNodeAnswersDuringFenceDelay(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	tgt := suspected(p)
 	o := hung(100 * time.Second)
 	o.Cluster.LeaseHeld = true
@@ -688,24 +688,24 @@ func TestPowerOffAbortedWhenNodeAnswersDuringFenceDelay(t *testing.T) {
 	o.Now = o.Now.Add(2 * time.Second)
 	o.Agent = AgentObs{LastProof: o.Now}
 	d := tgt.Step(o, p)
-	if has(d.Actions, ActPowerOff) || !has(d.Actions, ActReleaseLease) || !slices.Contains(events(d.Actions), ReasonPowerOffAborted) {
+	if has(d.Actions, ActPowerOff) || !has(d.Actions, ActReleaseLease) || !slices.Contains(events(d.Actions), vocab.EventPowerOffAborted) {
 		t.Fatalf("actions %v", kinds(d.Actions))
 	}
 }
 
 func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	for _, tc := range []struct {
 		name   string
 		change func(o *Observation)
-		event  string
+		event  vocab.EventReason
 	}{
 		{"lease lost during fence delay", func(o *Observation) { o.Cluster.LeaseHeld = false }, ""},
 		{"power-off request fails", func(o *Observation) {
-			o.BMC.Failure = &Failure{Op: OpPowerOff, Kind: KindTimeout, At: o.Now}
-		}, ReasonPowerOffFailed},
+			o.BMC.Failure = &Failure{Op: vocab.OpPowerOff, Kind: vocab.KindTimeout, At: o.Now}
+		}, vocab.EventPowerOffFailed},
 		{"power-off sent but BMC still reads on", func(o *Observation) {
-			o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID)
 			o.BMC.Reading.PoweredOffByFenced = true
 		}, ""},
 	} {
@@ -719,7 +719,7 @@ func TestPowerOffLostLeaseOrFailureNeverTaints(t *testing.T) {
 			if d := tgt.Step(o, p); !has(d.Actions, ActPowerOff) {
 				t.Fatalf("no power-off after the delay: %v", kinds(d.Actions))
 			}
-			var seen []string
+			var seen []vocab.EventReason
 			for i := 1; i < 60; i++ {
 				o.Now = o.Now.Add(time.Second)
 				tc.change(&o)
@@ -741,7 +741,7 @@ func TestAdoptsExistingFenceAndReleasesOnNodeDeletion(t *testing.T) {
 	o.Node.TaintedByFenced = true
 	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1"}
 	tgt := &Target{Name: "node-a"}
-	d := tgt.Step(o, testPolicy(ModeConfirmOnly))
+	d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if d.Phase != PhaseFenced || has(d.Actions, ActApplyTaint) || has(d.Actions, ActReadPower) {
 		t.Fatalf("phase %s actions %v", d.Phase, kinds(d.Actions))
 	}
@@ -749,21 +749,21 @@ func TestAdoptsExistingFenceAndReleasesOnNodeDeletion(t *testing.T) {
 	// still down, so it is suspected and confirmed again from scratch.
 	o.Now = o.Now.Add(time.Second)
 	o.Node.TaintedByFenced, o.Node.Evidence = false, nil
-	if d := tgt.Step(o, testPolicy(ModeConfirmOnly)); d.Phase != PhaseConfirming || !has(d.Actions, ActReadPower) || has(d.Actions, ActApplyTaint) {
+	if d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); d.Phase != PhaseConfirming || !has(d.Actions, ActReadPower) || has(d.Actions, ActApplyTaint) {
 		t.Fatalf("after the taint was removed from outside: %s %v", d.Phase, kinds(d.Actions))
 	}
 	o.Node = NodeObs{}
 	o.Cluster.LeaseHeld = true
-	if d := tgt.Step(o, testPolicy(ModeConfirmOnly)); d.Phase != PhaseHealthy || !has(d.Actions, ActReleaseLease) {
+	if d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); d.Phase != PhaseHealthy || !has(d.Actions, ActReleaseLease) {
 		t.Fatalf("after deletion: %s %v", d.Phase, kinds(d.Actions))
 	}
 }
 
 func TestPowerOnAfterFenceOnceVolumesReleased(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	p.PowerOnAfterFence = true
 	o := powerLoss(healthy(), t0.Add(time.Minute))
-	r := reading(PowerOff, t0, nodeUUID)
+	r := reading(vocab.PowerOff, t0, nodeUUID)
 	r.PoweredOffByFenced = true
 	o.Node.TaintedByFenced = true
 	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1", BMC: r}
@@ -788,11 +788,11 @@ func TestPowerOnAfterFenceOnceVolumesReleased(t *testing.T) {
 func TestSuspicionClearsWhenNodeAnswers(t *testing.T) {
 	steps := []step{
 		{name: "gossip dead", at: 6 * time.Second, change: func(o *Observation) { *o = powerLoss(*o, o.Now) }, phase: PhaseConfirming},
-		{name: "BMC on", at: 7 * time.Second, change: func(o *Observation) { o.BMC.Reading = reading(PowerOn, o.Now, nodeUUID) }, phase: PhaseConfirming},
+		{name: "BMC on", at: 7 * time.Second, change: func(o *Observation) { o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID) }, phase: PhaseConfirming},
 		{name: "alive again", at: 9 * time.Second, change: func(o *Observation) { o.Member.State, o.Member.Since = "alive", o.Now },
-			phase: PhaseHealthy, event: ReasonSuspicionCleared, notWant: []ActionKind{ActApplyTaint}},
+			phase: PhaseHealthy, event: vocab.EventNodeResponsive, notWant: []ActionKind{ActApplyTaint}},
 	}
-	runSteps(t, testPolicy(ModeConfirmOnly), healthy(), steps)
+	runSteps(t, testPolicy(vocab.ModeConfirmOnly), healthy(), steps)
 }
 
 // TestRandomWalkKeepsTheInvariant drives the core through random
@@ -813,7 +813,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	taints, powerOffs, levelTaints := 0, 0, 0
 	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
-		mode := []Mode{ModeConfirmOnly, ModePowerOff}[rng.IntN(2)]
+		mode := []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff}[rng.IntN(2)]
 		p := testPolicy(mode)
 		p.DryRun = rng.IntN(10) == 0
 		tgt := &Target{Name: "node-a"}
@@ -831,7 +831,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Node.NeverReady = o.Node.Ready != ReadyTrue && rng.IntN(5) == 0
 			case 2:
 				if rng.IntN(2) == 0 {
-					o.BMC.Reading = reading([]PowerState{PowerOn, PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
+					o.BMC.Reading = reading([]vocab.PowerState{vocab.PowerOn, vocab.PowerOff}[rng.IntN(2)], o.Now.Add(-time.Duration(rng.IntN(20))*time.Second), guids[rng.IntN(len(guids))])
 					o.BMC.Reading.PoweredOffByFenced = rng.IntN(4) == 0
 					break
 				}
@@ -841,11 +841,11 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 					at := o.Now.Add(-time.Duration(rng.IntN(20)) * time.Second)
 					switch rng.IntN(3) {
 					case 0:
-						return PlugRead{Device: device, Plug: name, Failure: &Failure{Kind: KindTimeout, At: at}}
+						return PlugRead{Device: device, Plug: name, Failure: &Failure{Kind: vocab.KindTimeout, At: at}}
 					case 1:
-						return PlugRead{Device: device, Plug: name, Reading: reading(PowerOn, at, guid)}
+						return PlugRead{Device: device, Plug: name, Reading: reading(vocab.PowerOn, at, guid)}
 					}
-					return PlugRead{Device: device, Plug: name, Reading: reading(PowerOff, at, guid)}
+					return PlugRead{Device: device, Plug: name, Reading: reading(vocab.PowerOff, at, guid)}
 				}
 				r, f := CombineLevels([]LevelRead{
 					{Level: 1, Plugs: []PlugRead{plug("bmc", "", guids[rng.IntN(len(guids))])}},
@@ -858,7 +858,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 					o.BMC.Failure = f
 				}
 			case 3:
-				o.BMC.Failure = &Failure{Kind: KindTimeout, At: o.Now}
+				o.BMC.Failure = &Failure{Kind: vocab.KindTimeout, At: o.Now}
 			case 4:
 				o.BMC.InFlight = !o.BMC.InFlight
 			case 5:
@@ -886,7 +886,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// action: the walk must reach power-offs to test them.
 				o.Node.Ready, o.Node.ReadySince = ReadyUnknown, o.Now.Add(-time.Minute)
 				o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Minute), LastSilent: o.Now}
-				o.BMC.Reading, o.BMC.InFlight = reading(PowerOn, o.Now, nodeUUID), false
+				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOn, o.Now, nodeUUID), false
 				o.Cluster.GossipAlive, o.Cluster.LeaseHeld = 5, true
 			case 11:
 				// Signs of life after a reading: the kubelet renews its
@@ -927,10 +927,10 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// Another fencer (or this one, before a restart) tainted
 				// the node: the taint is adopted.
 				o.Node.TaintedByFenced, o.Node.Evidence = true, &Evidence{Method: vocab.EvidenceBMCPowerOff, At: o.Now,
-					BootID: o.Node.BootID, BMC: reading(PowerOff, o.Now, nodeUUID), Reason: "another fencer's"}
+					BootID: o.Node.BootID, BMC: reading(vocab.PowerOff, o.Now, nodeUUID), Reason: "another fencer's"}
 			case switchedOff && tgt.Phase == PhasePoweringOff && rare.IntN(2) == 0:
 				// fenced's own switch-off is confirmed off.
-				o.BMC.Reading, o.BMC.InFlight = reading(PowerOff, o.Now, nodeUUID), false
+				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOff, o.Now, nodeUUID), false
 				o.BMC.Reading.PoweredOffByFenced = true
 			}
 			before := tgt.Phase
@@ -974,7 +974,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			if switchedOff {
 				powerOffs++
 			}
-			if has(d.Actions, ActPowerOff) && (mode != ModePowerOff || !o.Cluster.LeaseHeld || 2*o.Cluster.GossipAlive <= o.Cluster.Nodes) {
+			if has(d.Actions, ActPowerOff) && (mode != vocab.ModePowerOff || !o.Cluster.LeaseHeld || 2*o.Cluster.GossipAlive <= o.Cluster.Nodes) {
 				t.Fatalf("walk %d step %d: power-off in mode %s, lease %v, alive %d/%d", walk, i, mode, o.Cluster.LeaseHeld, o.Cluster.GossipAlive, o.Cluster.Nodes)
 			}
 			// Down on both channels, by signals no other node can forge:
@@ -1038,10 +1038,10 @@ func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.
 		// The evidence's reading is an off reading taken during this
 		// suspicion, and no newer reading says on.
 		r := ev.BMC
-		if r == nil || r.Power != PowerOff || !r.At.After(suspectSince) {
+		if r == nil || r.Power != vocab.PowerOff || !r.At.After(suspectSince) {
 			t.Fatalf("bmc-power-off taint without a fresh off reading: reading %+v, suspect since %s", r, suspectSince)
 		}
-		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != PowerOff {
+		if now := o.BMC.Reading; now == nil || now.At.After(r.At) && now.Power != vocab.PowerOff {
 			t.Fatalf("bmc-power-off taint on %+v although the latest reading is %+v", r, now)
 		}
 		if r.SystemGUID != "" && !SameSystemUUID(r.SystemGUID, o.Node.SystemUUID) {
@@ -1050,7 +1050,7 @@ func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.
 		// A level is evidence only when every plug of it read off, during
 		// this suspicion, each from the machine the Node names.
 		for _, p := range r.Plugs {
-			if p.Power != PowerOff || !p.At.After(suspectSince) {
+			if p.Power != vocab.PowerOff || !p.At.After(suspectSince) {
 				t.Fatalf("taint on level %d although %s:%s read %s at %s (suspect since %s)", r.Level, p.Device, p.Plug, p.Power, p.At, suspectSince)
 			}
 			if p.SystemGUID != "" && !SameSystemUUID(p.SystemGUID, o.Node.SystemUUID) {
@@ -1079,7 +1079,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 		o := healthy()
 		o.Now = t0.Add(10 * time.Second)
 		o.Member.State, o.Member.Since, o.Member.Announced, o.Member.Signed = "left", t0.Add(9*time.Second), "shutdown-complete", false
-		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
 		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) {
 			t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 		}
@@ -1088,13 +1088,13 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 		o := powerLoss(healthy(), t0.Add(6*time.Second))
 		o.Member.State, o.Member.Announced, o.Member.Signed = "alive", "shutting-down", false
 		o.Node.Ready = ReadyUnknown
-		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
-		if !has(d.Actions, ActReadPower) || slices.Contains(events(d.Actions), ReasonShuttingDown) {
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
+		if !has(d.Actions, ActReadPower) || slices.Contains(events(d.Actions), vocab.EventNodeShuttingDown) {
 			t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 		}
 	})
 	t.Run("gossip alive does not hold off a power-off of a silent node", func(t *testing.T) {
-		p := testPolicy(ModePowerOff)
+		p := testPolicy(vocab.ModePowerOff)
 		tgt := suspected(p)
 		o := hung(100 * time.Second)
 		o.Member.State, o.Member.Since = "alive", o.Now // forged: the agent does not answer challenges
@@ -1109,7 +1109,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 		}
 	})
 	t.Run("gossip dead does not make a power-off of a node whose agent answers", func(t *testing.T) {
-		p := testPolicy(ModePowerOff)
+		p := testPolicy(vocab.ModePowerOff)
 		tgt := suspected(p)
 		for i := 0; i < 120; i++ {
 			o := hung(100*time.Second + time.Duration(i)*time.Second)
@@ -1127,7 +1127,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 		o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0.Add(-time.Minute)
 		o.Member.State, o.Member.Since, o.Member.Signed = "alive", t0.Add(30*time.Second), false
 		o.Now = t0.Add(time.Minute)
-		d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+		d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
 		if has(d.Actions, ActSafetyAlarm) || has(d.Actions, ActRemoveTaint) {
 			t.Fatalf("actions %v", kinds(d.Actions))
 		}
@@ -1138,7 +1138,7 @@ func TestGossipAloneNeverDecides(t *testing.T) {
 // on their own clean-shutdown word within the window stops that evidence,
 // raises one alarm, and sends the fencer to the power device instead.
 func TestCleanShutdownStormGuard(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	cleanlyDown := func(fencedAlready int) Observation {
 		o := healthy()
 		o.Now = t0.Add(10 * time.Second)
@@ -1157,7 +1157,7 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 	// Its kubelet's Ready=True is stale but unproven: the agent is asked
 	// together with the read.
 	if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActSafetyAlarm) || !has(d.Actions, ActReadPower) ||
-		!has(d.Actions, ActChallenge) || !slices.Contains(events(d.Actions), ReasonCleanShutdownStorm) {
+		!has(d.Actions, ActChallenge) || !slices.Contains(events(d.Actions), vocab.EventCleanShutdownStorm) {
 		t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 	}
 	o.Now = o.Now.Add(2 * time.Second)
@@ -1167,7 +1167,7 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 	// The power device still fences it, its agent having stayed silent.
 	o.Agent = AgentObs{SilentSince: t0.Add(10 * time.Second), LastSilent: t0.Add(10 * time.Second)}
 	o.Now = o.Now.Add(time.Second)
-	o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+	o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 	d = tgt.Step(o, p)
 	if a := find(d.Actions, ActApplyTaint); a == nil || a.Evidence.Method != vocab.EvidenceBMCPowerOff {
 		t.Fatalf("actions %v (reason %q)", kinds(d.Actions), d.Reason)
@@ -1178,13 +1178,13 @@ func TestCleanShutdownStormGuard(t *testing.T) {
 // be written at once (API server down) is re-checked at every retry: any
 // sign of life after it voids it, and an old one is read again first.
 func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	// The node lost power at t0+1s; the BMC read off at t0+7s; the API
 	// server is down, so the taint does not land.
 	pending := func() (*Target, Observation) {
 		tgt := suspected(p)
 		o := powerLoss(healthy(), t0.Add(7*time.Second))
-		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 		o.BMC.Reading.KubeletLeaseRenewedAt = t0
 		o.Node.KubeletRenew = t0
 		if d := tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
@@ -1217,15 +1217,15 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 			o.Now = t0.Add(15 * time.Second)
 			l.change(&o)
 			d := tgt.Step(o, p)
-			said := ReasonEvidenceVoided
+			said := vocab.EventFenceEvidenceVoided
 			if l.alarm {
-				said = ReasonPowerReadingContradicted
+				said = vocab.EventPowerReadingContradicted
 			}
 			if has(d.Actions, ActApplyTaint) || !slices.Contains(events(d.Actions), said) {
 				t.Fatalf("actions %v events %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 			}
 			alarm := find(d.Actions, ActSafetyAlarm)
-			if l.alarm != (alarm != nil && alarm.Reason == ReasonPowerReadingContradicted) {
+			if l.alarm != (alarm != nil && alarm.Reason == vocab.EventPowerReadingContradicted) {
 				t.Fatalf("safety alarm %+v; want one: %v", alarm, l.alarm)
 			}
 			// The contradicted reading is never used again.
@@ -1266,7 +1266,7 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 			}
 		}
 		o.Now = o.Now.Add(100 * time.Millisecond)
-		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 		o.BMC.Reading.KubeletLeaseRenewedAt = t0.Add(5 * time.Second)
 		if d = tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
 			t.Fatalf("fresh reading with the renewal as its baseline: %v (reason %q)", kinds(d.Actions), d.Reason)
@@ -1276,11 +1276,11 @@ func TestEvidenceMustBeTrueWhenTheTaintLands(t *testing.T) {
 		tgt, o := pending()
 		o.Now = t0.Add(41 * time.Second) // the API server is back
 		d := tgt.Step(o, p)
-		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) || !slices.Contains(events(d.Actions), ReasonEvidenceVoided) {
+		if has(d.Actions, ActApplyTaint) || !has(d.Actions, ActReadPower) || !slices.Contains(events(d.Actions), vocab.EventFenceEvidenceVoided) {
 			t.Fatalf("34 s old reading: %v %v (reason %q)", kinds(d.Actions), events(d.Actions), d.Reason)
 		}
 		o.Now = o.Now.Add(100 * time.Millisecond)
-		o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+		o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 		o.BMC.Reading.KubeletLeaseRenewedAt = t0
 		d = tgt.Step(o, p)
 		if a := find(d.Actions, ActApplyTaint); a == nil || !a.Evidence.BMC.At.Equal(o.Now) {
@@ -1298,11 +1298,11 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 	o.Now = t0.Add(time.Minute)
 	o.Node.TaintedByFenced = true
 	o.Node.Evidence = &Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0.Add(10 * time.Second), BootID: "boot-1",
-		BMC: reading(PowerOff, t0.Add(10*time.Second), nodeUUID)}
+		BMC: reading(vocab.PowerOff, t0.Add(10*time.Second), nodeUUID)}
 	o.Node.ReadySince = t0.Add(-time.Hour) // never transitioned
 	o.Node.BootID = "boot-2"
 	o.Member.State = "dead" // even with gossip (forged or stale) saying dead
-	d := (&Target{Name: "node-a"}).Step(o, testPolicy(ModeConfirmOnly))
+	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
 	if !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseHealthy {
 		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
@@ -1319,12 +1319,12 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 // (afterFence: on). A renewal after the off reading is still a
 // contradiction: the plug is not this node's.
 func TestNodeBackAsItIsSwitchedOff(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	p.PowerOnAfterFence = true
 	offRead := func(renew time.Duration) func(o *Observation) {
 		return func(o *Observation) {
 			o.BMC.InFlight = false
-			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 			o.BMC.Reading.PoweredOffByFenced = true
 			o.BMC.Reading.SentAt = t0.Add(87500 * time.Millisecond)
 			o.BMC.Reading.KubeletLeaseRenewedAt = t0.Add(40 * time.Second)
@@ -1334,11 +1334,11 @@ func TestNodeBackAsItIsSwitchedOff(t *testing.T) {
 	t.Run("renewed while being switched off", func(t *testing.T) {
 		steps := append(stepsToPowerOff(), []step{
 			{name: "off, renewed at 89 s between request and reading", at: 90 * time.Second, change: offRead(89 * time.Second),
-				phase: PhaseSuspect, notWant: []ActionKind{ActSafetyAlarm, ActApplyTaint}, event: ReasonEvidenceVoided},
+				phase: PhaseSuspect, notWant: []ActionKind{ActSafetyAlarm, ActApplyTaint}, event: vocab.EventFenceEvidenceVoided},
 			{name: "read again at once", at: 90100 * time.Millisecond,
 				phase: PhaseConfirming, want: []ActionKind{ActReadPower}, notWant: []ActionKind{ActSafetyAlarm, ActApplyTaint}},
 			{name: "off again, nothing since", at: 91 * time.Second, change: func(o *Observation) {
-				o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+				o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 				o.BMC.Reading.KubeletLeaseRenewedAt = o.Node.KubeletRenew
 			}, phase: PhaseFenced, want: []ActionKind{ActApplyTaint}, notWant: []ActionKind{ActSafetyAlarm}},
 		}...)

@@ -21,9 +21,14 @@
 //     the taint with its evidence through pkg/taint. Their results come
 //     back as later Observations.
 //
-// The words the core shares with the BMC drivers of pkg/fencing/device — [PowerState],
-// [ErrorKind], the Op names — are defined here (vocab.go), as is the rule that
-// a BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
+// The words the core shares with the power device drivers of
+// pkg/fencing/device ([vocab.PowerState], [vocab.ErrorKind], the Op names),
+// with pkg/config ([vocab.Mode]) and with the Event recorders (the
+// [vocab.EventReason] of its Actions) are pkg/vocab's, the one vocabulary
+// and the only package besides the standard library the core imports. The
+// core keeps its own words: its [Phase]s, [ActionKind]s and [Hold]s are its
+// state and its output, named nowhere else. Here too is the rule that a
+// BMC's system GUID names a Node ([SameSystemUUID], uuid.go), used by the
 // core, by pkg/taint and by `fenced confirm`.
 //
 // [Evidence] (evidence.go) is fenced's one model of why a node is fenced:

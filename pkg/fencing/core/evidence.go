@@ -38,10 +38,10 @@ type Evidence struct {
 // Reading is one authenticated read of a node's BMC: the latest one the
 // fencer has (BMCObs.Reading) and, once it becomes evidence, Evidence.BMC.
 type Reading struct {
-	// Power is the chassis power state read: PowerOff for evidence. A
+	// Power is the chassis power state read: vocab.PowerOff for evidence. A
 	// stored reading may spell it otherwise (Redfish says "Off"); Validate
 	// compares case-insensitively.
-	Power PowerState `json:"power"`
+	Power vocab.PowerState `json:"power"`
 	// At is when the BMC answered; the reading's age counts from it.
 	At time.Time `json:"at"`
 	// SentAt is when the request was sent.
@@ -117,12 +117,12 @@ func (ev Evidence) Validate() error {
 	// A reading of "on" is never evidence, whatever else is claimed: for
 	// manual evidence §2 says fenced must not have read the power as on, and
 	// a node whose clean shutdown was followed by "on" is booting again.
-	if ev.BMC != nil && ev.BMC.Power.is(PowerOn) {
+	if ev.BMC != nil && powerIs(ev.BMC.Power, vocab.PowerOn) {
 		return invalid("the BMC at %q reads power on", ev.BMC.Endpoint)
 	}
 	if ev.BMC != nil {
 		for _, p := range ev.BMC.Plugs {
-			if p.Power.is(PowerOn) {
+			if powerIs(p.Power, vocab.PowerOn) {
 				return invalid("%s of %s reads power on", plugName(p.Device, p.Plug), ev.BMC.Endpoint)
 			}
 		}
@@ -132,8 +132,8 @@ func (ev Evidence) Validate() error {
 		if ev.BMC == nil {
 			return invalid("bmc-power-off evidence without a BMC reading")
 		}
-		if !ev.BMC.Power.is(PowerOff) {
-			return invalid("bmc-power-off evidence whose BMC reading is %q, not %q", ev.BMC.Power, PowerOff)
+		if !powerIs(ev.BMC.Power, vocab.PowerOff) {
+			return invalid("bmc-power-off evidence whose BMC reading is %q, not %q", ev.BMC.Power, vocab.PowerOff)
 		}
 		if ev.BMC.At.IsZero() {
 			return invalid("bmc-power-off evidence whose BMC reading has no time")
@@ -141,8 +141,8 @@ func (ev Evidence) Validate() error {
 		// A level is off only when every plug of it reads off, each at a
 		// known time.
 		for _, p := range ev.BMC.Plugs {
-			if !p.Power.is(PowerOff) {
-				return invalid("bmc-power-off evidence of %s whose %s reads %q, not %q", ev.BMC.Endpoint, plugName(p.Device, p.Plug), p.Power, PowerOff)
+			if !powerIs(p.Power, vocab.PowerOff) {
+				return invalid("bmc-power-off evidence of %s whose %s reads %q, not %q", ev.BMC.Endpoint, plugName(p.Device, p.Plug), p.Power, vocab.PowerOff)
 			}
 			if p.At.IsZero() {
 				return invalid("bmc-power-off evidence of %s whose %s reading has no time", ev.BMC.Endpoint, plugName(p.Device, p.Plug))
@@ -158,10 +158,10 @@ func (ev Evidence) Validate() error {
 	return nil
 }
 
-// is compares a stored power state with want as a reader of evidence must:
-// ignoring case and surrounding space, as the annotation is anyone's to
-// write and Redfish spells the states "On" and "Off".
-func (s PowerState) is(want PowerState) bool {
+// powerIs compares a stored power state s with want as a reader of
+// evidence must: ignoring case and surrounding space, as the annotation is
+// anyone's to write and Redfish spells the states "On" and "Off".
+func powerIs(s, want vocab.PowerState) bool {
 	return strings.EqualFold(strings.TrimSpace(string(s)), string(want))
 }
 

@@ -12,7 +12,7 @@ import (
 // offEvidence is bmc-power-off evidence as the core decides it.
 func offEvidence() Evidence {
 	return Evidence{Method: vocab.EvidenceBMCPowerOff, At: t0, BootID: "boot-1",
-		BMC: &Reading{Power: PowerOff, At: t0, Endpoint: "ipmi://198.18.0.1:623", SystemGUID: nodeUUID}}
+		BMC: &Reading{Power: vocab.PowerOff, At: t0, Endpoint: "ipmi://198.18.0.1:623", SystemGUID: nodeUUID}}
 }
 
 // TestEvidenceValidate is docs/design.md §2's rule of what counts, on its own,
@@ -23,7 +23,7 @@ func TestEvidenceValidate(t *testing.T) {
 		mod(&ev)
 		return ev
 	}
-	withPower := func(p PowerState) Evidence {
+	withPower := func(p vocab.PowerState) Evidence {
 		return with(offEvidence(), func(e *Evidence) { e.BMC.Power = p })
 	}
 	cases := []struct {
@@ -38,10 +38,10 @@ func TestEvidenceValidate(t *testing.T) {
 		{"without guid or boot", with(offEvidence(), func(e *Evidence) { e.BMC.SystemGUID, e.BootID = "", "" }), ""},
 		{"clean-shutdown", Evidence{Method: vocab.EvidenceCleanShutdown, At: t0, BootID: "boot-1"}, ""},
 		{"clean-shutdown, BMC off too", Evidence{Method: vocab.EvidenceCleanShutdown, At: t0, BootID: "boot-1",
-			BMC: reading(PowerOff, t0, "")}, ""},
+			BMC: reading(vocab.PowerOff, t0, "")}, ""},
 		{"manual", Evidence{Method: vocab.EvidenceManual, At: t0, By: "alice", Reason: "PDU port 7 switched off"}, ""},
 		{"manual, BMC unreachable", Evidence{Method: vocab.EvidenceManual, At: t0,
-			BMC: reading(PowerUnknown, t0, "")}, ""},
+			BMC: reading(vocab.PowerUnknown, t0, "")}, ""},
 
 		{"empty", Evidence{}, "no method"},
 		{"unknown method", Evidence{Method: "timeout", At: t0}, `unknown method "timeout"`},
@@ -50,16 +50,16 @@ func TestEvidenceValidate(t *testing.T) {
 		{"method in upper case", with(offEvidence(), func(e *Evidence) { e.Method = "BMC-POWER-OFF" }), "unknown method"},
 		{"no time", with(offEvidence(), func(e *Evidence) { e.At = time.Time{} }), "without a time"},
 		{"bmc-power-off without a reading", with(offEvidence(), func(e *Evidence) { e.BMC = nil }), "without a BMC reading"},
-		{"bmc-power-off reading on", withPower(PowerOn), "reads power on"},
+		{"bmc-power-off reading on", withPower(vocab.PowerOn), "reads power on"},
 		{"bmc-power-off reading On", withPower("On"), "reads power on"},
-		{"bmc-power-off reading unknown", withPower(PowerUnknown), `is "unknown", not "off"`},
+		{"bmc-power-off reading unknown", withPower(vocab.PowerUnknown), `is "unknown", not "off"`},
 		{"bmc-power-off reading nothing", withPower(""), `is "", not "off"`},
 		{"bmc-power-off reading without time", with(offEvidence(), func(e *Evidence) { e.BMC.At = time.Time{} }), "has no time"},
 		{"clean-shutdown without boot", Evidence{Method: vocab.EvidenceCleanShutdown, At: t0}, "without the announcing boot ID"},
 		{"clean-shutdown, then on", Evidence{Method: vocab.EvidenceCleanShutdown, At: t0, BootID: "boot-1",
 			BMC: reading("ON", t0, "")}, "reads power on"},
 		{"manual but BMC reads on", Evidence{Method: vocab.EvidenceManual, At: t0, By: "alice",
-			BMC: reading(PowerOn, t0, "")}, "reads power on"},
+			BMC: reading(vocab.PowerOn, t0, "")}, "reads power on"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,10 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+
+	"fenced.io/fenced/pkg/vocab"
+)
 
 // The operator's three switches — policy.dryRun, a node's exclusion label
 // and the cluster-wide pause — hold back what the fencer does, never what
@@ -102,8 +106,39 @@ func Would(k ActionKind) string {
 	return string(k)
 }
 
-// HeldReason is the Event reason of a held action: Hold + "Would" + verb.
-func HeldReason(h Hold, k ActionKind) string { return string(h) + "Would" + Would(k) }
+// HeldReason is the Event reason of action k held back by h: the switch,
+// "Would" and the verb (Would), declared in pkg/vocab's catalogue like
+// every Event reason. TestHeldBy checks that every pair HeldBy can return
+// has its reason.
+func HeldReason(h Hold, k ActionKind) vocab.EventReason { return heldReasons[h][Would(k)] }
+
+// heldReasons is HeldReason's table: by switch, then by verb.
+var heldReasons = map[Hold]map[string]vocab.EventReason{
+	HoldDryRun: {
+		"Taint":        vocab.EventDryRunWouldTaint,
+		"RemoveTaint":  vocab.EventDryRunWouldRemoveTaint,
+		"MarkNotReady": vocab.EventDryRunWouldMarkNotReady,
+		"DeletePods":   vocab.EventDryRunWouldDeletePods,
+		"PowerOff":     vocab.EventDryRunWouldPowerOff,
+		"PowerOn":      vocab.EventDryRunWouldPowerOn,
+	},
+	HoldPaused: {
+		"Taint":        vocab.EventPausedWouldTaint,
+		"RemoveTaint":  vocab.EventPausedWouldRemoveTaint,
+		"MarkNotReady": vocab.EventPausedWouldMarkNotReady,
+		"DeletePods":   vocab.EventPausedWouldDeletePods,
+		"PowerOff":     vocab.EventPausedWouldPowerOff,
+		"PowerOn":      vocab.EventPausedWouldPowerOn,
+	},
+	HoldExcluded: {
+		"ReadPower":    vocab.EventExcludedWouldReadPower,
+		"Taint":        vocab.EventExcludedWouldTaint,
+		"MarkNotReady": vocab.EventExcludedWouldMarkNotReady,
+		"DeletePods":   vocab.EventExcludedWouldDeletePods,
+		"PowerOff":     vocab.EventExcludedWouldPowerOff,
+		"PowerOn":      vocab.EventExcludedWouldPowerOn,
+	},
+}
 
 // heldBy applies HeldBy to this decision.
 func (d *decider) heldBy(k ActionKind) Hold { return HeldBy(k, d.o, d.p) }
@@ -111,7 +146,8 @@ func (d *decider) heldBy(k ActionKind) Hold { return HeldBy(k, d.o, d.p) }
 // hold reports a held action as ActHeld, once per suspicion, hold and kind.
 func (d *decider) hold(h Hold, a Action) {
 	t := d.t
-	key := HeldReason(h, a.Kind)
+	reason := HeldReason(h, a.Kind)
+	key := string(reason)
 	if t.reports.held[key] {
 		return
 	}
@@ -120,7 +156,7 @@ func (d *decider) hold(h Hold, a Action) {
 	}
 	t.reports.held[key] = true
 	d.actions = append(d.actions, Action{Kind: ActHeld, Held: a.Kind, Hold: h, Evidence: a.Evidence,
-		EventType: "Normal", Reason: key, Message: d.holdPrefix(h) + d.wouldDo(a)})
+		EventType: "Normal", Reason: reason, Message: d.holdPrefix(h) + d.wouldDo(a)})
 }
 
 // holdPrefix says which switch holds an action.

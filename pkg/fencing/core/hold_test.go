@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // TestHeldBy is the rule of the three switches, action by action.
@@ -34,7 +36,7 @@ func TestHeldBy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := healthy()
 			o.Cluster.Paused, o.Node.Excluded = tt.paused, tt.excluded
-			p := testPolicy(ModePowerOff)
+			p := testPolicy(vocab.ModePowerOff)
 			p.DryRun = tt.dryRun
 			for _, k := range all {
 				got := HeldBy(k, o, p)
@@ -44,6 +46,11 @@ func TestHeldBy(t *testing.T) {
 				case !tt.holds(k) && got != HoldNone:
 					t.Errorf("HeldBy(%s) = %q, want none", k, got)
 				}
+				// The Event reason of a held action is the catalogue's,
+				// with the value it always had.
+				if want := string(got) + "Would" + Would(k); got != HoldNone && string(HeldReason(got, k)) != want {
+					t.Errorf("HeldReason(%s, %s) = %q, want %q", got, k, HeldReason(got, k), want)
+				}
 			}
 		})
 	}
@@ -51,7 +58,7 @@ func TestHeldBy(t *testing.T) {
 	// pause, like every other write.
 	o := healthy()
 	o.Cluster.Paused, o.Node.Excluded = true, "fenced.io/exclude"
-	if got := HeldBy(ActRemoveTaint, o, testPolicy(ModeConfirmOnly)); got != HoldPaused {
+	if got := HeldBy(ActRemoveTaint, o, testPolicy(vocab.ModeConfirmOnly)); got != HoldPaused {
 		t.Errorf("excluded and paused: HeldBy(RemoveTaint) = %q, want Paused", got)
 	}
 }
@@ -70,7 +77,7 @@ func heldActions(as []Action) []Action {
 // offAt is a power loss whose BMC read off at `at`.
 func offAt(at time.Duration) Observation {
 	o := powerLoss(healthy(), t0.Add(at))
-	o.BMC.Reading = reading(PowerOff, t0.Add(at), nodeUUID)
+	o.BMC.Reading = reading(vocab.PowerOff, t0.Add(at), nodeUUID)
 	return o
 }
 
@@ -80,7 +87,7 @@ func offAt(at time.Duration) Observation {
 // then neither writes, nor retries, nor repeats itself.
 func TestDryRunDecidesLikeARealRunAndChangesNothing(t *testing.T) {
 	real, dry := &Target{Name: "worker-3"}, &Target{Name: "worker-3"}
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	pd := p
 	pd.DryRun = true
 	o := powerLoss(healthy(), t0.Add(6*time.Second))
@@ -131,7 +138,7 @@ func TestDryRunDecidesLikeARealRunAndChangesNothing(t *testing.T) {
 // TestDryRunPowerOffMode: a hung node that a real run would switch off is
 // reported once, and the power Lease is never taken.
 func TestDryRunPowerOffMode(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	p.DryRun = true
 	tgt := suspected(p)
 	var reports []Action
@@ -157,7 +164,7 @@ func TestDryRunPowerOffMode(t *testing.T) {
 // once; reads go on; on resume the taint follows at once (after one fresh
 // read when the held reading is too old to use).
 func TestPauseDuringPowerLossThenResume(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	tgt := &Target{Name: "node-a"}
 	o := powerLoss(healthy(), t0.Add(6*time.Second))
 	o.Cluster.Paused, o.Cluster.PauseReason = true, "storage maintenance"
@@ -185,7 +192,7 @@ func TestPauseDuringPowerLossThenResume(t *testing.T) {
 	if !has(d.Actions, ActReadPower) || has(d.Actions, ActApplyTaint) {
 		t.Fatalf("resumed with an old reading: %v", kinds(d.Actions))
 	}
-	o.BMC.Reading = reading(PowerOff, o.Now.Add(50*time.Millisecond), nodeUUID)
+	o.BMC.Reading = reading(vocab.PowerOff, o.Now.Add(50*time.Millisecond), nodeUUID)
 	o.Now = o.Now.Add(100 * time.Millisecond)
 	if d = tgt.Step(o, p); !has(d.Actions, ActApplyTaint) {
 		t.Fatalf("resumed, fresh reading off: %s %v", d.Phase, kinds(d.Actions))
@@ -208,13 +215,13 @@ func TestPauseDuringPowerLossThenResume(t *testing.T) {
 // TestPauseDuringFenceDelay gives the power Lease back and switches
 // nothing off; resuming takes the Lease again at once.
 func TestPauseDuringFenceDelay(t *testing.T) {
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	steps := []step{
 		{name: "gossip dead", at: 6 * time.Second, phase: PhaseConfirming},
 		{name: "fenceAfter passed: take the lease", at: 81 * time.Second, change: func(o *Observation) { *o = hung(81 * time.Second) },
 			phase: PhaseConfirming, want: []ActionKind{ActAcquireLease}},
 		{name: "lease held: fence delay", at: 82 * time.Second, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
-			phase: PhasePoweringOff, event: ReasonPoweringOff},
+			phase: PhasePoweringOff, event: vocab.EventPoweringOffUnresponsiveNode},
 		{name: "paused during the fence delay", at: 84 * time.Second, change: func(o *Observation) { o.Cluster.Paused = true },
 			phase: PhaseConfirming, want: []ActionKind{ActReleaseLease, ActHeld}, notWant: []ActionKind{ActPowerOff}},
 		{name: "still paused", at: 95 * time.Second, change: func(o *Observation) {
@@ -232,14 +239,14 @@ func TestPauseDuringFenceDelay(t *testing.T) {
 // nothing again, and takes it up as soon as the label is gone.
 func TestExcludedNodeIsNeverReadOrFenced(t *testing.T) {
 	const label = "remediation.medik8s.io/exclude-from-remediation"
-	p := testPolicy(ModePowerOff)
+	p := testPolicy(vocab.ModePowerOff)
 	tgt := &Target{Name: "node-a"}
 	o := powerLoss(healthy(), t0.Add(6*time.Second))
 	o.Node.Excluded = label
 	d := tgt.Step(o, p)
 	h := heldActions(d.Actions)
 	if d.Phase != PhaseSuspect || has(d.Actions, ActReadPower) || len(h) != 1 || h[0].Reason != "ExcludedWouldReadPower" ||
-		!strings.Contains(h[0].Message, label+"=true") || !slices.Contains(events(d.Actions), ReasonSuspected) {
+		!strings.Contains(h[0].Message, label+"=true") || !slices.Contains(events(d.Actions), vocab.EventNodeSuspected) {
 		t.Fatalf("excluded, gone: %s %v %+v", d.Phase, kinds(d.Actions), h)
 	}
 	// Hung and down for minutes, power-off allowed by every guard: still
@@ -271,7 +278,7 @@ func TestExcludedNodeIsNeverReadOrFenced(t *testing.T) {
 // taint untouched — the rest of the fence is not done — but the taint
 // still comes off when it is back on a new boot. Paused, it stays.
 func TestExcludedFencedNode(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	ev := &Evidence{Method: "bmc-power-off", At: t0, BootID: "boot-1", Reason: "BMC read off"}
 	o := powerLoss(healthy(), t0.Add(time.Minute))
 	o.Node.TaintedByFenced, o.Node.Evidence, o.Node.Excluded = true, ev, "fenced.io/exclude"

@@ -41,7 +41,7 @@ func (l LevelRead) readable() (bool, string) {
 			return false, fmt.Sprintf("%s: %s: %s", plugName(p.Device, p.Plug), p.Failure.Kind, p.Failure.Message)
 		case p.Reading == nil:
 			return false, plugName(p.Device, p.Plug) + ": not read"
-		case p.Reading.Power != PowerOn && p.Reading.Power != PowerOff:
+		case p.Reading.Power != vocab.PowerOn && p.Reading.Power != vocab.PowerOff:
 			return false, fmt.Sprintf("%s: read %q, neither on nor off", plugName(p.Device, p.Plug), p.Reading.Power)
 		}
 	}
@@ -74,7 +74,7 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 		return nil, &f
 	}
 	var why []string
-	var kind ErrorKind
+	var kind vocab.ErrorKind
 	var failedAt time.Time
 	for _, l := range levels {
 		ok, reason := l.readable()
@@ -101,25 +101,25 @@ func CombineLevels(levels []LevelRead) (*Reading, *Failure) {
 		return combineLevel(l), nil
 	}
 	if kind == "" {
-		kind = KindBMC
+		kind = vocab.KindBMC
 	}
 	if len(why) == 0 {
 		why = []string{"no levels"}
 	}
-	return nil, &Failure{Op: OpPowerStatus, Kind: kind, Message: "no level could be read: " + strings.Join(why, "; "), At: failedAt}
+	return nil, &Failure{Op: vocab.OpPowerStatus, Kind: kind, Message: "no level could be read: " + strings.Join(why, "; "), At: failedAt}
 }
 
 // combineLevel is a level every plug of which answered, as one Reading
 // (CombineLevels).
 func combineLevel(l LevelRead) *Reading {
-	r := &Reading{Power: PowerOff, Level: l.Level}
+	r := &Reading{Power: vocab.PowerOff, Level: l.Level}
 	renewKnown := false
 	names := make([]string, 0, len(l.Plugs))
 	for _, p := range l.Plugs {
 		pr := *p.Reading
 		pr.Device, pr.Plug = p.Device, p.Plug
-		if pr.Power == PowerOn {
-			r.Power = PowerOn
+		if pr.Power == vocab.PowerOn {
+			r.Power = vocab.PowerOn
 		}
 		if r.At.IsZero() || pr.At.Before(r.At) {
 			r.At = pr.At

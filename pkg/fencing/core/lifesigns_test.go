@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // A Ready node whose configured plug feeds another machine that is off (a
@@ -24,7 +26,7 @@ func TestReadyNodeMislabelledPlugFalseGossipDeath(t *testing.T) {
 		}, []ActionKind{ActReadPower}, []ActionKind{ActChallenge}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := testPolicy(ModeConfirmOnly)
+			p := testPolicy(vocab.ModeConfirmOnly)
 			steps := []step{
 				{name: "healthy", phase: PhaseHealthy},
 				{name: "gossip dead, kubelet alive: read and challenge together", at: 6 * time.Second, change: func(o *Observation) {
@@ -40,18 +42,18 @@ func TestReadyNodeMislabelledPlugFalseGossipDeath(t *testing.T) {
 				}, notWant: []ActionKind{ActApplyTaint, ActChallenge}},
 				{name: "the wrong plug reads off before the agent answers", at: 6200 * time.Millisecond, change: func(o *Observation) {
 					o.BMC.InFlight = false
-					o.BMC.Reading = reading(PowerOff, o.Now, "")
+					o.BMC.Reading = reading(vocab.PowerOff, o.Now, "")
 					o.BMC.Reading.KubeletLeaseRenewedAt = o.Node.KubeletRenew
 				}, phase: PhaseConfirming, notWant: []ActionKind{ActApplyTaint}},
 				{name: "the agent answers: the reading is void, an alarm", at: 6300 * time.Millisecond, change: func(o *Observation) {
 					o.Agent = AgentObs{LastProof: o.Now}
-				}, notWant: []ActionKind{ActApplyTaint}, event: ReasonPowerReadingContradicted},
+				}, notWant: []ActionKind{ActApplyTaint}, event: vocab.EventPowerReadingContradicted},
 			}
 			tgt, o := runSteps(t, p, healthy(), steps)
 			// Whatever the plug goes on saying, no taint while the agent answers.
 			for i := range 20 {
 				o.Now = o.Now.Add(3 * time.Second)
-				o.BMC.Reading = reading(PowerOff, o.Now, "")
+				o.BMC.Reading = reading(vocab.PowerOff, o.Now, "")
 				o.Agent = AgentObs{LastProof: o.Now.Add(time.Second)}
 				if i%2 == 0 {
 					o.Agent = AgentObs{LastProof: o.Now.Add(-time.Second)}
@@ -68,14 +70,14 @@ func TestReadyNodeMislabelledPlugFalseGossipDeath(t *testing.T) {
 // silence to the challenge sent with the read completes the evidence, so
 // the fast path stays fast.
 func TestPowerLossWhileStillReadyNeedsTheAgentsSilence(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	start := healthy()
 	steps := []step{
 		{name: "gossip dead, still Ready", at: 6 * time.Second, change: func(o *Observation) {
 			o.Member.State, o.Member.Since = "dead", o.Now
 		}, want: []ActionKind{ActReadPower, ActChallenge}},
 		{name: "off before the challenge's outcome", at: 6200 * time.Millisecond, change: func(o *Observation) {
-			o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+			o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 			o.Agent.Challenging = true
 		}, phase: PhaseConfirming, notWant: []ActionKind{ActApplyTaint, ActChallenge}},
 		{name: "silent: fenced", at: 6500 * time.Millisecond, change: func(o *Observation) {
@@ -94,7 +96,7 @@ func TestPowerLossWhileStillReadyNeedsTheAgentsSilence(t *testing.T) {
 		t.Fatalf("no challenge: %v", kinds(d.Actions))
 	}
 	o.Now = o.Now.Add(time.Second)
-	o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+	o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 	if d := tgt.Step(o, p); has(d.Actions, ActApplyTaint) {
 		t.Fatalf("tainted on an old silence: %s", d.Reason)
 	}
@@ -104,11 +106,11 @@ func TestPowerLossWhileStillReadyNeedsTheAgentsSilence(t *testing.T) {
 // while gossip (forged) still says dead: the node never went off. That is
 // the safety alarm, once; no write war over Ready.
 func TestKubeletReadyAgainAfterFenceIsASafetyAlarm(t *testing.T) {
-	p := testPolicy(ModeConfirmOnly)
+	p := testPolicy(vocab.ModeConfirmOnly)
 	o := healthy()
 	fenceAt := t0.Add(6 * time.Second)
 	o.Node.TaintedByFenced = true
-	o.Node.Evidence = &Evidence{Method: "bmc-power-off", At: fenceAt, BootID: "boot-1", BMC: reading(PowerOff, fenceAt, "")}
+	o.Node.Evidence = &Evidence{Method: "bmc-power-off", At: fenceAt, BootID: "boot-1", BMC: reading(vocab.PowerOff, fenceAt, "")}
 	o.Member.State, o.Member.Since = "dead", t0.Add(5*time.Second)
 	tgt := &Target{Name: "node-a"}
 	o.Now = t0.Add(7 * time.Second)
@@ -125,7 +127,7 @@ func TestKubeletReadyAgainAfterFenceIsASafetyAlarm(t *testing.T) {
 		if has(d.Actions, ActMarkNotReady) || has(d.Actions, ActRemoveTaint) {
 			t.Fatalf("round %d: %v (reason %q)", i, kinds(d.Actions), d.Reason)
 		}
-		if a := find(d.Actions, ActSafetyAlarm); a != nil && a.Reason == ReasonFencedNodeBackWithSameBoot {
+		if a := find(d.Actions, ActSafetyAlarm); a != nil && a.Reason == vocab.EventFencedNodeBackWithSameBootID {
 			alarms++
 		}
 	}

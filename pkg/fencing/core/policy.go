@@ -1,23 +1,15 @@
 package core
 
-import "time"
+import (
+	"time"
 
-// Mode says whether fenced may switch nodes off.
-type Mode string
-
-// Modes.
-const (
-	// ModeConfirmOnly taints only nodes whose BMC already reads off.
-	ModeConfirmOnly Mode = "confirm-only"
-	// ModePowerOff also switches off nodes that are unresponsive on both
-	// channels for FenceAfter, under quorum, storm budget and a Lease.
-	ModePowerOff Mode = "power-off"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Policy holds the decision settings. DefaultPolicy gives their defaults;
 // pkg/config overrides what the configuration file sets.
 type Policy struct {
-	Mode Mode
+	Mode vocab.Mode
 	// FenceAfter is how long a node must be unresponsive on both channels
 	// (gossip and Kubernetes) before it may be switched off.
 	FenceAfter time.Duration
@@ -69,7 +61,7 @@ type Policy struct {
 func DefaultPolicy() Policy {
 	return Policy{
 		// Only ever taint nodes whose power device already reads off.
-		Mode: ModeConfirmOnly,
+		Mode: vocab.ModeConfirmOnly,
 		// A node must be gone on both channels this long before power-off
 		// mode switches it off (Kubernetes itself declares a node NotReady
 		// after 50 s).

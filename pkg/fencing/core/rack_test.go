@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // TestRackDarkStormGuard: a rack of 40 goes dark in a 1000-node cluster
@@ -29,7 +31,7 @@ func TestRackDarkStormGuard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := testPolicy(ModePowerOff)
+			p := testPolicy(vocab.ModePowerOff)
 			p.MaxUnhealthy = tt.maxUnhealthy
 			down := rack + 1 + tt.alsoDown
 			cluster := func(o *Observation) {
@@ -45,10 +47,10 @@ func TestRackDarkStormGuard(t *testing.T) {
 					t.Fatalf("%s: no read once dead in gossip: %v (%s)", tgt.Name, kinds(d.Actions), d.Reason)
 				}
 				o.Now = t0.Add(7 * time.Second)
-				o.BMC.Reading = reading(PowerOff, o.Now, nodeUUID)
+				o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
 				d := tgt.Step(o, p)
 				a := find(d.Actions, ActApplyTaint)
-				if a == nil || a.Evidence == nil || a.Evidence.BMC == nil || a.Evidence.BMC.Power != PowerOff {
+				if a == nil || a.Evidence == nil || a.Evidence.BMC == nil || a.Evidence.BMC.Power != vocab.PowerOff {
 					t.Fatalf("%s reads off: want a taint on that reading, got %v (%s)", tgt.Name, kinds(d.Actions), d.Reason)
 				}
 				for _, k := range []ActionKind{ActAcquireLease, ActPowerOff} {
@@ -67,7 +69,7 @@ func TestRackDarkStormGuard(t *testing.T) {
 			lastRead := t0.Add(100 * time.Second)
 			for i := range 120 {
 				o := hung(100*time.Second + time.Duration(i)*time.Second)
-				o.BMC.Reading = reading(PowerOn, lastRead, nodeUUID)
+				o.BMC.Reading = reading(vocab.PowerOn, lastRead, nodeUUID)
 				cluster(&o)
 				o.Cluster.LeaseHeld = leases > 0
 				d := tgt.Step(o, p)

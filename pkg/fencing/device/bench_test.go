@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/internal/testbed/ipmisim"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // BenchmarkIPMIPowerStatus measures one power-status read against ipmi_sim
@@ -27,7 +27,7 @@ func BenchmarkIPMIPowerStatus(b *testing.B) {
 	}
 	ctx := context.Background()
 	for b.Loop() {
-		if state, err := drv.PowerState(ctx); err != nil || state != core.PowerOn {
+		if state, err := drv.PowerState(ctx); err != nil || state != vocab.PowerOn {
 			b.Fatalf("PowerState = %s, %v", state, err)
 		}
 	}

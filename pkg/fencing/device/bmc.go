@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // BMC is the out-of-band controller of one machine. Every method is bounded
@@ -17,7 +17,7 @@ import (
 // malformed answer is an error, not "off".
 type BMC interface {
 	// PowerState reads the chassis power state.
-	PowerState(ctx context.Context) (core.PowerState, error)
+	PowerState(ctx context.Context) (vocab.PowerState, error)
 	// PowerOff switches the chassis off hard (no graceful shutdown). It only
 	// sends the request; use PowerOffVerified to wait until it reads off.
 	PowerOff(ctx context.Context) error
@@ -40,10 +40,10 @@ type Error struct {
 	// Device says what kind of device failed, for the message: "" for a
 	// BMC, else e.g. "fence device pdu-a".
 	Device   string
-	Op       string         // one of the Op* constants
-	Endpoint string         // e.g. "ipmi://10.0.0.11:623"
-	Kind     core.ErrorKind // classification
-	Err      error          // underlying cause
+	Op       string          // one of the Op* constants
+	Endpoint string          // e.g. "ipmi://10.0.0.11:623"
+	Kind     vocab.ErrorKind // classification
+	Err      error           // underlying cause
 }
 
 func (e *Error) Error() string {
@@ -60,7 +60,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // KindOf returns the ErrorKind of err, or "" if err is not (or does not wrap)
 // an *Error.
-func KindOf(err error) core.ErrorKind {
+func KindOf(err error) vocab.ErrorKind {
 	var be *Error
 	if errors.As(err, &be) {
 		return be.Kind

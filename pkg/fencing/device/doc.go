@@ -19,7 +19,7 @@
 // level's [Plug]s, run in parallel by [OnLevel]); [PowerOffVerified],
 // [PowerOnVerified] and [PowerCycleVerified] switch and then wait until the
 // BMC reads the wanted state (power.go); every failure is an [*Error]
-// classified by a core.ErrorKind (bmc.go, classify.go) and stripped of
+// classified by a vocab.ErrorKind (bmc.go, classify.go) and stripped of
 // credentials (redact.go).
 //
 // The fencer loop (pkg/fencing) calls this package for the decision core's

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // FenceAgentOptions configures a power device reached through a ClusterLabs
@@ -168,14 +168,14 @@ func (a *FenceAgent) metadata(ctx context.Context) (*agentMetadata, error) {
 		return nil, err
 	}
 	if res.exit != 0 {
-		return nil, a.fail(OpMetadata, core.KindNotSupported, res.failure("metadata"), nil)
+		return nil, a.fail(OpMetadata, vocab.KindNotSupported, res.failure("metadata"), nil)
 	}
 	var md agentMetadata
 	if err := xml.Unmarshal(res.stdout, &md); err != nil {
-		return nil, a.fail(OpMetadata, core.KindNotSupported, fmt.Errorf("malformed metadata XML: %w", err), nil)
+		return nil, a.fail(OpMetadata, vocab.KindNotSupported, fmt.Errorf("malformed metadata XML: %w", err), nil)
 	}
 	if len(md.Parameters) == 0 {
-		return nil, a.fail(OpMetadata, core.KindNotSupported, errors.New("metadata lists no parameters"), nil)
+		return nil, a.fail(OpMetadata, vocab.KindNotSupported, errors.New("metadata lists no parameters"), nil)
 	}
 	return &md, nil
 }
@@ -258,33 +258,33 @@ func (a *FenceAgent) validate(md *agentMetadata) error {
 }
 
 // Status reads the power of plug: PowerOn or PowerOff, or an error.
-func (a *FenceAgent) Status(ctx context.Context, plug string) (core.PowerState, error) {
+func (a *FenceAgent) Status(ctx context.Context, plug string) (vocab.PowerState, error) {
 	return a.status(ctx, a.opts.Node, plug)
 }
 
-func (a *FenceAgent) status(ctx context.Context, node, plug string) (core.PowerState, error) {
-	res, secrets, err := a.run(ctx, node, core.OpPowerStatus, actionStatus, plug)
+func (a *FenceAgent) status(ctx context.Context, node, plug string) (vocab.PowerState, error) {
+	res, secrets, err := a.run(ctx, node, vocab.OpPowerStatus, actionStatus, plug)
 	if err != nil {
-		return core.PowerUnknown, err
+		return vocab.PowerUnknown, err
 	}
 	says := statusLine.FindAllSubmatch(res.stdout, -1)
 	saysOff := slices.ContainsFunc(says, func(m [][]byte) bool { return strings.EqualFold(string(m[1]), "off") })
 	saysOn := slices.ContainsFunc(says, func(m [][]byte) bool { return strings.EqualFold(string(m[1]), "on") })
 	switch {
 	case res.exit == exitStatusOn && !saysOff:
-		return core.PowerOn, nil
+		return vocab.PowerOn, nil
 	case res.exit == exitStatusOff && saysOff && !saysOn:
-		return core.PowerOff, nil
+		return vocab.PowerOff, nil
 	case res.exit == exitStatusOff:
 		// fencing.py only exits 2 after printing the status; python itself
 		// exits 2 on its own usage errors. Not evidence.
-		return core.PowerUnknown, a.failPlug(node, plug, core.OpPowerStatus, core.KindBMC,
+		return vocab.PowerUnknown, a.failPlug(node, plug, vocab.OpPowerStatus, vocab.KindBMC,
 			fmt.Errorf("exit code 2 without a sole \"Status: OFF\" on stdout, not taken as off: %w", res.failure(actionStatus)), secrets)
 	case res.exit == exitStatusOn:
-		return core.PowerUnknown, a.failPlug(node, plug, core.OpPowerStatus, core.KindBMC,
+		return vocab.PowerUnknown, a.failPlug(node, plug, vocab.OpPowerStatus, vocab.KindBMC,
 			fmt.Errorf("exit code 0 but stdout says off: %w", res.failure(actionStatus)), secrets)
 	}
-	return core.PowerUnknown, a.failPlug(node, plug, core.OpPowerStatus, classifyAgent(res.stderr), res.failure(actionStatus), secrets)
+	return vocab.PowerUnknown, a.failPlug(node, plug, vocab.OpPowerStatus, classifyAgent(res.stderr), res.failure(actionStatus), secrets)
 }
 
 // statusLine is how fencing.py prints the result of status.
@@ -292,12 +292,12 @@ var statusLine = regexp.MustCompile(`(?mi)^Status: (ON|OFF)\s*$`)
 
 // Off switches plug off (the agent waits until it reads off).
 func (a *FenceAgent) Off(ctx context.Context, plug string) error {
-	return a.action(ctx, a.opts.Node, core.OpPowerOff, actionOff, plug)
+	return a.action(ctx, a.opts.Node, vocab.OpPowerOff, actionOff, plug)
 }
 
 // On switches plug on.
 func (a *FenceAgent) On(ctx context.Context, plug string) error {
-	return a.action(ctx, a.opts.Node, core.OpPowerOn, actionOn, plug)
+	return a.action(ctx, a.opts.Node, vocab.OpPowerOn, actionOn, plug)
 }
 
 // Monitor checks that the device answers with the configured credentials
@@ -320,7 +320,7 @@ func (a *FenceAgent) action(ctx context.Context, node, op, action, plug string) 
 // List returns the plugs the device reports ("ID,alias" lines).
 func (a *FenceAgent) List(ctx context.Context) ([]FencePlug, error) {
 	if !a.canList {
-		return nil, a.fail(OpList, core.KindNotSupported, errors.New("the agent has no list action"), nil)
+		return nil, a.fail(OpList, vocab.KindNotSupported, errors.New("the agent has no list action"), nil)
 	}
 	res, secrets, err := a.run(ctx, a.opts.Node, OpList, actionList, "")
 	if err != nil {
@@ -357,28 +357,28 @@ type FenceAgentPlug struct {
 var _ BMC = (*FenceAgentPlug)(nil)
 
 // PowerState runs the agent's status for the plug.
-func (p *FenceAgentPlug) PowerState(ctx context.Context) (core.PowerState, error) {
+func (p *FenceAgentPlug) PowerState(ctx context.Context) (vocab.PowerState, error) {
 	return p.agent.status(ctx, p.node, p.plug)
 }
 
 // PowerOff runs the agent's off for the plug.
 func (p *FenceAgentPlug) PowerOff(ctx context.Context) error {
-	return p.agent.action(ctx, p.node, core.OpPowerOff, actionOff, p.plug)
+	return p.agent.action(ctx, p.node, vocab.OpPowerOff, actionOff, p.plug)
 }
 
 // PowerOn runs the agent's on for the plug.
 func (p *FenceAgentPlug) PowerOn(ctx context.Context) error {
-	return p.agent.action(ctx, p.node, core.OpPowerOn, actionOn, p.plug)
+	return p.agent.action(ctx, p.node, vocab.OpPowerOn, actionOn, p.plug)
 }
 
 // PowerCycle runs the agent's reboot (off, wait for off, on) for the plug.
 func (p *FenceAgentPlug) PowerCycle(ctx context.Context) error {
-	return p.agent.action(ctx, p.node, core.OpPowerCycle, actionReboot, p.plug)
+	return p.agent.action(ctx, p.node, vocab.OpPowerCycle, actionReboot, p.plug)
 }
 
 // SystemGUID is not supported: outlets have no system GUID.
 func (p *FenceAgentPlug) SystemGUID(context.Context) (string, error) {
-	return "", p.agent.failPlug(p.node, p.plug, core.OpSystemGUID, core.KindNotSupported,
+	return "", p.agent.failPlug(p.node, p.plug, vocab.OpSystemGUID, vocab.KindNotSupported,
 		errors.New("a fence agent plug reports no system GUID"), nil)
 }
 
@@ -429,10 +429,10 @@ func (a *FenceAgent) run(ctx context.Context, node, op, action, plug string) (ag
 	fmt.Fprintf(&in, "action=%s\n", action)
 	if plug != "" {
 		if a.plugKey == "" {
-			return agentResult{}, nil, a.failPlug(node, plug, op, core.KindNotSupported, errors.New("the agent takes no plug"), nil)
+			return agentResult{}, nil, a.failPlug(node, plug, op, vocab.KindNotSupported, errors.New("the agent takes no plug"), nil)
 		}
 		if strings.ContainsAny(plug, "\n\r\x00") {
-			return agentResult{}, nil, a.failPlug(node, plug, op, core.KindNotSupported, errors.New("plug has a line break or NUL"), nil)
+			return agentResult{}, nil, a.failPlug(node, plug, op, vocab.KindNotSupported, errors.New("plug has a line break or NUL"), nil)
 		}
 		fmt.Fprintf(&in, "%s=%s\n", a.plugKey, plug)
 	}
@@ -443,10 +443,10 @@ func (a *FenceAgent) run(ctx context.Context, node, op, action, plug string) (ag
 	for _, k := range slices.Sorted(maps.Keys(a.opts.Secrets)) {
 		v, err := a.opts.Secrets[k]()
 		if err != nil {
-			return agentResult{}, secrets, a.failPlug(node, plug, op, core.KindAuth, fmt.Errorf("reading secret %s: %w", k, err), secrets)
+			return agentResult{}, secrets, a.failPlug(node, plug, op, vocab.KindAuth, fmt.Errorf("reading secret %s: %w", k, err), secrets)
 		}
 		if strings.ContainsAny(v, "\n\r\x00") {
-			return agentResult{}, secrets, a.failPlug(node, plug, op, core.KindAuth, fmt.Errorf("secret %s has a line break or NUL", k), secrets)
+			return agentResult{}, secrets, a.failPlug(node, plug, op, vocab.KindAuth, fmt.Errorf("secret %s has a line break or NUL", k), secrets)
 		}
 		secrets = append(secrets, v)
 		fmt.Fprintf(&in, "%s=%s\n", k, v)
@@ -456,7 +456,7 @@ func (a *FenceAgent) run(ctx context.Context, node, op, action, plug string) (ag
 		if err == nil {
 			return res, secrets, nil
 		}
-		if KindOf(err) != core.KindTimeout || attempt >= a.opts.Retries || ctx.Err() != nil {
+		if KindOf(err) != vocab.KindTimeout || attempt >= a.opts.Retries || ctx.Err() != nil {
 			return agentResult{}, secrets, err
 		}
 	}
@@ -486,7 +486,7 @@ func (a *FenceAgent) exec(ctx context.Context, node, plug, op, stdin string, sec
 	cmd.WaitDelay = time.Second
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return agentResult{}, a.failPlug(node, plug, op, core.KindBMC, fmt.Errorf("starting the agent: %w", err), secrets)
+		return agentResult{}, a.failPlug(node, plug, op, vocab.KindBMC, fmt.Errorf("starting the agent: %w", err), secrets)
 	}
 	// Once the agent has ended, and before it is reaped (so that its PID,
 	// the group's ID, cannot be reused yet), kill what it left in its
@@ -500,7 +500,7 @@ func (a *FenceAgent) exec(ctx context.Context, node, plug, op, stdin string, sec
 	}
 	res := agentResult{stdout: stdout.Bytes(), stderr: stderr.Bytes()}
 	if ctx.Err() != nil {
-		return res, a.failPlug(node, plug, op, core.KindTimeout,
+		return res, a.failPlug(node, plug, op, vocab.KindTimeout,
 			fmt.Errorf("agent killed with its process group after %s: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx)), secrets)
 	}
 	var exitErr *exec.ExitError
@@ -511,9 +511,9 @@ func (a *FenceAgent) exec(ctx context.Context, node, plug, op, stdin string, sec
 		res.exit = exitErr.ExitCode()
 		return res, nil
 	case errors.As(err, &exitErr):
-		return res, a.failPlug(node, plug, op, core.KindBMC, fmt.Errorf("agent ended by %s: %w", exitErr.ProcessState, res.failure(op)), secrets)
+		return res, a.failPlug(node, plug, op, vocab.KindBMC, fmt.Errorf("agent ended by %s: %w", exitErr.ProcessState, res.failure(op)), secrets)
 	}
-	return res, a.failPlug(node, plug, op, core.KindBMC, fmt.Errorf("running the agent: %w", err), secrets)
+	return res, a.failPlug(node, plug, op, vocab.KindBMC, fmt.Errorf("running the agent: %w", err), secrets)
 }
 
 // waitExited blocks until process pid has ended, without reaping it
@@ -531,31 +531,31 @@ func waitExited(pid int) {
 // classifyAgent maps the messages of fencing.py and the tools it runs onto
 // ErrorKinds; the exit code says nothing (fencing.py exits 1 for every
 // failure). Unrecognised failures are KindBMC.
-func classifyAgent(stderr []byte) core.ErrorKind { return agentMessageKinds.of(string(stderr)) }
+func classifyAgent(stderr []byte) vocab.ErrorKind { return agentMessageKinds.of(string(stderr)) }
 
 var agentMessageKinds = messageKinds{
-	{"Authentication failure", core.KindAuth}, // net-snmp, wrong v3 password
-	{"incorrect password", core.KindAuth},
-	{"Invalid user name", core.KindAuth},
+	{"Authentication failure", vocab.KindAuth}, // net-snmp, wrong v3 password
+	{"incorrect password", vocab.KindAuth},
+	{"Invalid user name", vocab.KindAuth},
 	// EC_LOGIN_DENIED: fencing.py says it for refused logins and for
 	// devices that never answered alike.
-	{"Unable to connect/login", core.KindAuth},
-	{"Timeout: No Response", core.KindTimeout}, // net-snmp: also a wrong v1/v2c community
-	{"Connection timed out", core.KindTimeout},
-	{"Connection refused", core.KindUnreachable},
-	{"No route to host", core.KindUnreachable},
-	{"Network is unreachable", core.KindUnreachable},
-	{"Name or service not known", core.KindUnreachable},
-	{"Connection lost", core.KindUnreachable},
+	{"Unable to connect/login", vocab.KindAuth},
+	{"Timeout: No Response", vocab.KindTimeout}, // net-snmp: also a wrong v1/v2c community
+	{"Connection timed out", vocab.KindTimeout},
+	{"Connection refused", vocab.KindUnreachable},
+	{"No route to host", vocab.KindUnreachable},
+	{"Network is unreachable", vocab.KindUnreachable},
+	{"Name or service not known", vocab.KindUnreachable},
+	{"Connection lost", vocab.KindUnreachable},
 }
 
 // fail builds the driver's *Error for the device; the cause is redacted of
 // every secret, so kind must be decided before.
-func (a *FenceAgent) fail(op string, kind core.ErrorKind, err error, secrets []string) error {
+func (a *FenceAgent) fail(op string, kind vocab.ErrorKind, err error, secrets []string) error {
 	return a.failPlug("", "", op, kind, err, secrets)
 }
 
-func (a *FenceAgent) failPlug(node, plug, op string, kind core.ErrorKind, err error, secrets []string) error {
+func (a *FenceAgent) failPlug(node, plug, op string, kind vocab.ErrorKind, err error, secrets []string) error {
 	endpoint := a.endpoint
 	if plug != "" {
 		endpoint += "/" + plug

@@ -10,7 +10,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/internal/testbed/pdusim"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // apcAgent builds the driver on ClusterLabs' fence_apc_snmp for the PDU.
@@ -36,11 +36,11 @@ func TestFenceAgentAPCSNMP(t *testing.T) {
 
 	for _, tc := range []struct {
 		plug string
-		want core.PowerState
+		want vocab.PowerState
 	}{
-		{"1", core.PowerOn},
-		{"2", core.PowerOff},
-		{"worker-2", core.PowerOff}, // by outlet name
+		{"1", vocab.PowerOn},
+		{"2", vocab.PowerOff},
+		{"worker-2", vocab.PowerOff}, // by outlet name
 	} {
 		if got, err := a.Status(ctx, tc.plug); got != tc.want || err != nil {
 			t.Fatalf("Status(%s) = %s, %v; want %s", tc.plug, got, err, tc.want)
@@ -71,7 +71,7 @@ func TestFenceAgentAPCSNMP(t *testing.T) {
 	}
 	// A change at the PDU is what the agent reads next.
 	pdu.SetOutlet(3, false)
-	if got, err := plug.PowerState(ctx); got != core.PowerOff || err != nil {
+	if got, err := plug.PowerState(ctx); got != vocab.PowerOff || err != nil {
 		t.Fatalf("PowerState after the outlet was cut = %s, %v", got, err)
 	}
 }
@@ -82,7 +82,7 @@ func TestFenceAgentAPCSNMPWrongCommunity(t *testing.T) {
 	a := apcAgent(t, pdu, "not-"+pdu.Community)
 	got, err := a.Plug("worker-1", "1").PowerState(context.Background())
 	// SNMP v2c has no authentication failure answer: the agent hears nothing.
-	if got != core.PowerUnknown || KindOf(err) != core.KindTimeout {
+	if got != vocab.PowerUnknown || KindOf(err) != vocab.KindTimeout {
 		t.Fatalf("wrong community: %s, %v; want unknown and a timeout", got, err)
 	}
 	if msg := err.Error(); strings.Contains(msg, pdu.Community) {
@@ -111,18 +111,18 @@ func TestFenceAgentIPMILan(t *testing.T) {
 	}
 	b := newAgent(sim.Password).Plug("node-a", "")
 	ctx := context.Background()
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 	if _, err := PowerOffVerified(ctx, b, fastVerify); err != nil {
 		t.Fatalf("PowerOffVerified: %v", err)
 	}
-	assertState(t, sim, b, core.PowerOff)
+	assertState(t, sim, b, vocab.PowerOff)
 	if _, err := PowerOnVerified(ctx, b, fastVerify); err != nil {
 		t.Fatalf("PowerOnVerified: %v", err)
 	}
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 
 	got, err := newAgent("wrong-"+sim.Password).Plug("node-a", "").PowerState(ctx)
-	if got != core.PowerUnknown || err == nil {
+	if got != vocab.PowerUnknown || err == nil {
 		t.Fatalf("wrong password: %s, %v; want an error", got, err)
 	}
 	t.Logf("wrong password: %v (kind %s)", err, KindOf(err))

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 const fakeSecret = "s3cr3t-Pa55"
@@ -48,26 +48,26 @@ func testAgent(t *testing.T, name string) string {
 func TestFenceAgentStatus(t *testing.T) {
 	for _, tc := range []struct {
 		behavior string
-		want     core.PowerState
-		kind     core.ErrorKind // "" when no error is wanted
+		want     vocab.PowerState
+		kind     vocab.ErrorKind // "" when no error is wanted
 	}{
-		{"on", core.PowerOn, ""},
-		{"off", core.PowerOff, ""},
-		{"exit2-silent", core.PowerUnknown, core.KindBMC},
-		{"exit2-says-on", core.PowerUnknown, core.KindBMC},
-		{"exit0-says-off", core.PowerUnknown, core.KindBMC},
-		{"login", core.PowerUnknown, core.KindAuth},
-		{"snmp-timeout", core.PowerUnknown, core.KindTimeout},
-		{"exit5", core.PowerUnknown, core.KindBMC},
-		{"garbage", core.PowerUnknown, core.KindBMC},
-		{"signal", core.PowerUnknown, core.KindBMC},
-		{"echo-password", core.PowerUnknown, core.KindBMC},
+		{"on", vocab.PowerOn, ""},
+		{"off", vocab.PowerOff, ""},
+		{"exit2-silent", vocab.PowerUnknown, vocab.KindBMC},
+		{"exit2-says-on", vocab.PowerUnknown, vocab.KindBMC},
+		{"exit0-says-off", vocab.PowerUnknown, vocab.KindBMC},
+		{"login", vocab.PowerUnknown, vocab.KindAuth},
+		{"snmp-timeout", vocab.PowerUnknown, vocab.KindTimeout},
+		{"exit5", vocab.PowerUnknown, vocab.KindBMC},
+		{"garbage", vocab.PowerUnknown, vocab.KindBMC},
+		{"signal", vocab.PowerUnknown, vocab.KindBMC},
+		{"echo-password", vocab.PowerUnknown, vocab.KindBMC},
 	} {
 		t.Run(tc.behavior, func(t *testing.T) {
 			a := fakeAgent(t, tc.behavior, nil, 10*time.Second)
 			for _, b := range []BMC{a.Plug("worker-1", "7"), nil} {
 				var (
-					got core.PowerState
+					got vocab.PowerState
 					err error
 				)
 				if b != nil {
@@ -110,10 +110,10 @@ func TestFenceAgentActions(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if err := fakeAgent(t, "login", nil, 10*time.Second).Off(ctx, "1"); KindOf(err) != core.KindAuth {
+	if err := fakeAgent(t, "login", nil, 10*time.Second).Off(ctx, "1"); KindOf(err) != vocab.KindAuth {
 		t.Errorf("off with a refused login: %v, want kind auth", err)
 	}
-	if _, err := on.Plug("worker-1", "1").SystemGUID(ctx); KindOf(err) != core.KindNotSupported {
+	if _, err := on.Plug("worker-1", "1").SystemGUID(ctx); KindOf(err) != vocab.KindNotSupported {
 		t.Errorf("SystemGUID: %v, want kind not-supported", err)
 	}
 	plugs, err := fakeAgent(t, "list", nil, 10*time.Second).List(ctx)
@@ -168,7 +168,7 @@ func TestFenceAgentHangKillsGroup(t *testing.T) {
 	a := fakeAgent(t, "hang", map[string]string{"pidfile": pidfile}, 500*time.Millisecond)
 	start := time.Now()
 	got, err := a.Plug("worker-1", "3").PowerState(context.Background())
-	if got != core.PowerUnknown || KindOf(err) != core.KindTimeout {
+	if got != vocab.PowerUnknown || KindOf(err) != vocab.KindTimeout {
 		t.Fatalf("hanging agent: %s, %v; want unknown and a timeout", got, err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -204,7 +204,7 @@ func TestFenceAgentContextEndKillsGroup(t *testing.T) {
 		waitFile(t, pidfile)
 		cancel()
 	}()
-	if _, err := a.Status(ctx, "3"); KindOf(err) != core.KindTimeout {
+	if _, err := a.Status(ctx, "3"); KindOf(err) != vocab.KindTimeout {
 		t.Fatalf("canceled run: %v; want a timeout", err)
 	}
 	b, _ := os.ReadFile(pidfile)
@@ -219,7 +219,7 @@ func TestFenceAgentSecretNotInArgvOrEnv(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	a := fakeAgent(t, "wait-file", map[string]string{"pidfile": pidfile}, 20*time.Second)
 	type result struct {
-		state core.PowerState
+		state vocab.PowerState
 		err   error
 	}
 	done := make(chan result, 1)
@@ -248,7 +248,7 @@ func TestFenceAgentSecretNotInArgvOrEnv(t *testing.T) {
 	if err := os.WriteFile(pidfile+".go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-done; r.state != core.PowerOn || r.err != nil {
+	if r := <-done; r.state != vocab.PowerOn || r.err != nil {
 		t.Fatalf("Status = %s, %v", r.state, r.err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/redfishsim"
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // TestNewDriverPasswordFilePermissions: a password file others may read is
@@ -66,7 +66,7 @@ func TestNewDriverPasswordFilePermissions(t *testing.T) {
 					if tt.wantErr == "" && err != nil {
 						t.Fatalf("PowerState: %v", err)
 					}
-					if tt.wantErr != "" && (KindOf(err) != core.KindAuth || !strings.Contains(err.Error(), tt.wantErr)) {
+					if tt.wantErr != "" && (KindOf(err) != vocab.KindAuth || !strings.Contains(err.Error(), tt.wantErr)) {
 						t.Fatalf("PowerState error = %v, want kind auth containing %q", err, tt.wantErr)
 					}
 				}

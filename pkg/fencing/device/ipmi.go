@@ -12,7 +12,7 @@ import (
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
 	"github.com/bougou/go-ipmi/pkg/types"
 
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // IPMIOptions configures an IPMI v2.0 (RMCP+, "lanplus") BMC.
@@ -65,39 +65,39 @@ func NewIPMI(opts IPMIOptions) (*IPMI, error) {
 }
 
 // PowerState reads Get Chassis Status.
-func (b *IPMI) PowerState(ctx context.Context) (core.PowerState, error) {
-	state := core.PowerUnknown
-	err := b.withSession(ctx, core.OpPowerStatus, func(c *ipmi.Client) error {
+func (b *IPMI) PowerState(ctx context.Context) (vocab.PowerState, error) {
+	state := vocab.PowerUnknown
+	err := b.withSession(ctx, vocab.OpPowerStatus, func(c *ipmi.Client) error {
 		st, err := c.GetChassisStatus(ctx)
 		if err != nil {
 			return err
 		}
 		if st.PowerIsOn {
-			state = core.PowerOn
+			state = vocab.PowerOn
 		} else {
-			state = core.PowerOff
+			state = vocab.PowerOff
 		}
 		return nil
 	})
 	if err != nil {
-		return core.PowerUnknown, err
+		return vocab.PowerUnknown, err
 	}
 	return state, nil
 }
 
 // PowerOff sends Chassis Control "power down" (hard off, no ACPI request).
 func (b *IPMI) PowerOff(ctx context.Context) error {
-	return b.chassisControl(ctx, core.OpPowerOff, chassis.ChassisControlPowerDown)
+	return b.chassisControl(ctx, vocab.OpPowerOff, chassis.ChassisControlPowerDown)
 }
 
 // PowerOn sends Chassis Control "power up".
 func (b *IPMI) PowerOn(ctx context.Context) error {
-	return b.chassisControl(ctx, core.OpPowerOn, chassis.ChassisControlPowerUp)
+	return b.chassisControl(ctx, vocab.OpPowerOn, chassis.ChassisControlPowerUp)
 }
 
 // PowerCycle sends Chassis Control "power cycle".
 func (b *IPMI) PowerCycle(ctx context.Context) error {
-	return b.chassisControl(ctx, core.OpPowerCycle, chassis.ChassisControlPowerCycle)
+	return b.chassisControl(ctx, vocab.OpPowerCycle, chassis.ChassisControlPowerCycle)
 }
 
 func (b *IPMI) chassisControl(ctx context.Context, op string, ctl chassis.ChassisControl) error {
@@ -111,7 +111,7 @@ func (b *IPMI) chassisControl(ctx context.Context, op string, ctl chassis.Chassi
 // Linux's /sys/class/dmi/id/product_uuid, the kubelet's systemUUID) does.
 func (b *IPMI) SystemGUID(ctx context.Context) (string, error) {
 	var guid string
-	err := b.withSession(ctx, core.OpSystemGUID, func(c *ipmi.Client) error {
+	err := b.withSession(ctx, vocab.OpSystemGUID, func(c *ipmi.Client) error {
 		res, err := c.GetSystemGUID(ctx)
 		if err != nil {
 			return err
@@ -146,11 +146,11 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}
 	password, err := b.opts.Credentials.Password()
 	if err != nil {
-		return b.fail(op, core.KindAuth, fmt.Errorf("reading password: %w", err), "")
+		return b.fail(op, vocab.KindAuth, fmt.Errorf("reading password: %w", err), "")
 	}
 	c, err := ipmi.NewClient(b.opts.Host, b.opts.Port, b.opts.Credentials.Username, password)
 	if err != nil {
-		return b.fail(op, core.KindAuth, err, password)
+		return b.fail(op, vocab.KindAuth, err, password)
 	}
 	c = c.WithCipherSuiteID(types.CipherSuiteID(b.opts.CipherSuite)).
 		WithMaxPrivilegeLevel(b.privilege).
@@ -171,7 +171,7 @@ func (b *IPMI) withSession(ctx context.Context, op string, fn func(*ipmi.Client)
 	}()
 	if err := fn(c); err != nil {
 		if errors.Is(err, errNoGUID) {
-			return b.fail(op, core.KindNotSupported, err, password)
+			return b.fail(op, vocab.KindNotSupported, err, password)
 		}
 		return b.fail(op, classifyIPMI(ctx, err, false), err, password)
 	}
@@ -196,7 +196,7 @@ func (b *IPMI) closeTimeout() time.Duration {
 // and its messages name at most the user), but a later version or a BMC
 // answer quoted into an error must not be able to leak it either. password
 // is empty where none was read yet.
-func (b *IPMI) fail(op string, kind core.ErrorKind, err error, password string) error {
+func (b *IPMI) fail(op string, kind vocab.ErrorKind, err error, password string) error {
 	return &Error{Node: b.opts.Node, Op: op, Endpoint: b.endpoint, Kind: kind, Err: redactError(err, b.opts.Credentials.Username, password)}
 }
 
@@ -204,18 +204,18 @@ func (b *IPMI) fail(op string, kind core.ErrorKind, err error, password string) 
 // completion code means the BMC refused the session (for instance the
 // requested privilege level exceeds the user's), which is a credential
 // problem for the operator, not a BMC fault.
-func classifyIPMI(ctx context.Context, err error, connecting bool) core.ErrorKind {
+func classifyIPMI(ctx context.Context, err error, connecting bool) vocab.ErrorKind {
 	var status *types.RmcpStatusError
 	if errors.Is(err, ipmi.ErrRAKPAuthentication) || errors.As(err, &status) {
 		// RAKP failures and RMCP+ status codes (unauthorized name, invalid
 		// role, no cipher suite match) all mean the BMC refused us.
-		return core.KindAuth
+		return vocab.KindAuth
 	}
 	if respErr, ok := types.IsResponseError(err); ok {
 		if connecting || respErr.CompletionCode() == types.CodeInsufficientPrivilege {
-			return core.KindAuth
+			return vocab.KindAuth
 		}
-		return core.KindBMC
+		return vocab.KindBMC
 	}
 	if kind, ok := classifyTransport(ctx, err); ok {
 		return kind
@@ -227,9 +227,9 @@ func classifyIPMI(ctx context.Context, err error, connecting bool) core.ErrorKin
 }
 
 var ipmiMessageKinds = messageKinds{
-	{ipmi.ErrRAKPAuthentication.Error(), core.KindAuth},
-	{"RMCP+ status", core.KindAuth},
-	{"no datagram matched before deadline", core.KindTimeout},
-	{"i/o timeout", core.KindTimeout},
-	{"connection refused", core.KindUnreachable},
+	{ipmi.ErrRAKPAuthentication.Error(), vocab.KindAuth},
+	{"RMCP+ status", vocab.KindAuth},
+	{"no datagram matched before deadline", vocab.KindTimeout},
+	{"i/o timeout", vocab.KindTimeout},
+	{"connection refused", vocab.KindUnreachable},
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/internal/testbed/ipmisim"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // fastVerify keeps verified actions quick against ipmi_sim, which switches
@@ -44,7 +44,7 @@ func staticPassword(pw string) func() (string, error) {
 
 // assertState checks the driver's reading, ipmitool's reading and the
 // machine process agree.
-func assertState(t *testing.T, sim *ipmisim.Sim, b BMC, want core.PowerState) {
+func assertState(t *testing.T, sim *ipmisim.Sim, b BMC, want vocab.PowerState) {
 	t.Helper()
 	got, err := b.PowerState(context.Background())
 	if err != nil || got != want {
@@ -54,7 +54,7 @@ func assertState(t *testing.T, sim *ipmisim.Sim, b BMC, want core.PowerState) {
 	if err != nil || tool != string(want) {
 		t.Fatalf("ipmitool reads %q (%v); want %s", tool, err, want)
 	}
-	if _, alive := sim.MachinePID(); alive != (want == core.PowerOn) {
+	if _, alive := sim.MachinePID(); alive != (want == vocab.PowerOn) {
 		t.Fatalf("machine process alive=%v with power %s", alive, want)
 	}
 }
@@ -65,33 +65,33 @@ func TestIPMIPowerActionsAgainstIPMISim(t *testing.T) {
 	b := newIPMI(t, sim, sim.Password, time.Second, 2)
 	ctx := context.Background()
 
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 	pidBefore, _ := sim.MachinePID()
 
 	res, err := PowerOffVerified(ctx, b, fastVerify)
-	if err != nil || res.State != core.PowerOff || res.AlreadyInState {
+	if err != nil || res.State != vocab.PowerOff || res.AlreadyInState {
 		t.Fatalf("PowerOffVerified = %+v, %v", res, err)
 	}
-	assertState(t, sim, b, core.PowerOff)
+	assertState(t, sim, b, vocab.PowerOff)
 
 	res, err = PowerOffVerified(ctx, b, fastVerify)
 	if err != nil || !res.AlreadyInState {
 		t.Fatalf("second PowerOffVerified = %+v, %v; want already off", res, err)
 	}
 
-	if res, err = PowerOnVerified(ctx, b, fastVerify); err != nil || res.State != core.PowerOn {
+	if res, err = PowerOnVerified(ctx, b, fastVerify); err != nil || res.State != vocab.PowerOn {
 		t.Fatalf("PowerOnVerified = %+v, %v", res, err)
 	}
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 	pidOn, _ := sim.MachinePID()
 	if pidOn == pidBefore {
 		t.Fatalf("machine was not restarted by power on (pid %d)", pidOn)
 	}
 
-	if res, err = PowerCycleVerified(ctx, b, fastVerify); err != nil || res.State != core.PowerOn {
+	if res, err = PowerCycleVerified(ctx, b, fastVerify); err != nil || res.State != vocab.PowerOn {
 		t.Fatalf("PowerCycleVerified = %+v, %v", res, err)
 	}
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 	pidCycled, _ := sim.MachinePID()
 	if pidCycled == pidOn {
 		t.Fatalf("machine was not restarted by power cycle (pid %d)", pidCycled)
@@ -105,7 +105,7 @@ func TestIPMIPowerActionsAgainstIPMISim(t *testing.T) {
 		pid, alive := sim.MachinePID()
 		return alive && pid != pidCycled
 	})
-	assertState(t, sim, b, core.PowerOn)
+	assertState(t, sim, b, vocab.PowerOn)
 }
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -128,9 +128,9 @@ func TestIPMIPowerLossReadsOff(t *testing.T) {
 	}
 	waitUntil(t, 10*time.Second, "power to read off after power loss", func() bool {
 		state, err := b.PowerState(context.Background())
-		return err == nil && state == core.PowerOff
+		return err == nil && state == vocab.PowerOff
 	})
-	assertState(t, sim, b, core.PowerOff)
+	assertState(t, sim, b, vocab.PowerOff)
 }
 
 func TestIPMISystemGUIDMatchesSystemUUID(t *testing.T) {
@@ -158,20 +158,20 @@ func TestIPMIFailuresAreClassifiedAndNeverOff(t *testing.T) {
 	cases := []struct {
 		name     string
 		bmc      func() *IPMI
-		wantKind core.ErrorKind
+		wantKind vocab.ErrorKind
 	}{
-		{"wrong password", func() *IPMI { return newIPMI(t, sim, "not-the-password", timeout, retries) }, core.KindAuth},
+		{"wrong password", func() *IPMI { return newIPMI(t, sim, "not-the-password", timeout, retries) }, vocab.KindAuth},
 		{"wrong user", func() *IPMI {
 			b := newIPMI(t, sim, sim.Password, timeout, retries)
 			b.opts.Credentials.Username = "nobody"
 			return b
-		}, core.KindAuth},
+		}, vocab.KindAuth},
 		{"nothing listening", func() *IPMI {
 			b := newIPMI(t, sim, sim.Password, timeout, retries)
 			b.opts.Port = closedPort
 			return b
-		}, core.KindUnreachable},
-		{"hung BMC (SIGSTOP)", func() *IPMI { return newIPMI(t, frozen, frozen.Password, timeout, retries) }, core.KindTimeout},
+		}, vocab.KindUnreachable},
+		{"hung BMC (SIGSTOP)", func() *IPMI { return newIPMI(t, frozen, frozen.Password, timeout, retries) }, vocab.KindTimeout},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,7 +179,7 @@ func TestIPMIFailuresAreClassifiedAndNeverOff(t *testing.T) {
 			start := time.Now()
 			state, err := b.PowerState(context.Background())
 			elapsed := time.Since(start)
-			if err == nil || state != core.PowerUnknown {
+			if err == nil || state != vocab.PowerUnknown {
 				t.Fatalf("PowerState = %s, %v; want an error and unknown", state, err)
 			}
 			if got := KindOf(err); got != tc.wantKind {

@@ -118,10 +118,10 @@ func (i *Inventory) Fenceable(node string) bool { return len(i.Levels(node)) > 0
 
 // PlugOp is one operation on one plug's driver: a status read or a
 // verified switch, returning the state it ends in.
-type PlugOp func(context.Context, BMC) (core.PowerState, error)
+type PlugOp func(context.Context, BMC) (vocab.PowerState, error)
 
 // ReadPlug is the PlugOp of a status read.
-func ReadPlug(ctx context.Context, b BMC) (core.PowerState, error) { return b.PowerState(ctx) }
+func ReadPlug(ctx context.Context, b BMC) (vocab.PowerState, error) { return b.PowerState(ctx) }
 
 // OnLevel runs do (op names it in failures) on every plug of one level in
 // parallel and returns what each gave: a reading dated with its answer
@@ -143,12 +143,12 @@ func OnLevel(ctx context.Context, level int, plugs []Plug, op string, do PlugOp,
 			if p.Driver == nil {
 				err = fmt.Errorf("%s: not configured", p.Endpoint)
 			} else {
-				var state core.PowerState
+				var state vocab.PowerState
 				if state, err = do(ctx, p.Driver); err == nil {
 					r := &core.Reading{Power: state, At: now(), SentAt: start, Endpoint: p.Endpoint}
 					if guid, gerr := p.Driver.SystemGUID(ctx); gerr == nil {
 						r.SystemGUID = guid
-					} else if KindOf(gerr) != core.KindNotSupported && op == core.OpPowerStatus {
+					} else if KindOf(gerr) != vocab.KindNotSupported && op == vocab.OpPowerStatus {
 						err = gerr
 					}
 					if err == nil {
@@ -159,7 +159,7 @@ func OnLevel(ctx context.Context, level int, plugs []Plug, op string, do PlugOp,
 			if err != nil {
 				kind := KindOf(err)
 				if kind == "" {
-					kind = core.KindBMC
+					kind = vocab.KindBMC
 				}
 				pr.Failure = &core.Failure{Op: op, Kind: kind, Message: err.Error(), At: now()}
 			}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // VerifyOptions control how a power action is confirmed, the way
@@ -34,7 +34,7 @@ type VerifyOptions struct {
 type VerifyProgress struct {
 	// Want is the state waited for; Last what the device read (unknown
 	// when the read failed, with Err).
-	Want, Last core.PowerState
+	Want, Last vocab.PowerState
 	Err        error
 	// Elapsed since the request was sent; Timeout the bound.
 	Elapsed, Timeout time.Duration
@@ -88,7 +88,7 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 // ActionResult says what a verified power action did.
 type ActionResult struct {
 	// State is the last state read; on success the requested one.
-	State core.PowerState
+	State vocab.PowerState
 	// AlreadyInState is true when no request was sent because the chassis
 	// was already in the requested state.
 	AlreadyInState bool
@@ -100,12 +100,12 @@ type ActionResult struct {
 // authenticated status read says off. Any other outcome is an error and
 // must not be taken as evidence.
 func PowerOffVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
-	return switchVerified(ctx, b, o, core.PowerOff, b.PowerOff)
+	return switchVerified(ctx, b, o, vocab.PowerOff, b.PowerOff)
 }
 
 // PowerOnVerified switches the chassis on and returns once it reads on.
 func PowerOnVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResult, error) {
-	return switchVerified(ctx, b, o, core.PowerOn, b.PowerOn)
+	return switchVerified(ctx, b, o, vocab.PowerOn, b.PowerOn)
 }
 
 // PowerCycleVerified switches the chassis off, waits until it reads off,
@@ -123,12 +123,12 @@ func PowerCycleVerified(ctx context.Context, b BMC, o VerifyOptions) (ActionResu
 	return res, err
 }
 
-func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState,
+func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want vocab.PowerState,
 	send func(context.Context) error) (ActionResult, error) {
 	o = o.withDefaults()
 	state, err := b.PowerState(ctx)
 	if err != nil {
-		return ActionResult{State: core.PowerUnknown}, err
+		return ActionResult{State: vocab.PowerUnknown}, err
 	}
 	if state == want {
 		return ActionResult{State: state, AlreadyInState: true}, nil
@@ -146,19 +146,19 @@ func switchVerified(ctx context.Context, b BMC, o VerifyOptions, want core.Power
 // request but never reported the requested state within the timeout.
 var ErrNotReached = errors.New("power state not reached")
 
-func waitFor(ctx context.Context, b BMC, o VerifyOptions, want core.PowerState) (ActionResult, error) {
+func waitFor(ctx context.Context, b BMC, o VerifyOptions, want vocab.PowerState) (ActionResult, error) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	timer := time.NewTimer(o.PowerWait)
 	defer timer.Stop()
-	last := core.PowerUnknown
+	last := vocab.PowerUnknown
 	var lastErr error
 	for {
 		select {
 		case <-ctx.Done():
 			if lastErr != nil {
-				return ActionResult{State: core.PowerUnknown}, fmt.Errorf("%w: wanted %s within %s, last read failed: %w",
+				return ActionResult{State: vocab.PowerUnknown}, fmt.Errorf("%w: wanted %s within %s, last read failed: %w",
 					ErrNotReached, want, o.Timeout, lastErr)
 			}
 			return ActionResult{State: last}, fmt.Errorf("%w: wanted %s within %s, BMC still reads %s",

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // slowBMC reads on for its first onReads status reads after PowerOff,
@@ -21,20 +21,20 @@ type slowBMC struct {
 	onReads int
 }
 
-func (b *slowBMC) PowerState(context.Context) (core.PowerState, error) {
+func (b *slowBMC) PowerState(context.Context) (vocab.PowerState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.off {
-		return core.PowerOn, nil
+		return vocab.PowerOn, nil
 	}
 	b.reads++
 	switch {
 	case b.reads == 2:
-		return core.PowerUnknown, errors.New("busy")
+		return vocab.PowerUnknown, errors.New("busy")
 	case b.reads <= b.onReads:
-		return core.PowerOn, nil
+		return vocab.PowerOn, nil
 	}
-	return core.PowerOff, nil
+	return vocab.PowerOff, nil
 }
 func (b *slowBMC) PowerOff(context.Context) error {
 	b.mu.Lock()
@@ -57,14 +57,14 @@ func TestVerifiedActionReportsWhatItWaitsFor(t *testing.T) {
 	o := VerifyOptions{PowerWait: 30 * time.Millisecond, Interval: 10 * time.Millisecond, Timeout: 10 * time.Second,
 		Progress: func(p VerifyProgress) { calls = append(calls, p); printer(p) }}
 	res, err := PowerOffVerified(context.Background(), &slowBMC{onReads: 5}, o)
-	if err != nil || res.State != core.PowerOff {
+	if err != nil || res.State != vocab.PowerOff {
 		t.Fatalf("PowerOffVerified = %+v, %v", res, err)
 	}
 	if len(calls) != 5 {
 		t.Errorf("Progress called %d times, want once per read that was not off (5)", len(calls))
 	}
 	for _, c := range calls {
-		if c.Want != core.PowerOff || c.Timeout != o.Timeout || c.Elapsed <= 0 {
+		if c.Want != vocab.PowerOff || c.Timeout != o.Timeout || c.Elapsed <= 0 {
 			t.Errorf("progress %+v: want off within %s, elapsed > 0", c, o.Timeout)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 
 	"fenced.io/fenced/internal/testbed/redfishsim"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // redactTestUser is the BMC user of the redaction tests.
@@ -322,27 +322,27 @@ func TestRedfishSimEchoNeverLeaks(t *testing.T) {
 		auth      string
 		fault     *redfishsim.Fault
 		wrongPass bool
-		wantKind  core.ErrorKind
+		wantKind  vocab.ErrorKind
 		wantText  string
 	}{
-		{name: "session login refused", auth: RedfishAuthSession, wrongPass: true, wantKind: core.KindAuth,
+		{name: "session login refused", auth: RedfishAuthSession, wrongPass: true, wantKind: vocab.KindAuth,
 			wantText: "opening session: HTTP 401 Unauthorized (Base.1.8.GeneralError), response body not shown"},
-		{name: "basic request refused", auth: RedfishAuthBasic, wrongPass: true, wantKind: core.KindAuth,
+		{name: "basic request refused", auth: RedfishAuthBasic, wrongPass: true, wantKind: vocab.KindAuth,
 			wantText: "HTTP 401 Unauthorized (Base.1.8.GeneralError), response body not shown"},
-		{name: "session login fails with 400", auth: RedfishAuthSession, wantKind: core.KindBMC,
+		{name: "session login fails with 400", auth: RedfishAuthSession, wantKind: vocab.KindBMC,
 			fault:    &redfishsim.Fault{Path: redfishsim.SessionsPath, Status: http.StatusBadRequest},
 			wantText: "opening session: HTTP 400 Bad Request (Base.1.8.GeneralError), response body not shown"},
-		{name: "basic: 403 on the system", auth: RedfishAuthBasic, wantKind: core.KindAuth,
+		{name: "basic: 403 on the system", auth: RedfishAuthBasic, wantKind: vocab.KindAuth,
 			fault:    &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden},
 			wantText: "HTTP 403 Forbidden (Base.1.8.GeneralError), response body not shown"},
 		// In Basic-auth mode every request carries the password, so every
 		// error answer loses its body.
-		{name: "basic: 500 on the system echoes the Authorization header", auth: RedfishAuthBasic, wantKind: core.KindBMC,
+		{name: "basic: 500 on the system echoes the Authorization header", auth: RedfishAuthBasic, wantKind: vocab.KindBMC,
 			fault:    &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError},
 			wantText: "HTTP 500 Internal Server Error (Base.1.8.GeneralError), response body not shown"},
 		// A 500 after login echoes the session token, a credential until
 		// the logout.
-		{name: "session: 500 on the system echoes the token", auth: RedfishAuthSession, wantKind: core.KindBMC,
+		{name: "session: 500 on the system echoes the token", auth: RedfishAuthSession, wantKind: vocab.KindBMC,
 			fault: &redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantText: "X-Auth-Token: " + redactionMarker},
 	}
 	for _, pw := range redactTestPasswords {
@@ -402,9 +402,9 @@ func TestIPMIFailRedacts(t *testing.T) {
 	for _, enc := range redactTestEncoders {
 		t.Run(enc.name, func(t *testing.T) {
 			cause := fmt.Errorf("opening session: %w", errors.New("BMC answered "+enc.encode(pw)))
-			got := b.fail(core.OpPowerStatus, core.KindAuth, cause, pw)
+			got := b.fail(vocab.OpPowerStatus, vocab.KindAuth, cause, pw)
 			var be *Error
-			if !errors.As(got, &be) || be.Kind != core.KindAuth || be.Node != "node-a" {
+			if !errors.As(got, &be) || be.Kind != vocab.KindAuth || be.Node != "node-a" {
 				t.Fatalf("fail returned %#v", got)
 			}
 			checkRedacted(t, got.Error(), enc.encode(pw))

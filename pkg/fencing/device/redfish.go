@@ -22,7 +22,7 @@ import (
 	"github.com/stmcginnis/gofish/schemas"
 
 	"fenced.io/fenced/pkg/config"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // Redfish authentication modes accepted in RedfishOptions.Auth.
@@ -210,12 +210,12 @@ func normaliseEndpoint(raw string) (string, error) {
 
 // PowerState reads the system's PowerState. Only the exact Redfish value
 // "Off" is reported as PowerOff.
-func (r *Redfish) PowerState(ctx context.Context) (core.PowerState, error) {
-	return r.powerState(ctx, core.OpPowerStatus)
+func (r *Redfish) PowerState(ctx context.Context) (vocab.PowerState, error) {
+	return r.powerState(ctx, vocab.OpPowerStatus)
 }
 
-func (r *Redfish) powerState(ctx context.Context, op string) (core.PowerState, error) {
-	state := core.PowerUnknown
+func (r *Redfish) powerState(ctx context.Context, op string) (vocab.PowerState, error) {
+	state := vocab.PowerUnknown
 	err := r.do(ctx, op, func(c *gofish.APIClient) error {
 		sys, err := r.system(c)
 		if err != nil {
@@ -225,28 +225,28 @@ func (r *Redfish) powerState(ctx context.Context, op string) (core.PowerState, e
 		// A system that is still powering off can still write to shared
 		// disks, so it counts as on.
 		case schemas.OnPowerState, schemas.PoweringOnPowerState, schemas.PoweringOffPowerState:
-			state = core.PowerOn
+			state = vocab.PowerOn
 		case schemas.OffPowerState:
-			state = core.PowerOff
+			state = vocab.PowerOff
 		default:
-			return kindErr(core.KindBMC, fmt.Errorf("system %s reports unrecognised PowerState %q", sys.ODataID, sys.PowerState))
+			return kindErr(vocab.KindBMC, fmt.Errorf("system %s reports unrecognised PowerState %q", sys.ODataID, sys.PowerState))
 		}
 		return nil
 	})
 	if err != nil {
-		return core.PowerUnknown, err
+		return vocab.PowerUnknown, err
 	}
 	return state, nil
 }
 
 // PowerOff sends ComputerSystem.Reset with ResetType ForceOff.
 func (r *Redfish) PowerOff(ctx context.Context) error {
-	return r.reset(ctx, core.OpPowerOff, schemas.ForceOffResetType)
+	return r.reset(ctx, vocab.OpPowerOff, schemas.ForceOffResetType)
 }
 
 // PowerOn sends ComputerSystem.Reset with ResetType On.
 func (r *Redfish) PowerOn(ctx context.Context) error {
-	return r.reset(ctx, core.OpPowerOn, schemas.OnResetType)
+	return r.reset(ctx, vocab.OpPowerOn, schemas.OnResetType)
 }
 
 // PowerCycle uses ForceRestart when the system advertises it. Otherwise it
@@ -254,7 +254,7 @@ func (r *Redfish) PowerOn(ctx context.Context) error {
 // then On.
 func (r *Redfish) PowerCycle(ctx context.Context) error {
 	var restarted bool
-	err := r.do(ctx, core.OpPowerCycle, func(c *gofish.APIClient) error {
+	err := r.do(ctx, vocab.OpPowerCycle, func(c *gofish.APIClient) error {
 		sys, err := r.system(c)
 		if err != nil {
 			return err
@@ -274,7 +274,7 @@ func (r *Redfish) PowerCycle(ctx context.Context) error {
 	if err := r.waitOff(ctx); err != nil {
 		return err
 	}
-	return r.reset(ctx, core.OpPowerCycle, schemas.OnResetType)
+	return r.reset(ctx, vocab.OpPowerCycle, schemas.OnResetType)
 }
 
 // waitOff polls until the system reads off, because many BMCs reject "On"
@@ -284,12 +284,12 @@ func (r *Redfish) waitOff(ctx context.Context) error {
 	defer cancel()
 	interval := min(time.Second, r.timeout)
 	for {
-		state, err := r.powerState(ctx, core.OpPowerCycle)
-		if err == nil && state == core.PowerOff {
+		state, err := r.powerState(ctx, vocab.OpPowerCycle)
+		if err == nil && state == vocab.PowerOff {
 			return nil
 		}
 		if err != nil && ctx.Err() == nil {
-			if k := KindOf(err); k != core.KindTimeout && k != core.KindUnreachable {
+			if k := KindOf(err); k != vocab.KindTimeout && k != vocab.KindUnreachable {
 				return err
 			}
 		}
@@ -300,7 +300,7 @@ func (r *Redfish) waitOff(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			return r.newError(core.OpPowerCycle, core.KindTimeout, fmt.Errorf("system did not read off within %s after ForceOff: %w", redfishCycleOffWait, ctx.Err()), "")
+			return r.newError(vocab.OpPowerCycle, vocab.KindTimeout, fmt.Errorf("system did not read off within %s after ForceOff: %w", redfishCycleOffWait, ctx.Err()), "")
 		case <-t.C:
 		}
 	}
@@ -309,17 +309,17 @@ func (r *Redfish) waitOff(ctx context.Context) error {
 // SystemGUID returns the system's UUID in lower-case canonical form.
 func (r *Redfish) SystemGUID(ctx context.Context) (string, error) {
 	var guid string
-	err := r.do(ctx, core.OpSystemGUID, func(c *gofish.APIClient) error {
+	err := r.do(ctx, vocab.OpSystemGUID, func(c *gofish.APIClient) error {
 		sys, err := r.system(c)
 		if err != nil {
 			return err
 		}
 		if strings.TrimSpace(sys.UUID) == "" {
-			return kindErr(core.KindNotSupported, fmt.Errorf("system %s has no UUID", sys.ODataID))
+			return kindErr(vocab.KindNotSupported, fmt.Errorf("system %s has no UUID", sys.ODataID))
 		}
 		guid, err = canonicalUUID(sys.UUID)
 		if err != nil {
-			return kindErr(core.KindBMC, fmt.Errorf("system %s: %w", sys.ODataID, err))
+			return kindErr(vocab.KindBMC, fmt.Errorf("system %s: %w", sys.ODataID, err))
 		}
 		return nil
 	})
@@ -396,13 +396,13 @@ func resetSystem(sys *schemas.ComputerSystem, types []schemas.ResetType, rt sche
 		}
 	}
 	if err := json.Unmarshal(sys.RawData, &raw); err != nil {
-		return kindErr(core.KindBMC, fmt.Errorf("decoding system %s: %w", sys.ODataID, err))
+		return kindErr(vocab.KindBMC, fmt.Errorf("decoding system %s: %w", sys.ODataID, err))
 	}
 	if raw.Actions["#ComputerSystem.Reset"].Target == "" {
-		return kindErr(core.KindNotSupported, fmt.Errorf("system %s has no #ComputerSystem.Reset action", sys.ODataID))
+		return kindErr(vocab.KindNotSupported, fmt.Errorf("system %s has no #ComputerSystem.Reset action", sys.ODataID))
 	}
 	if len(types) > 0 && !slices.Contains(types, rt) {
-		return kindErr(core.KindNotSupported, fmt.Errorf("system %s does not allow ResetType %s (allowed: %v)", sys.ODataID, rt, types))
+		return kindErr(vocab.KindNotSupported, fmt.Errorf("system %s does not allow ResetType %s (allowed: %v)", sys.ODataID, rt, types))
 	}
 	if _, err := sys.Reset(rt); err != nil {
 		return fmt.Errorf("ResetType %s: %w", rt, err)
@@ -454,12 +454,12 @@ func discoverSystem(c *gofish.APIClient) (string, error) {
 		if p := coll.Members[0].ODataID; strings.HasPrefix(p, "/") {
 			return p, nil
 		}
-		return "", kindErr(core.KindBMC, fmt.Errorf("%s member has no usable @odata.id", redfishSystemsPath))
+		return "", kindErr(vocab.KindBMC, fmt.Errorf("%s member has no usable @odata.id", redfishSystemsPath))
 	case 0:
-		return "", kindErr(core.KindBMC, fmt.Errorf("%s has no members", redfishSystemsPath))
+		return "", kindErr(vocab.KindBMC, fmt.Errorf("%s has no members", redfishSystemsPath))
 	default:
 		// Guessing could fence the wrong machine on a multi-node chassis.
-		return "", kindErr(core.KindBMC, fmt.Errorf("%s has %d members; configure the system path explicitly", redfishSystemsPath, len(coll.Members)))
+		return "", kindErr(vocab.KindBMC, fmt.Errorf("%s has %d members; configure the system path explicitly", redfishSystemsPath, len(coll.Members)))
 	}
 }
 
@@ -481,13 +481,13 @@ func (r *Redfish) do(ctx context.Context, op string, fn func(c *gofish.APIClient
 			if last != nil {
 				return last
 			}
-			return r.newError(op, core.KindTimeout, err, "")
+			return r.newError(op, vocab.KindTimeout, err, "")
 		}
 		last = r.attempt(ctx, op, fn)
 		if last == nil {
 			return nil
 		}
-		if k := KindOf(last); k != core.KindTimeout && k != core.KindUnreachable {
+		if k := KindOf(last); k != vocab.KindTimeout && k != vocab.KindUnreachable {
 			return last
 		}
 	}
@@ -500,11 +500,11 @@ func (r *Redfish) attempt(ctx context.Context, op string, fn func(c *gofish.APIC
 	password, err := r.creds.Password()
 	if err != nil {
 		// The source's error describes a file or secret, not its content.
-		return r.newError(op, core.KindAuth, fmt.Errorf("reading BMC password: %w", err), "")
+		return r.newError(op, vocab.KindAuth, fmt.Errorf("reading BMC password: %w", err), "")
 	}
 	if password == "" {
 		// gofish would quietly drop basic auth for an empty password.
-		return r.newError(op, core.KindAuth, errors.New("BMC password is empty"), "")
+		return r.newError(op, vocab.KindAuth, errors.New("BMC password is empty"), "")
 	}
 
 	actx, cancel := context.WithTimeout(ctx, r.timeout)
@@ -536,7 +536,7 @@ func (r *Redfish) attempt(ctx context.Context, op string, fn func(c *gofish.APIC
 		// unauthenticated answer is no evidence of anything.
 		s, err := c.GetSession()
 		if err != nil || s.Token == "" {
-			return r.newError(op, core.KindBMC, errors.New("BMC created a session without returning an X-Auth-Token"), password)
+			return r.newError(op, vocab.KindBMC, errors.New("BMC created a session without returning an X-Auth-Token"), password)
 		}
 		token = s.Token
 	}
@@ -581,14 +581,14 @@ func (r *Redfish) logout(ctx context.Context, c *gofish.APIClient) {
 // kindError carries a classification decided where the cause is understood
 // better than by looking at the error afterwards.
 type kindError struct {
-	kind core.ErrorKind
+	kind vocab.ErrorKind
 	err  error
 }
 
 func (e *kindError) Error() string { return e.err.Error() }
 func (e *kindError) Unwrap() error { return e.err }
 
-func kindErr(kind core.ErrorKind, err error) error { return &kindError{kind: kind, err: err} }
+func kindErr(kind vocab.ErrorKind, err error) error { return &kindError{kind: kind, err: err} }
 
 // classify maps a gofish/net/http failure onto an ErrorKind. Anything not
 // recognised is a BMC error: it is never retried and never "off".
@@ -610,24 +610,24 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 	var hostErr x509.HostnameError
 	var invErr x509.CertificateInvalidError
 	var recErr tls.RecordHeaderError
-	var kind core.ErrorKind
+	var kind vocab.ErrorKind
 	switch {
 	case errors.As(err, &ke):
 		kind = ke.kind
 	case errors.As(err, &re) && re.HTTPReturnedStatusCode != 0:
 		if re.HTTPReturnedStatusCode == http.StatusUnauthorized || re.HTTPReturnedStatusCode == http.StatusForbidden {
-			kind = core.KindAuth
+			kind = vocab.KindAuth
 		} else {
-			kind = core.KindBMC
+			kind = vocab.KindBMC
 		}
-		if kind == core.KindAuth || login || r.basic {
+		if kind == vocab.KindAuth || login || r.basic {
 			err = withoutBody(err, re)
 		}
 	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr),
 		errors.As(err, &invErr), errors.As(err, &recErr):
 		// Retrying cannot fix an untrusted certificate or a plain-HTTP BMC
 		// behind an https URL; it is the BMC's answer that is wrong.
-		kind = core.KindBMC
+		kind = vocab.KindBMC
 	default:
 		// gofish flattens body-read failures into strings, so the expired
 		// attempt context (checked by classifyTransport) is the only
@@ -637,9 +637,9 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 			if errors.As(err, &ue) {
 				// Everything else that failed inside http.Client.Do is the
 				// transport: reset, connection closed, TLS handshake cut.
-				kind = core.KindUnreachable
+				kind = vocab.KindUnreachable
 			} else {
-				kind = core.KindBMC
+				kind = vocab.KindBMC
 			}
 		}
 	}
@@ -650,7 +650,7 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 // the cause (redactError): a BMC may echo the login request back in its
 // error body. BMC-supplied text is then cut to maxErrorText. password is
 // empty where none was read yet.
-func (r *Redfish) newError(op string, kind core.ErrorKind, err error, password string, secrets ...string) *Error {
+func (r *Redfish) newError(op string, kind vocab.ErrorKind, err error, password string, secrets ...string) *Error {
 	err = truncateError(redactError(err, r.creds.Username, password, secrets...), maxErrorText)
 	return &Error{Node: r.node, Op: op, Endpoint: r.endpoint, Kind: kind, Err: err}
 }

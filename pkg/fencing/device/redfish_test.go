@@ -21,7 +21,7 @@ import (
 	"unicode/utf16"
 
 	"fenced.io/fenced/internal/testbed/redfishsim"
-	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // rfTestPassword is distinctive so that a leak into any error text is caught.
@@ -80,7 +80,7 @@ func rfCtx(t *testing.T, d time.Duration) context.Context {
 
 // rfCheckErr asserts err is a driver *Error of the wanted kind that names the
 // node and endpoint and does not leak the password.
-func rfCheckErr(t *testing.T, err error, want core.ErrorKind, endpoint string) {
+func rfCheckErr(t *testing.T, err error, want vocab.ErrorKind, endpoint string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want kind %s", want)
@@ -119,16 +119,16 @@ func rfCheckNoSessions(t *testing.T, sim *redfishsim.Server) {
 func TestRedfishPowerState(t *testing.T) {
 	tests := []struct {
 		redfish  string
-		want     core.PowerState
-		wantKind core.ErrorKind
+		want     vocab.PowerState
+		wantKind vocab.ErrorKind
 	}{
-		{redfish: "On", want: core.PowerOn},
-		{redfish: "Off", want: core.PowerOff},
-		{redfish: "PoweringOff", want: core.PowerOn},
-		{redfish: "PoweringOn", want: core.PowerOn},
-		{redfish: "Paused", want: core.PowerUnknown, wantKind: core.KindBMC},
-		{redfish: "off", want: core.PowerUnknown, wantKind: core.KindBMC},
-		{redfish: "", want: core.PowerUnknown, wantKind: core.KindBMC},
+		{redfish: "On", want: vocab.PowerOn},
+		{redfish: "Off", want: vocab.PowerOff},
+		{redfish: "PoweringOff", want: vocab.PowerOn},
+		{redfish: "PoweringOn", want: vocab.PowerOn},
+		{redfish: "Paused", want: vocab.PowerUnknown, wantKind: vocab.KindBMC},
+		{redfish: "off", want: vocab.PowerUnknown, wantKind: vocab.KindBMC},
+		{redfish: "", want: vocab.PowerUnknown, wantKind: vocab.KindBMC},
 	}
 	for _, mode := range rfAuthModes() {
 		for _, tc := range tests {
@@ -157,20 +157,20 @@ func TestRedfishPowerActions(t *testing.T) {
 		resetTypes []string // nil = simulator default (ForceOff, On, ForceRestart)
 		initial    string
 		action     func(*Redfish, context.Context) error
-		wantState  core.PowerState
+		wantState  vocab.PowerState
 		wantResets []string
-		wantKind   core.ErrorKind
+		wantKind   vocab.ErrorKind
 	}{
-		{name: "off reads off", initial: "On", action: (*Redfish).PowerOff, wantState: core.PowerOff, wantResets: []string{"ForceOff"}},
-		{name: "on reads on", initial: "Off", action: (*Redfish).PowerOn, wantState: core.PowerOn, wantResets: []string{"On"}},
-		{name: "cycle uses ForceRestart", initial: "On", action: (*Redfish).PowerCycle, wantState: core.PowerOn, wantResets: []string{"ForceRestart"}},
+		{name: "off reads off", initial: "On", action: (*Redfish).PowerOff, wantState: vocab.PowerOff, wantResets: []string{"ForceOff"}},
+		{name: "on reads on", initial: "Off", action: (*Redfish).PowerOn, wantState: vocab.PowerOn, wantResets: []string{"On"}},
+		{name: "cycle uses ForceRestart", initial: "On", action: (*Redfish).PowerCycle, wantState: vocab.PowerOn, wantResets: []string{"ForceRestart"}},
 		{
 			name: "cycle without ForceRestart is off then on", resetTypes: []string{"ForceOff", "On"},
-			initial: "On", action: (*Redfish).PowerCycle, wantState: core.PowerOn, wantResets: []string{"ForceOff", "On"},
+			initial: "On", action: (*Redfish).PowerCycle, wantState: vocab.PowerOn, wantResets: []string{"ForceOff", "On"},
 		},
 		{
 			name: "off not advertised", resetTypes: []string{"On", "GracefulShutdown"},
-			initial: "On", action: (*Redfish).PowerOff, wantState: core.PowerOn, wantKind: core.KindNotSupported,
+			initial: "On", action: (*Redfish).PowerOff, wantState: vocab.PowerOn, wantKind: vocab.KindNotSupported,
 		},
 	}
 	for _, mode := range rfAuthModes() {
@@ -203,19 +203,19 @@ func TestRedfishSystemGUID(t *testing.T) {
 	tests := []struct {
 		uuid     string
 		want     string
-		wantKind core.ErrorKind
+		wantKind vocab.ErrorKind
 	}{
 		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A3232", want: canonical},
 		{uuid: canonical, want: canonical},
-		{uuid: "4C4C454400423510 8053B4C04F4A3232", wantKind: core.KindBMC},
-		{uuid: "4C4C45440042351080 53B4C04F4A3232", wantKind: core.KindBMC},
+		{uuid: "4C4C454400423510 8053B4C04F4A3232", wantKind: vocab.KindBMC},
+		{uuid: "4C4C45440042351080 53B4C04F4A3232", wantKind: vocab.KindBMC},
 		{uuid: "4C4C4544004235108053B4C04F4A3232", want: canonical},
 		{uuid: "{4C4C4544-0042-3510-8053-B4C04F4A3232}", want: canonical},
 		{uuid: "urn:uuid:4c4c4544-0042-3510-8053-b4c04f4a3232", want: canonical},
-		{uuid: "", wantKind: core.KindNotSupported},
-		{uuid: "not-a-uuid", wantKind: core.KindBMC},
-		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A32ZZ", wantKind: core.KindBMC},
-		{uuid: "4C4C45440-042-3510-8053-B4C04F4A3232", wantKind: core.KindBMC},
+		{uuid: "", wantKind: vocab.KindNotSupported},
+		{uuid: "not-a-uuid", wantKind: vocab.KindBMC},
+		{uuid: "4C4C4544-0042-3510-8053-B4C04F4A32ZZ", wantKind: vocab.KindBMC},
+		{uuid: "4C4C45440-042-3510-8053-B4C04F4A3232", wantKind: vocab.KindBMC},
 	}
 	for _, tc := range tests {
 		t.Run(tc.uuid, func(t *testing.T) {
@@ -244,9 +244,9 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = rfStaticPassword(rfTestPassword + "-wrong")
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, core.KindAuth, sim.URL)
-			if got != core.PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+			rfCheckErr(t, err, vocab.KindAuth, sim.URL)
+			if got != vocab.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 			}
 			if strings.Contains(err.Error(), rfTestPassword+"-wrong") {
 				t.Errorf("wrong password leaked: %v", err)
@@ -266,7 +266,7 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = func() (string, error) { return "", errors.New("secret file missing") }
 			})
 			_, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, core.KindAuth, sim.URL)
+			rfCheckErr(t, err, vocab.KindAuth, sim.URL)
 			if len(sim.Requests()) != 0 {
 				t.Errorf("BMC contacted without a password: %v", sim.Requests())
 			}
@@ -279,9 +279,9 @@ func TestRedfishAuth(t *testing.T) {
 				o.Credentials.Password = rfStaticPassword("")
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, core.KindAuth, sim.URL)
-			if got != core.PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+			rfCheckErr(t, err, vocab.KindAuth, sim.URL)
+			if got != vocab.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 			}
 		})
 
@@ -302,7 +302,7 @@ func TestRedfishAuth(t *testing.T) {
 				t.Fatalf("before rotation: %v", err)
 			}
 			sim.SetPassword(rfTestPassword + "-2")
-			if _, err := d.PowerState(ctx); KindOf(err) != core.KindAuth {
+			if _, err := d.PowerState(ctx); KindOf(err) != vocab.KindAuth {
 				t.Fatalf("after BMC rotation with old secret: err = %v, want kind auth", err)
 			}
 			mu.Lock()
@@ -330,16 +330,16 @@ func TestRedfishBMCFaults(t *testing.T) {
 	tests := []struct {
 		name     string
 		fault    redfishsim.Fault
-		wantKind core.ErrorKind
+		wantKind vocab.ErrorKind
 	}{
-		{name: "404 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusNotFound}, wantKind: core.KindBMC},
-		{name: "500 everywhere", fault: redfishsim.Fault{Status: http.StatusInternalServerError}, wantKind: core.KindBMC},
-		{name: "500 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantKind: core.KindBMC},
-		{name: "503 on service root", fault: redfishsim.Fault{Path: redfishsim.ServiceRootPath, Status: http.StatusServiceUnavailable}, wantKind: core.KindBMC},
-		{name: "401 everywhere", fault: redfishsim.Fault{Status: http.StatusUnauthorized}, wantKind: core.KindAuth},
-		{name: "403 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden}, wantKind: core.KindAuth},
-		{name: "malformed JSON on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, MalformedJSON: true}, wantKind: core.KindBMC},
-		{name: "malformed JSON everywhere", fault: redfishsim.Fault{MalformedJSON: true}, wantKind: core.KindBMC},
+		{name: "404 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusNotFound}, wantKind: vocab.KindBMC},
+		{name: "500 everywhere", fault: redfishsim.Fault{Status: http.StatusInternalServerError}, wantKind: vocab.KindBMC},
+		{name: "500 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusInternalServerError}, wantKind: vocab.KindBMC},
+		{name: "503 on service root", fault: redfishsim.Fault{Path: redfishsim.ServiceRootPath, Status: http.StatusServiceUnavailable}, wantKind: vocab.KindBMC},
+		{name: "401 everywhere", fault: redfishsim.Fault{Status: http.StatusUnauthorized}, wantKind: vocab.KindAuth},
+		{name: "403 on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, Status: http.StatusForbidden}, wantKind: vocab.KindAuth},
+		{name: "malformed JSON on system", fault: redfishsim.Fault{Path: redfishsim.SystemPath, MalformedJSON: true}, wantKind: vocab.KindBMC},
+		{name: "malformed JSON everywhere", fault: redfishsim.Fault{MalformedJSON: true}, wantKind: vocab.KindBMC},
 	}
 	for _, mode := range rfAuthModes() {
 		for _, tc := range tests {
@@ -354,8 +354,8 @@ func TestRedfishBMCFaults(t *testing.T) {
 				sim.SetFault(tc.fault)
 				got, err := d.PowerState(rfCtx(t, 10*time.Second))
 				rfCheckErr(t, err, tc.wantKind, sim.URL)
-				if got != core.PowerUnknown {
-					t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+				if got != vocab.PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 				}
 				if n := rfCountRequests(sim, "GET "+redfishsim.ServiceRootPath); n != 1 {
 					t.Errorf("service root fetched %d times, want 1 (BMC errors are not retried)", n)
@@ -401,9 +401,9 @@ func TestRedfishTimeout(t *testing.T) {
 				start := time.Now()
 				got, err := d.PowerState(ctx)
 				elapsed := time.Since(start)
-				rfCheckErr(t, err, core.KindTimeout, sim.URL)
-				if got != core.PowerUnknown {
-					t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+				rfCheckErr(t, err, vocab.KindTimeout, sim.URL)
+				if got != vocab.PowerUnknown {
+					t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 				}
 				if elapsed > 2*tc.budget {
 					t.Errorf("returned after %s, want at most %s (2x budget)", elapsed, 2*tc.budget)
@@ -436,9 +436,9 @@ func TestRedfishUnreachable(t *testing.T) {
 			})
 			start := time.Now()
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, core.KindUnreachable, endpoint)
-			if got != core.PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+			rfCheckErr(t, err, vocab.KindUnreachable, endpoint)
+			if got != vocab.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 			}
 			if elapsed := time.Since(start); elapsed > 2*time.Second {
 				t.Errorf("refused connection took %s", elapsed)
@@ -457,13 +457,13 @@ func TestRedfishTLS(t *testing.T) {
 	tests := []struct {
 		name     string
 		edit     func(*RedfishOptions)
-		want     core.PowerState
-		wantKind core.ErrorKind
+		want     vocab.PowerState
+		wantKind vocab.ErrorKind
 	}{
-		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: core.PowerOff},
-		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: core.PowerOff},
-		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: core.PowerUnknown, wantKind: core.KindBMC},
-		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: core.PowerOff},
+		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: vocab.PowerOff},
+		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: vocab.PowerOff},
+		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: vocab.PowerUnknown, wantKind: vocab.KindBMC},
+		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: vocab.PowerOff},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -504,13 +504,13 @@ func TestRedfishPasswordNeverInErrors(t *testing.T) {
 	tests := []struct {
 		mode   string
 		status int
-		kind   core.ErrorKind
+		kind   vocab.ErrorKind
 		want   string
 	}{
-		{RedfishAuthSession, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
-		{RedfishAuthBasic, http.StatusUnauthorized, core.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
-		{RedfishAuthSession, http.StatusInternalServerError, core.KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
-		{RedfishAuthBasic, http.StatusInternalServerError, core.KindBMC, "HTTP 500 Internal Server Error, response body not shown"},
+		{RedfishAuthSession, http.StatusUnauthorized, vocab.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthBasic, http.StatusUnauthorized, vocab.KindAuth, "HTTP 401 Unauthorized, response body not shown"},
+		{RedfishAuthSession, http.StatusInternalServerError, vocab.KindBMC, "opening session: HTTP 500 Internal Server Error, response body not shown"},
+		{RedfishAuthBasic, http.StatusInternalServerError, vocab.KindBMC, "HTTP 500 Internal Server Error, response body not shown"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%d", tt.mode, tt.status), func(t *testing.T) {
@@ -542,7 +542,7 @@ func TestRedfishDiscoverSystem(t *testing.T) {
 		d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) { o.SystemPath = "" })
 		ctx := rfCtx(t, 10*time.Second)
 		got, err := d.PowerState(ctx)
-		if err != nil || got != core.PowerOff {
+		if err != nil || got != vocab.PowerOff {
 			t.Fatalf("PowerState = %s, %v; want off", got, err)
 		}
 		if err := d.PowerOn(ctx); err != nil {
@@ -579,9 +579,9 @@ func TestRedfishDiscoverSystem(t *testing.T) {
 				o.Auth = RedfishAuthBasic
 			})
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
-			rfCheckErr(t, err, core.KindBMC, srv.URL)
-			if got != core.PowerUnknown {
-				t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+			rfCheckErr(t, err, vocab.KindBMC, srv.URL)
+			if got != vocab.PowerUnknown {
+				t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 			}
 		})
 	}
@@ -630,9 +630,9 @@ func TestRedfishCallerContextAlreadyDone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	got, err := d.PowerState(ctx)
-	rfCheckErr(t, err, core.KindTimeout, sim.URL)
-	if got != core.PowerUnknown {
-		t.Errorf("PowerState = %s, want %s", got, core.PowerUnknown)
+	rfCheckErr(t, err, vocab.KindTimeout, sim.URL)
+	if got != vocab.PowerUnknown {
+		t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 	}
 	if len(sim.Requests()) != 0 {
 		t.Errorf("BMC contacted after the caller gave up: %v", sim.Requests())
@@ -656,7 +656,7 @@ func TestRedfishConcurrentOperations(t *testing.T) {
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
-					if st, err := d.PowerState(ctx); err != nil || st != core.PowerOff {
+					if st, err := d.PowerState(ctx); err != nil || st != vocab.PowerOff {
 						errs <- fmt.Errorf("PowerState = %s, %v", st, err)
 					}
 				}()
@@ -739,7 +739,7 @@ func TestRedfishBasicErrorBodyNeverLeaks(t *testing.T) {
 				t.Cleanup(srv.Close)
 				d := rfNewDriver(t, srv.URL, rfWithAuth(RedfishAuthBasic))
 				_, err := d.PowerState(rfCtx(t, 10*time.Second))
-				rfCheckErr(t, err, core.KindBMC, srv.URL)
+				rfCheckErr(t, err, vocab.KindBMC, srv.URL)
 				msg := err.Error()
 				t.Logf("error: %s", msg)
 				for form, s := range rfLeakForms(user, rfTestPassword) {
@@ -769,7 +769,7 @@ func TestRedfishBasicErrorBodyNeverLeaks(t *testing.T) {
 		t.Cleanup(srv.Close)
 		d := rfNewDriver(t, srv.URL, rfWithAuth(RedfishAuthBasic))
 		_, err := d.PowerState(rfCtx(t, 10*time.Second))
-		rfCheckErr(t, err, core.KindBMC, srv.URL)
+		rfCheckErr(t, err, vocab.KindBMC, srv.URL)
 		if msg := err.Error(); strings.Contains(msg, bodyText) || !strings.Contains(msg, "HTTP 502 Bad Gateway, response body not shown") {
 			t.Errorf("error %q: want the status alone", msg)
 		}
