@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/admin"
-	"fenced.io/fenced/pkg/config"
 )
 
 // bmcFlags are shared by the bmc subcommands.
@@ -35,7 +34,7 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
-	pf.DurationVar(&f.powerTimeout, "power-timeout", config.DefaultPowerTimeout,
+	pf.DurationVar(&f.powerTimeout, "power-timeout", admin.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")

@@ -42,7 +42,7 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	pf.IntVar(&f.level, "level", 0, "only this fencing level (from 1); default: all levels for status, the first that works for off/on/cycle")
-	pf.DurationVar(&f.powerTimeout, "power-timeout", config.DefaultPowerTimeout,
+	pf.DurationVar(&f.powerTimeout, "power-timeout", admin.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for each plug to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")

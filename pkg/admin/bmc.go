@@ -25,8 +25,12 @@ const (
 )
 
 // DefaultPowerWait is the pause after a switch request before the first
-// status read, as the fencer makes it.
-const DefaultPowerWait = device.DefaultPowerWait
+// status read, and DefaultPowerTimeout the wait for the new state, as the
+// fencer makes them (the device package's).
+const (
+	DefaultPowerWait    = device.DefaultPowerWait
+	DefaultPowerTimeout = device.DefaultPowerTimeout
+)
 
 // verified is the verified switch of op; nil for PowerStatus.
 func (op PowerOp) verified() func(context.Context, device.BMC, device.VerifyOptions) (device.ActionResult, error) {
@@ -101,7 +105,7 @@ func UseBMC(ctx context.Context, entry config.ResolvedBMC, op PowerOp, opts Swit
 	defer b.Close()
 
 	start := time.Now()
-	res := BMCResult{Node: entry.Node, Endpoint: entry.Endpoint(), Action: string(op), Power: string(vocab.PowerUnknown)}
+	res := BMCResult{Node: entry.Node, Endpoint: device.Endpoint(entry), Action: string(op), Power: string(vocab.PowerUnknown)}
 	if do := op.verified(); do == nil {
 		var state vocab.PowerState
 		state, err = b.PowerState(ctx)
@@ -153,17 +157,20 @@ func (r BMCResult) Write(w io.Writer, format string) error {
 	return err
 }
 
-// bmcHint tells an operator what to check for each kind of failure.
+// bmcHint tells an operator what to check for each kind of failure, with
+// the settings the driver ran with (the device package's defaults for
+// those the configuration leaves unset).
 func bmcHint(err error, e config.ResolvedBMC) string {
+	e = device.WithDefaults(e)
 	switch device.KindOf(err) {
 	case vocab.KindAuth:
 		return fmt.Sprintf("the BMC refused user %q: check the password (%s) and that the user may open %s sessions",
 			e.Username, e.Password, sessionPrivilege(e))
 	case vocab.KindUnreachable:
-		return "nothing answers at " + e.Endpoint() + ": check the address and port and that this host can reach the management network"
+		return "nothing answers at " + device.Endpoint(e) + ": check the address and port and that this host can reach the management network"
 	case vocab.KindTimeout:
 		return fmt.Sprintf("no answer from %s within the timeout (%s per attempt, %d retries): check the address, firewalls, and whether the BMC is hung",
-			e.Endpoint(), e.Timeout, e.Retries)
+			device.Endpoint(e), e.Timeout, *e.Retries)
 	}
 	return ""
 }

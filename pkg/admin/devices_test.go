@@ -109,7 +109,7 @@ func TestCheckTopology(t *testing.T) {
 
 func TestBMCHint(t *testing.T) {
 	e := config.ResolvedBMC{Node: "n", Protocol: config.ProtocolIPMI, Address: "10.0.0.1", Port: 623, Username: "admin",
-		Password: config.PasswordSource{File: "/etc/fenced/n.pw"}, Timeout: 2 * time.Second, Retries: 3, IPMIPrivilegeLevel: "operator"}
+		Password: config.PasswordSource{File: "/etc/fenced/n.pw"}, Timeout: 2 * time.Second, Retries: new(3), IPMIPrivilegeLevel: "operator"}
 	kind := func(k vocab.ErrorKind) error {
 		return &device.Error{Node: "n", Op: vocab.OpPowerStatus, Kind: k, Err: errors.New("x")}
 	}
@@ -127,6 +127,18 @@ func TestBMCHint(t *testing.T) {
 		got := bmcHint(tc.err, e)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("bmcHint(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	// An entry whose file sets none of its settings: the hint names
+	// those the driver ran with, the device package's defaults.
+	unset := config.ResolvedBMC{Node: "n", Protocol: config.ProtocolIPMI, Address: "10.0.0.1", Username: "admin",
+		Password: config.PasswordSource{File: "/etc/fenced/n.pw"}}
+	for err, want := range map[error]string{
+		kind(vocab.KindTimeout): "no answer from ipmi://10.0.0.1:623 within the timeout (5s per attempt, 2 retries)",
+		kind(vocab.KindAuth):    "may open administrator sessions",
+	} {
+		if got := bmcHint(err, unset); !strings.Contains(got, want) {
+			t.Errorf("bmcHint(%v) of an entry with its settings unset = %q, want %q", err, got, want)
 		}
 	}
 }

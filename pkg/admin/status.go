@@ -38,7 +38,7 @@ type StatusOptions struct {
 	// BMCTimeout bounds each BMC read, retries included. Zero: no bound
 	// of Status's own — each BMC's configured timeout per attempt and
 	// retries bound its read, as they bound the agent's reads (bmc.timeout,
-	// bmc.retries: config.DefaultBMCTimeout, config.DefaultBMCRetries).
+	// bmc.retries: device.DefaultBMCTimeout, device.DefaultBMCRetries).
 	BMCTimeout time.Duration
 }
 

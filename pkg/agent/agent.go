@@ -269,7 +269,7 @@ func (a *Agent) build() (_ *parts, err error) {
 			Policy: o.Config.Policy.Policy, LeaseNamespace: o.Config.Fencer.LeaseNamespace,
 			LeaseDuration:           o.Config.Fencer.LeaseDuration,
 			Verify:                  device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
-			MonitorInterval:         o.Config.Fencer.MonitorInterval,
+			MonitorInterval:         monitorInterval(o.Config.Fencer),
 			MaxConcurrentPowerReads: o.Config.Fencer.MaxConcurrentPowerReads,
 			GossipPort:              o.Config.Gossip.Port,
 			Metrics:                 fencing.NewMetrics(p.reg), Logger: componentLog(o.Logger, componentFencer),
@@ -294,6 +294,17 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.ring.OnChange(func(m heartbeat.Member) { f.Notify(m.Name) })
 	}
 	return p, nil
+}
+
+// monitorInterval is the fencer's device check interval. What the fencer
+// section leaves unset is zero in fencing.Config, and fencing.New and
+// device.VerifyOptions apply their defaults; only the checks' zero means
+// off, so their default is applied here, where the file left it unset.
+func monitorInterval(f config.Fencer) time.Duration {
+	if f.MonitorInterval == nil {
+		return fencing.DefaultMonitorInterval
+	}
+	return *f.MonitorInterval
 }
 
 // buildWatcher builds the clean-shutdown watcher: a logind delay lock, and

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -25,7 +26,11 @@ func writePassword(t *testing.T, content string) string {
 
 const header = "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\n"
 
-func TestParseAppliesInheritanceAndDefaults(t *testing.T) {
+// TestParseAppliesInheritance: a node inherits bmc.defaults field by
+// field; a setting neither sets stays unset (zero, Retries nil) for the
+// device package to default (device's TestWithDefaults and
+// TestInventoryAppliesDeviceDefaults).
+func TestParseAppliesInheritance(t *testing.T) {
 	pw := writePassword(t, "s3cret\n")
 	t.Setenv("NODE_B_PW", "other")
 	cfg, err := Parse([]byte(header+`
@@ -59,27 +64,26 @@ bmc:
 		t.Fatalf("got %d BMCs", len(cfg.BMCs))
 	}
 	a, _ := cfg.BMC("node-a")
-	want := ResolvedBMC{Node: "node-a", Protocol: "ipmi", Address: "198.18.0.10", Port: 623, Username: "fenced",
-		Password: PasswordSource{File: pw}, Timeout: DefaultBMCTimeout, Retries: DefaultBMCRetries,
-		IPMICipherSuite: 3, IPMIPrivilegeLevel: "administrator", RedfishScheme: "https", RedfishAuth: "session"}
-	if a != want {
+	want := ResolvedBMC{Node: "node-a", Protocol: "ipmi", Address: "198.18.0.10", Username: "fenced",
+		Password: PasswordSource{File: pw}}
+	if !reflect.DeepEqual(a, want) {
 		t.Errorf("node-a =\n %+v\nwant\n %+v", a, want)
 	}
 	if pwd, err := a.Password.Read(); err != nil || pwd != "s3cret" {
 		t.Errorf("node-a password = %q, %v (trailing newline must be stripped)", pwd, err)
 	}
 	b, _ := cfg.BMC("node-b")
-	if b.Port != 6230 || b.Timeout != 2*time.Second || b.Retries != 0 || b.IPMICipherSuite != 17 ||
+	if b.Port != 6230 || b.Timeout != 2*time.Second || b.Retries == nil || *b.Retries != 0 || b.IPMICipherSuite != 17 ||
 		b.IPMIPrivilegeLevel != "operator" || b.Password != (PasswordSource{Env: "NODE_B_PW"}) {
 		t.Errorf("node-b overrides not applied: %+v", b)
 	}
 	c, _ := cfg.BMC("node-c")
-	if c.Port != 80 || c.RedfishScheme != "http" || c.RedfishAuth != "basic" || c.Endpoint() != "http://bmc-c.example:80" {
-		t.Errorf("node-c = %+v (endpoint %s)", c, c.Endpoint())
+	if c.Port != 0 || c.RedfishScheme != "http" || c.RedfishAuth != "basic" {
+		t.Errorf("node-c = %+v", c)
 	}
 	d, _ := cfg.BMC("node-d")
-	if d.Port != 443 || d.Endpoint() != "https://bmc-d.example:443" {
-		t.Errorf("node-d = %+v", d)
+	if d.Port != 0 || d.RedfishScheme != "" || d.Timeout != 0 || d.Retries != nil {
+		t.Errorf("node-d = %+v, want its settings unset", d)
 	}
 	if _, ok := cfg.BMC("node-z"); ok {
 		t.Error("unknown node found")
@@ -205,7 +209,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Fatalf("example has %d nodes, want 3", len(cfg.BMCs))
 	}
 	w3, _ := cfg.BMC("worker-3")
-	if w3.Protocol != ProtocolRedfish || w3.Username != "fenced" || w3.Port != 443 {
+	if w3.Protocol != ProtocolRedfish || w3.Username != "fenced" || w3.Port != 0 {
 		t.Errorf("worker-3 = %+v", w3)
 	}
 }
@@ -221,12 +225,13 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	decide.Mode, decide.FenceAfter, decide.MaxUnhealthy, decide.MaxConcurrentPowerActions = vocab.ModeConfirmOnly, time.Minute, 0.5, 1
 	decide.FenceDelay, decide.PowerOnAfterFence, decide.ForceDeletePods = 5*time.Second, false, true
 	decide.ShutdownWait, decide.DryRun = 5*time.Minute, false
-	want := Policy{Policy: decide, StaleAttachmentGrace: DefaultStaleAttachmentGrace, DeleteStaleVolumeAttachments: false}
+	// The stale report's settings are unset: pkg/stale's defaults.
+	want := Policy{Policy: decide}
 	if cfg.Policy != want {
 		t.Errorf("default policy %+v, want %+v", cfg.Policy, want)
 	}
-	if cfg.Gossip.Port != heartbeat.DefaultPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system", LeaseDuration: 15 * time.Second, PowerTimeout: 20 * time.Second, MonitorInterval: DefaultMonitorInterval,
-		MaxConcurrentPowerReads: DefaultMaxConcurrentPowerReads}) {
+	// The fencer's timings are unset: pkg/fencing's and pkg/fencing/device's.
+	if cfg.Gossip.Port != heartbeat.DefaultPort || cfg.Fencer != (Fencer{LeaseNamespace: "fenced-system"}) {
 		t.Errorf("defaults: gossip %+v fencer %+v", cfg.Gossip, cfg.Fencer)
 	}
 	if !cfg.Shutdown.Announce {
@@ -253,8 +258,10 @@ shutdown: {announce: false}
 	if cfg.Policy != (Policy{Policy: set, StaleAttachmentGrace: 30 * time.Second, DeleteStaleVolumeAttachments: true}) {
 		t.Errorf("policy %+v", cfg.Policy)
 	}
-	if cfg.Fencer != (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute, MaxConcurrentPowerReads: 4}) {
-		t.Errorf("fencer %+v", cfg.Fencer)
+	off := time.Duration(0) // monitorInterval: 0s, set: the checks are off
+	if want := (Fencer{LeaseNamespace: "kube-system", LeaseDuration: 30 * time.Second, PowerTimeout: time.Minute,
+		MonitorInterval: &off, MaxConcurrentPowerReads: 4}); !reflect.DeepEqual(cfg.Fencer, want) {
+		t.Errorf("fencer %+v, want %+v", cfg.Fencer, want)
 	}
 	if cfg.Shutdown.Announce {
 		t.Errorf("shutdown %+v, want announce off", cfg.Shutdown)

@@ -47,10 +47,30 @@ func FuzzParse(f *testing.F) {
 		}
 		// %#v rather than reflect.DeepEqual: it compares NaN equal to
 		// itself, which is checkAccepted's business.
-		if a, b := fmt.Sprintf("%#v", cfg), fmt.Sprintf("%#v", cfg2); a != b {
+		if a, b := describe(cfg), describe(cfg2); a != b {
 			t.Fatalf("re-encoded configuration differs:\n%s\n%s", a, b)
 		}
 	})
+}
+
+// describe is cfg in %#v, with the settings that may be unset (nil) shown
+// by value rather than by address.
+func describe(cfg *Config) string {
+	c := *cfg
+	var b strings.Builder
+	if d := c.Fencer.MonitorInterval; d != nil {
+		fmt.Fprintf(&b, "monitorInterval %s; ", *d)
+	}
+	c.Fencer.MonitorInterval = nil
+	c.BMCs = nil
+	for _, r := range cfg.BMCs {
+		if r.Retries != nil {
+			fmt.Fprintf(&b, "%s retries %d; ", r.Node, *r.Retries)
+		}
+		r.Retries = nil
+		fmt.Fprintf(&b, "%#v; ", r)
+	}
+	return fmt.Sprintf("%s%#v", b.String(), c)
 }
 
 // checkAccepted checks the ranges docs/configuration.md and validate.go promise for an
@@ -87,9 +107,16 @@ func checkAccepted(t *testing.T, cfg *Config) {
 	if p.FenceAfter < 0 || p.FenceDelay < 0 || p.FenceDelay > 10*time.Minute || p.ShutdownWait < 0 || p.ShutdownWait > time.Hour {
 		fail("policy durations %+v", p)
 	}
-	if fc.LeaseNamespace == "" || fc.LeaseDuration < 3*time.Second || fc.LeaseDuration > 5*time.Minute ||
-		fc.PowerTimeout < time.Second || fc.PowerTimeout > 10*time.Minute {
+	// Zero is unset (the fencer's and the device package's defaults,
+	// which they apply): never "no bound".
+	if fc.LeaseNamespace == "" || fc.LeaseDuration != 0 && (fc.LeaseDuration < 3*time.Second || fc.LeaseDuration > 5*time.Minute) ||
+		fc.PowerTimeout != 0 && (fc.PowerTimeout < time.Second || fc.PowerTimeout > 10*time.Minute) ||
+		fc.MaxConcurrentPowerReads < 0 || fc.MaxConcurrentPowerReads > 1024 ||
+		fc.MonitorInterval != nil && *fc.MonitorInterval != 0 && (*fc.MonitorInterval < 10*time.Second || *fc.MonitorInterval > 24*time.Hour) {
 		fail("fencer %+v", fc)
+	}
+	if g := p.StaleAttachmentGrace; g != 0 && (g < 10*time.Second || g > 24*time.Hour) {
+		fail("policy.staleAttachmentGrace %s", g)
 	}
 	seen := map[string]bool{}
 	for _, b := range cfg.BMCs {
@@ -100,16 +127,17 @@ func checkAccepted(t *testing.T, cfg *Config) {
 		if b.Protocol != ProtocolIPMI && b.Protocol != ProtocolRedfish {
 			fail("%s: protocol %q", b.Node, b.Protocol)
 		}
-		if b.Address == "" || b.Port < 1 || b.Port > 65535 || b.Username == "" {
+		if b.Address == "" || b.Port < 0 || b.Port > 65535 || b.Username == "" {
 			fail("%s: address %q port %d username %q", b.Node, b.Address, b.Port, b.Username)
 		}
 		if (b.Password.File == "") == (b.Password.Env == "") {
 			fail("%s: password source %+v is not exactly one", b.Node, b.Password)
 		}
-		if b.Timeout <= 0 || b.Timeout > 5*time.Minute || b.Retries < 0 || b.Retries > 10 {
-			fail("%s: timeout %s retries %d", b.Node, b.Timeout, b.Retries)
+		// Zero (Retries nil) is unset: the device package's default.
+		if b.Timeout < 0 || b.Timeout > 5*time.Minute || b.Retries != nil && (*b.Retries < 0 || *b.Retries > 10) {
+			fail("%s: timeout %s retries %v", b.Node, b.Timeout, b.Retries)
 		}
-		if b.Protocol == ProtocolIPMI && (b.IPMICipherSuite < 1 || b.IPMICipherSuite > 17) {
+		if b.Protocol == ProtocolIPMI && (b.IPMICipherSuite < 0 || b.IPMICipherSuite > 17) {
 			fail("%s: cipher suite %d", b.Node, b.IPMICipherSuite)
 		}
 	}

@@ -3,9 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +11,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Config is a loaded, validated configuration with every default applied.
+// Config is a loaded, validated configuration. A setting whose default a
+// package below owns (the device package's BMC and fence-agent settings,
+// the fencer's timings, the stale report's grace) is left unset when the
+// file does not set it — zero, or nil where zero means something — and
+// that package applies its default; every other default is applied here.
 type Config struct {
 	// Source is the file the configuration came from (for messages).
 	Source      string
@@ -47,7 +49,8 @@ type Gossip struct {
 type Policy struct {
 	core.Policy
 	// StaleAttachmentGrace and DeleteStaleVolumeAttachments drive the
-	// fencers' stale VolumeAttachment report (pkg/stale).
+	// fencers' stale VolumeAttachment report (pkg/stale, whose defaults
+	// they are when zero).
 	StaleAttachmentGrace         time.Duration
 	DeleteStaleVolumeAttachments bool
 }
@@ -57,18 +60,25 @@ type Shutdown struct {
 	Announce bool
 }
 
-// Fencer is the resolved fencer section.
+// Fencer is the resolved fencer section. Zero is unset: the default of
+// pkg/fencing (LeaseDuration, MaxConcurrentPowerReads, MonitorInterval's
+// nil) or of pkg/fencing/device (PowerTimeout), which they apply.
 type Fencer struct {
-	LeaseNamespace  string
-	LeaseDuration   time.Duration
-	PowerTimeout    time.Duration
-	MonitorInterval time.Duration
+	LeaseNamespace string
+	LeaseDuration  time.Duration
+	PowerTimeout   time.Duration
+	// MonitorInterval is nil when the file does not set it; 0 disables
+	// the device checks.
+	MonitorInterval *time.Duration
 	// MaxConcurrentPowerReads bounds the fencer's power reads in flight.
 	MaxConcurrentPowerReads int
 }
 
-// ResolvedBMC is one node's BMC after inheriting bmc.defaults and the
-// built-in defaults. All fields are set and valid.
+// ResolvedBMC is one node's BMC after inheriting bmc.defaults. What the
+// node needs (protocol, address, username, a password source) is set;
+// every setting that is set is valid. A setting neither the node nor
+// bmc.defaults sets is unset — zero, Retries nil — and takes the device
+// package's default (device.WithDefaults, applied by device.NewDriver).
 type ResolvedBMC struct {
 	Node     string
 	Protocol string
@@ -77,7 +87,8 @@ type ResolvedBMC struct {
 	Username string
 	Password PasswordSource
 	Timeout  time.Duration
-	Retries  int
+	// Retries is nil when unset: 0 is a setting (no retries).
+	Retries *int
 
 	IPMICipherSuite    int
 	IPMIPrivilegeLevel string
@@ -189,14 +200,4 @@ func cleanDecodeError(err error) string {
 		msg = strings.ReplaceAll(msg, prefix, "")
 	}
 	return msg
-}
-
-// Endpoint is the BMC's address as a URL-like string for messages,
-// e.g. "ipmi://10.0.0.11:623". It never contains credentials.
-func (r ResolvedBMC) Endpoint() string {
-	scheme := r.Protocol
-	if r.Protocol == ProtocolRedfish {
-		scheme = r.RedfishScheme
-	}
-	return scheme + "://" + net.JoinHostPort(r.Address, strconv.Itoa(r.Port))
 }

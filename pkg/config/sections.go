@@ -69,13 +69,13 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 
 // resolvePolicy is the one place the decision core's policy is built from
 // the configuration: core.DefaultPolicy(), with what the policy section
-// sets over it.
+// sets over it. The stale report's settings stay unset (zero) unless the
+// section sets them: they are pkg/stale's to default.
 func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	def := core.DefaultPolicy()
 	r := Policy{
-		Policy:                       def,
-		StaleAttachmentGrace:         duration(p.StaleAttachmentGrace, DefaultStaleAttachmentGrace),
-		DeleteStaleVolumeAttachments: DefaultDeleteStaleVolumeAttachments,
+		Policy:               def,
+		StaleAttachmentGrace: duration(p.StaleAttachmentGrace, 0),
 	}
 	r.Mode = first(p.Mode, def.Mode)
 	r.FenceAfter = duration(p.FenceAfter, def.FenceAfter)
@@ -113,7 +113,7 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
 		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)
 	}
-	if r.StaleAttachmentGrace < 10*time.Second || r.StaleAttachmentGrace > 24*time.Hour {
+	if p.StaleAttachmentGrace != nil && (r.StaleAttachmentGrace < 10*time.Second || r.StaleAttachmentGrace > 24*time.Hour) {
 		fe.add("policy", "staleAttachmentGrace", "%s is out of range (10s to 24h)", r.StaleAttachmentGrace)
 	}
 	if p.DeleteStaleVolumeAttachments != nil {
@@ -128,27 +128,31 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	return r
 }
 
+// resolveFencer leaves unset what the section does not set: the fencer's
+// timings are pkg/fencing's and pkg/fencing/device's to default.
 func resolveFencer(fe *fieldErrors, f FencerSpec) Fencer {
 	r := Fencer{
 		LeaseNamespace:          first(f.LeaseNamespace, DefaultLeaseNamespace),
-		LeaseDuration:           duration(f.LeaseDuration, DefaultLeaseDuration),
-		PowerTimeout:            duration(f.PowerTimeout, DefaultPowerTimeout),
-		MonitorInterval:         duration(f.MonitorInterval, DefaultMonitorInterval),
-		MaxConcurrentPowerReads: first(f.MaxConcurrentPowerReads, DefaultMaxConcurrentPowerReads),
+		LeaseDuration:           duration(f.LeaseDuration, 0),
+		PowerTimeout:            duration(f.PowerTimeout, 0),
+		MaxConcurrentPowerReads: f.MaxConcurrentPowerReads,
 	}
-	if r.MaxConcurrentPowerReads < 1 || r.MaxConcurrentPowerReads > maxPowerReads {
-		fe.add("fencer", "maxConcurrentPowerReads", "%d is out of range (1 to %d)", r.MaxConcurrentPowerReads, maxPowerReads)
+	if f.MonitorInterval != nil {
+		r.MonitorInterval = new(f.MonitorInterval.Duration)
 	}
-	if r.MonitorInterval != 0 && (r.MonitorInterval < 10*time.Second || r.MonitorInterval > 24*time.Hour) {
-		fe.add("fencer", "monitorInterval", "%s is out of range (0 disables; else 10s to 24h)", r.MonitorInterval)
+	if n := r.MaxConcurrentPowerReads; n != 0 && (n < 1 || n > maxPowerReads) {
+		fe.add("fencer", "maxConcurrentPowerReads", "%d is out of range (1 to %d)", n, maxPowerReads)
+	}
+	if d := r.MonitorInterval; d != nil && *d != 0 && (*d < 10*time.Second || *d > 24*time.Hour) {
+		fe.add("fencer", "monitorInterval", "%s is out of range (0 disables; else 10s to 24h)", *d)
 	}
 	if msgs := validation.IsDNS1123Label(r.LeaseNamespace); len(msgs) > 0 {
 		fe.add("fencer", "leaseNamespace", "not a namespace name: %s", strings.Join(msgs, "; "))
 	}
-	if r.LeaseDuration < 3*time.Second || r.LeaseDuration > 5*time.Minute {
+	if f.LeaseDuration != nil && (r.LeaseDuration < 3*time.Second || r.LeaseDuration > 5*time.Minute) {
 		fe.add("fencer", "leaseDuration", "%s is out of range (3s to 5m)", r.LeaseDuration)
 	}
-	if r.PowerTimeout < time.Second || r.PowerTimeout > 10*time.Minute {
+	if f.PowerTimeout != nil && (r.PowerTimeout < time.Second || r.PowerTimeout > 10*time.Minute) {
 		fe.add("fencer", "powerTimeout", "%s is out of range (1s to 10m)", r.PowerTimeout)
 	}
 	return r

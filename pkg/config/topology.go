@@ -111,7 +111,9 @@ type FenceDevice struct {
 	SecretOptions map[string]PasswordSource
 	Plugs         map[string]string
 	SharedPlugs   bool
-	Timeout       time.Duration
+	// Timeout is 0 when unset: the device package's default
+	// (device.DefaultFenceAgentTimeout).
+	Timeout time.Duration
 }
 
 // PlugRef is one device and plug of a resolved level. Device is
@@ -197,7 +199,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 		}
 		d := FenceDevice{
 			Name: s.Name, Options: s.Options, Plugs: s.Plugs, SharedPlugs: s.SharedPlugs,
-			Timeout: duration(s.Timeout, DefaultFenceAgentTimeout), SecretOptions: map[string]PasswordSource{},
+			Timeout: duration(s.Timeout, 0), SecretOptions: map[string]PasswordSource{},
 		}
 		agent, err := FindFenceAgent(s.Agent)
 		if err != nil {
@@ -214,7 +216,7 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 			}
 			d.SecretOptions[k] = src
 		}
-		if d.Timeout <= 0 || d.Timeout > maxFenceAgentTimeout {
+		if s.Timeout != nil && (d.Timeout <= 0 || d.Timeout > maxFenceAgentTimeout) {
 			fe.add(where, "timeout", "%s is out of range (more than 0, at most %s)", d.Timeout, maxFenceAgentTimeout)
 		}
 		if !s.SharedPlugs {

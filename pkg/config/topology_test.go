@@ -81,8 +81,8 @@ func TestTopologyLevels(t *testing.T) {
 	if d := cfg.Devices["pdu-b"]; d.Timeout.String() != "10s" || d.SecretOptions["community"].File == "" {
 		t.Errorf("pdu-b resolved as %+v", d)
 	}
-	if d := cfg.Devices["pdu-a"]; d.Timeout != DefaultFenceAgentTimeout {
-		t.Errorf("pdu-a timeout %s, want the default %s", d.Timeout, DefaultFenceAgentTimeout)
+	if d := cfg.Devices["pdu-a"]; d.Timeout != 0 {
+		t.Errorf("pdu-a timeout %s, want unset (the device package's default)", d.Timeout)
 	}
 }
 

@@ -16,8 +16,10 @@
 //	topology: {...}     # each node's fencing levels, in order
 //
 // Decoding is strict: an unknown field is an error, so a typo never silently
-// falls back to a default. Every default is defined in defaults.go and
-// nowhere else.
+// falls back to a default. Each package owns its defaults (core.DefaultPolicy,
+// heartbeat.DefaultConfig, pkg/fencing/device's, pkg/fencing's, pkg/stale's);
+// the loader starts from them or leaves unset what the file does not set
+// (Config says which). defaults.go holds only the file's own.
 package config
 
 import (

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +20,8 @@ func (f *fieldErrors) add(where, field, format string, args ...any) {
 
 func (f *fieldErrors) err() error { return errors.Join(f.errs...) }
 
-// resolveInventory applies inheritance and defaults and validates the result.
+// resolveInventory applies inheritance and validates the result; the
+// settings it leaves unset are the device package's to default.
 func resolveInventory(inv BMCInventory) ([]ResolvedBMC, error) {
 	var fe fieldErrors
 	checkSpec(&fe, "bmc.defaults", inv.Defaults)
@@ -41,9 +43,9 @@ func resolveInventory(inv BMCInventory) ([]ResolvedBMC, error) {
 			seen[n.Name] = i
 		}
 		checkSpec(&fe, where, n.BMCSpec)
-		r := inherit(n.Name, inv.Defaults, n.BMCSpec)
-		checkResolved(&fe, where, r)
-		out = append(out, r)
+		s := inherit(inv.Defaults, n.BMCSpec)
+		checkInherited(&fe, where, s)
+		out = append(out, resolved(n.Name, s))
 	}
 	if err := fe.err(); err != nil {
 		return nil, err
@@ -62,126 +64,146 @@ func checkSpec(fe *fieldErrors, where string, s BMCSpec) {
 	}
 }
 
-// inherit merges node over defaults over built-in defaults. The password
-// source is inherited as a unit: a node that names a file does not also
-// inherit the defaults' environment variable.
-func inherit(node string, d, n BMCSpec) ResolvedBMC {
-	r := ResolvedBMC{
-		Node:               node,
-		Protocol:           first(n.Protocol, d.Protocol),
-		Address:            first(n.Address, d.Address),
-		Port:               first(n.Port, d.Port),
-		Username:           first(n.Username, d.Username),
-		Password:           PasswordSource{File: d.PasswordFile, Env: d.PasswordEnv},
-		Timeout:            DefaultBMCTimeout,
-		Retries:            DefaultBMCRetries,
-		IPMICipherSuite:    DefaultIPMICipherSuite,
-		IPMIPrivilegeLevel: DefaultIPMIPrivilegeLevel,
-		RedfishScheme:      DefaultRedfishScheme,
-		RedfishAuth:        DefaultRedfishAuth,
+// inherit merges node over defaults, field by field: a node's setting
+// wins over bmc.defaults'. The password source is inherited as a unit: a
+// node that names a file does not also inherit the defaults' environment
+// variable.
+func inherit(d, n BMCSpec) BMCSpec {
+	s := BMCSpec{
+		Protocol:     first(n.Protocol, d.Protocol),
+		Address:      first(n.Address, d.Address),
+		Port:         first(n.Port, d.Port),
+		Username:     first(n.Username, d.Username),
+		PasswordFile: d.PasswordFile,
+		PasswordEnv:  d.PasswordEnv,
+		Timeout:      cmp.Or(n.Timeout, d.Timeout),
+		Retries:      cmp.Or(n.Retries, d.Retries),
+		IPMI:         &IPMISpec{},
+		Redfish:      &RedfishSpec{},
 	}
 	if n.PasswordFile != "" || n.PasswordEnv != "" {
-		r.Password = PasswordSource{File: n.PasswordFile, Env: n.PasswordEnv}
+		s.PasswordFile, s.PasswordEnv = n.PasswordFile, n.PasswordEnv
 	}
-	for _, s := range []BMCSpec{d, n} { // later wins
-		if s.Timeout != nil {
-			r.Timeout = s.Timeout.Duration
+	for _, x := range []BMCSpec{d, n} { // later wins
+		if i := x.IPMI; i != nil {
+			s.IPMI.CipherSuite = cmp.Or(i.CipherSuite, s.IPMI.CipherSuite)
+			s.IPMI.PrivilegeLevel = first(i.PrivilegeLevel, s.IPMI.PrivilegeLevel)
 		}
-		if s.Retries != nil {
-			r.Retries = *s.Retries
-		}
-		if s.IPMI != nil {
-			if s.IPMI.CipherSuite != nil {
-				r.IPMICipherSuite = *s.IPMI.CipherSuite
-			}
-			r.IPMIPrivilegeLevel = first(s.IPMI.PrivilegeLevel, r.IPMIPrivilegeLevel)
-		}
-		if s.Redfish != nil {
-			r.RedfishScheme = first(s.Redfish.Scheme, r.RedfishScheme)
-			r.RedfishSystemPath = first(s.Redfish.SystemPath, r.RedfishSystemPath)
-			r.RedfishAuth = first(s.Redfish.Auth, r.RedfishAuth)
-			r.RedfishCAFile = first(s.Redfish.CAFile, r.RedfishCAFile)
-			if s.Redfish.InsecureSkipVerify != nil {
-				r.RedfishInsecureSkipVerify = *s.Redfish.InsecureSkipVerify
-			}
+		if r := x.Redfish; r != nil {
+			s.Redfish.Scheme = first(r.Scheme, s.Redfish.Scheme)
+			s.Redfish.SystemPath = first(r.SystemPath, s.Redfish.SystemPath)
+			s.Redfish.Auth = first(r.Auth, s.Redfish.Auth)
+			s.Redfish.CAFile = first(r.CAFile, s.Redfish.CAFile)
+			s.Redfish.InsecureSkipVerify = cmp.Or(r.InsecureSkipVerify, s.Redfish.InsecureSkipVerify)
 		}
 	}
-	if r.Port == 0 {
-		switch {
-		case r.Protocol == ProtocolIPMI:
-			r.Port = DefaultIPMIPort
-		case r.Protocol == ProtocolRedfish && r.RedfishScheme == "http":
-			r.Port = DefaultRedfishHTTPPort
-		case r.Protocol == ProtocolRedfish:
-			r.Port = DefaultRedfishHTTPSPort
-		}
+	return s
+}
+
+// resolved is node's BMC as inherited: what neither the node nor
+// bmc.defaults sets stays unset (zero, Retries nil), the device package's
+// default (device.WithDefaults).
+func resolved(node string, s BMCSpec) ResolvedBMC {
+	r := ResolvedBMC{
+		Node:               node,
+		Protocol:           s.Protocol,
+		Address:            s.Address,
+		Port:               s.Port,
+		Username:           s.Username,
+		Password:           PasswordSource{File: s.PasswordFile, Env: s.PasswordEnv},
+		Timeout:            duration(s.Timeout, 0),
+		IPMIPrivilegeLevel: s.IPMI.PrivilegeLevel,
+		RedfishScheme:      s.Redfish.Scheme,
+		RedfishSystemPath:  s.Redfish.SystemPath,
+		RedfishAuth:        s.Redfish.Auth,
+		RedfishCAFile:      s.Redfish.CAFile,
+	}
+	if s.Retries != nil {
+		r.Retries = new(*s.Retries)
+	}
+	if s.IPMI.CipherSuite != nil {
+		r.IPMICipherSuite = *s.IPMI.CipherSuite
+	}
+	if s.Redfish.InsecureSkipVerify != nil {
+		r.RedfishInsecureSkipVerify = *s.Redfish.InsecureSkipVerify
 	}
 	return r
 }
 
-// checkResolved validates a node's BMC after inheritance.
-func checkResolved(fe *fieldErrors, where string, r ResolvedBMC) {
-	switch r.Protocol {
+// checkInherited validates a node's BMC after inheritance: what must be
+// set, and every setting that is.
+func checkInherited(fe *fieldErrors, where string, s BMCSpec) {
+	switch s.Protocol {
 	case ProtocolIPMI, ProtocolRedfish:
 	case "":
 		fe.add(where, "protocol", "required (ipmi or redfish), here or in bmc.defaults")
 	default:
-		fe.add(where, "protocol", "unknown protocol %q (want ipmi or redfish)", r.Protocol)
+		fe.add(where, "protocol", "unknown protocol %q (want ipmi or redfish)", s.Protocol)
 	}
-	if r.Address == "" {
+	if s.Address == "" {
 		fe.add(where, "address", "required")
 	}
-	if r.Port < 1 || r.Port > 65535 {
-		fe.add(where, "port", "%d is not a port (1-65535)", r.Port)
+	if s.Port < 0 || s.Port > 65535 {
+		fe.add(where, "port", "%d is not a port (1-65535)", s.Port)
 	}
-	if r.Username == "" {
+	if s.Username == "" {
 		fe.add(where, "username", "required, here or in bmc.defaults")
 	}
-	if r.Password.File == "" && r.Password.Env == "" {
+	if pw := (PasswordSource{File: s.PasswordFile, Env: s.PasswordEnv}); pw.File == "" && pw.Env == "" {
 		fe.add(where, "passwordFile", "required (or passwordEnv), here or in bmc.defaults")
-	} else if _, err := r.Password.Read(); err != nil {
+	} else if _, err := pw.Read(); err != nil {
 		field := "passwordFile"
-		if r.Password.File == "" {
+		if pw.File == "" {
 			field = "passwordEnv"
 		}
 		fe.add(where, field, "%v", err)
 	}
-	if r.Timeout <= 0 || r.Timeout > maxBMCTimeout {
-		fe.add(where, "timeout", "%s is out of range (more than 0, at most %s)", r.Timeout, maxBMCTimeout)
+	if t := duration(s.Timeout, 0); s.Timeout != nil && (t <= 0 || t > maxBMCTimeout) {
+		fe.add(where, "timeout", "%s is out of range (more than 0, at most %s)", t, maxBMCTimeout)
 	}
-	if r.Retries < 0 || r.Retries > maxBMCRetries {
-		fe.add(where, "retries", "%d is out of range (0-%d)", r.Retries, maxBMCRetries)
+	if s.Retries != nil && (*s.Retries < 0 || *s.Retries > maxBMCRetries) {
+		fe.add(where, "retries", "%d is out of range (0-%d)", *s.Retries, maxBMCRetries)
 	}
-	switch r.Protocol {
+	switch s.Protocol {
 	case ProtocolIPMI:
-		if r.IPMICipherSuite == 0 {
-			fe.add(where, "ipmi.cipherSuite", "0 authenticates nothing and is refused; use 3 or 17")
-		} else if r.IPMICipherSuite < 1 || r.IPMICipherSuite > 17 {
-			fe.add(where, "ipmi.cipherSuite", "%d is not an RMCP+ cipher suite (1-17)", r.IPMICipherSuite)
-		}
-		switch r.IPMIPrivilegeLevel {
-		case "user", "operator", "administrator":
-		default:
-			fe.add(where, "ipmi.privilegeLevel", "unknown level %q (want user, operator or administrator)", r.IPMIPrivilegeLevel)
-		}
+		checkIPMI(fe, where, *s.IPMI)
 	case ProtocolRedfish:
-		switch r.RedfishScheme {
-		case "https", "http":
-		default:
-			fe.add(where, "redfish.scheme", "unknown scheme %q (want https or http)", r.RedfishScheme)
-		}
-		switch r.RedfishAuth {
-		case "session", "basic":
-		default:
-			fe.add(where, "redfish.auth", "unknown auth %q (want session or basic)", r.RedfishAuth)
-		}
-		if r.RedfishSystemPath != "" && !strings.HasPrefix(r.RedfishSystemPath, "/redfish/") {
-			fe.add(where, "redfish.systemPath", "%q must start with /redfish/", r.RedfishSystemPath)
-		}
-		if r.RedfishCAFile != "" {
-			if _, err := os.Stat(r.RedfishCAFile); err != nil {
-				fe.add(where, "redfish.caFile", "%v", err)
-			}
+		checkRedfish(fe, where, *s.Redfish)
+	}
+}
+
+// checkIPMI validates the IPMI settings that are set.
+func checkIPMI(fe *fieldErrors, where string, s IPMISpec) {
+	if c := s.CipherSuite; c != nil && *c == 0 {
+		fe.add(where, "ipmi.cipherSuite", "0 authenticates nothing and is refused; use 3 or 17")
+	} else if c != nil && (*c < 1 || *c > 17) {
+		fe.add(where, "ipmi.cipherSuite", "%d is not an RMCP+ cipher suite (1-17)", *c)
+	}
+	switch s.PrivilegeLevel {
+	case "", "user", "operator", "administrator":
+	default:
+		fe.add(where, "ipmi.privilegeLevel", "unknown level %q (want user, operator or administrator)", s.PrivilegeLevel)
+	}
+}
+
+// checkRedfish validates the Redfish settings that are set.
+func checkRedfish(fe *fieldErrors, where string, s RedfishSpec) {
+	switch s.Scheme {
+	case "", "https", "http":
+	default:
+		fe.add(where, "redfish.scheme", "unknown scheme %q (want https or http)", s.Scheme)
+	}
+	switch s.Auth {
+	case "", "session", "basic":
+	default:
+		fe.add(where, "redfish.auth", "unknown auth %q (want session or basic)", s.Auth)
+	}
+	if s.SystemPath != "" && !strings.HasPrefix(s.SystemPath, "/redfish/") {
+		fe.add(where, "redfish.systemPath", "%q must start with /redfish/", s.SystemPath)
+	}
+	if s.CAFile != "" {
+		if _, err := os.Stat(s.CAFile); err != nil {
+			fe.add(where, "redfish.caFile", "%v", err)
 		}
 	}
 }

@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
@@ -100,20 +99,23 @@ type Config struct {
 	// LeaseNamespace holds the per-target power Leases.
 	LeaseNamespace string
 	// LeaseDuration of a power Lease; it is renewed every third of it
-	// while a power action runs, so a dead fencer's Lease lapses quickly.
+	// while a power action runs, so a dead fencer's Lease lapses quickly
+	// (0: DefaultLeaseDuration).
 	LeaseDuration time.Duration
 	// Verify controls how power actions are confirmed.
 	Verify device.VerifyOptions
 	// GossipPort is where agents listen for gossip, and so for liveness
 	// challenges (at their Node's InternalIP).
 	GossipPort int
-	// ChallengeTimeout bounds the wait for a proof of life.
+	// ChallengeTimeout bounds the wait for a proof of life (0:
+	// DefaultChallengeTimeout).
 	ChallengeTimeout time.Duration
 	// MonitorInterval is how often every power device is checked
-	// (monitor.go); 0 disables the checks.
+	// (monitor.go); 0 disables the checks (the agent's default is
+	// DefaultMonitorInterval).
 	MonitorInterval time.Duration
 	// MaxConcurrentPowerReads bounds the power reads in flight at once
-	// (readgate.go); 0: config.DefaultMaxConcurrentPowerReads.
+	// (readgate.go); 0: DefaultMaxConcurrentPowerReads.
 	MaxConcurrentPowerReads int
 	Metrics                 *Metrics
 	Logger                  *slog.Logger
@@ -191,20 +193,20 @@ func New(cfg Config) (*Fencer, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = config.DefaultLeaseDuration
+		cfg.LeaseDuration = DefaultLeaseDuration
 	}
 	if cfg.GossipPort == 0 {
 		cfg.GossipPort = heartbeat.DefaultPort
 	}
 	if cfg.ChallengeTimeout <= 0 {
-		cfg.ChallengeTimeout = config.DefaultChallengeTimeout
+		cfg.ChallengeTimeout = DefaultChallengeTimeout
 	}
 	if cfg.Metrics == nil {
 		// Registered nowhere: a fencer always has its metrics to update.
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	if cfg.MaxConcurrentPowerReads <= 0 {
-		cfg.MaxConcurrentPowerReads = config.DefaultMaxConcurrentPowerReads
+		cfg.MaxConcurrentPowerReads = DefaultMaxConcurrentPowerReads
 	}
 	f := &Fencer{
 		cfg:         cfg,

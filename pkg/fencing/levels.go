@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/vocab"
@@ -123,7 +122,7 @@ func (f *Fencer) kubeletRenewBefore(ctx context.Context, node string) time.Time 
 	if f.cfg.Client == nil {
 		return known
 	}
-	ctx, cancel := context.WithTimeout(ctx, config.DefaultKubeletLeaseReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, DefaultKubeletLeaseReadTimeout)
 	defer cancel()
 	renew, ok, err := f.kubeletRenewFromAPI(ctx, node)
 	if err != nil || !ok || renew.Before(known) {

@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/vocab"
@@ -112,11 +111,11 @@ type Config struct {
 	Informers Informers
 	Recorder  record.EventRecorder
 	// Grace is how long an attachment must look stale without a break
-	// (policy.staleAttachmentGrace; default config.DefaultStaleAttachmentGrace).
+	// (policy.staleAttachmentGrace; 0: DefaultGrace).
 	Grace time.Duration
 	// Delete deletes reported attachments after a re-check, and releases
 	// (removes the finalizers of) reported attachments stuck in deletion
-	// (policy.deleteStaleVolumeAttachments).
+	// (policy.deleteStaleVolumeAttachments; DefaultDelete).
 	Delete bool
 	// Held, when set, says whether the operator's switches hold back
 	// effects on node n (n nil: the node does not exist): dry-run, the
@@ -154,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Deleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metrics.StaleAttachmentsDeletedMetric,
-			Help: "Stale VolumeAttachments this fencer deleted after re-checking them, and stale ones stuck in deletion whose finalizers it removed (policy.deleteStaleVolumeAttachments).",
+			Help: "Stale VolumeAttachments this fencer deleted after re-checking them, and stale ones stuck in deletion whose finalizers it removed (policy.deleteStaleVolumeAttachments; DefaultDelete).",
 		}),
 	}
 	reg.MustRegister(m.Stale, m.Deleted)
@@ -212,7 +211,7 @@ func New(cfg Config) (*Reporter, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Grace <= 0 {
-		cfg.Grace = config.DefaultStaleAttachmentGrace
+		cfg.Grace = DefaultGrace
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())

@@ -99,8 +99,8 @@ func TestFencingConfigTopology(t *testing.T) {
 					t.Errorf("configuration has %q:\n%s", s, text)
 				}
 			}
-			if c.f.MonitorInterval > 0 && cfg.Fencer.MonitorInterval != c.f.MonitorInterval {
-				t.Errorf("monitorInterval %s, want %s", cfg.Fencer.MonitorInterval, c.f.MonitorInterval)
+			if got := cfg.Fencer.MonitorInterval; c.f.MonitorInterval > 0 && (got == nil || *got != c.f.MonitorInterval) {
+				t.Errorf("monitorInterval %v, want %s", got, c.f.MonitorInterval)
 			}
 		})
 	}

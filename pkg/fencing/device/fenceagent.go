@@ -28,7 +28,7 @@ import (
 type FenceAgentOptions struct {
 	// DriverOptions: Node names the device's owner in errors (a plug
 	// handle names its own node); Timeout bounds one run of the agent
-	// (default config.DefaultFenceAgentTimeout); Retries is how many more runs
+	// (0: DefaultFenceAgentTimeout); Retries is how many more runs
 	// follow a run that timed out.
 	DriverOptions
 	// Agent is the agent's path, or its name looked up in PATH and the
@@ -117,7 +117,7 @@ func NewFenceAgent(ctx context.Context, opts FenceAgentOptions) (*FenceAgent, er
 		return nil, fmt.Errorf("fence-agent: %w", err)
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = config.DefaultFenceAgentTimeout
+		opts.Timeout = DefaultFenceAgentTimeout
 	}
 	a := &FenceAgent{opts: opts, path: path, name: filepath.Base(path)}
 	a.endpoint = agentEndpoint(a.name, opts.Options)

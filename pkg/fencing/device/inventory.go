@@ -31,7 +31,7 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 			return nil, fmt.Errorf("bmc of node %s: %w", r.Node, err)
 		}
 		inv.bmcs[r.Node] = b
-		inv.endpoints[r.Node] = r.Endpoint()
+		inv.endpoints[r.Node] = Endpoint(r)
 	}
 	agents, err := newFenceDevices(cfg.Devices, log)
 	if err != nil {
@@ -41,9 +41,11 @@ func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
 	return inv, nil
 }
 
-// NewDriver returns the driver for one resolved inventory entry.
+// NewDriver returns the driver for one resolved inventory entry, each
+// setting the entry leaves unset at this package's default (WithDefaults).
 func NewDriver(r config.ResolvedBMC, log *slog.Logger) (BMC, error) {
-	common := DriverOptions{Node: r.Node, Timeout: r.Timeout, Retries: r.Retries}
+	r = WithDefaults(r)
+	common := DriverOptions{Node: r.Node, Timeout: r.Timeout, Retries: *r.Retries}
 	warnPasswordFile(r.Password, log)
 	creds := Credentials{Username: r.Username, Password: func() (string, error) {
 		pw, err := r.Password.Read()

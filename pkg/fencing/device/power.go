@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -17,12 +16,12 @@ import (
 // status every Interval until it matches or Timeout has passed.
 type VerifyOptions struct {
 	// PowerWait is the pause after sending the request, before the first
-	// status read (default 1s: BMCs often still report the old state).
+	// status read (0: DefaultPowerWait).
 	PowerWait time.Duration
-	// Interval between status reads (default 1s).
+	// Interval between status reads (0: DefaultPollInterval).
 	Interval time.Duration
-	// Timeout for the state to be reached, counted from sending (default 20s,
-	// fence_ipmilan's power_timeout).
+	// Timeout for the state to be reached, counted from sending (0:
+	// DefaultPowerTimeout).
 	Timeout time.Duration
 	// Progress, when set, is told after each status read that did not yet
 	// show the requested state: commands a person waits on print it (see
@@ -65,13 +64,6 @@ func ProgressPrinter(w io.Writer, label string, every time.Duration) func(Verify
 	}
 }
 
-// Defaults of VerifyOptions: fence_ipmilan's power_wait and its one read
-// a second; the timeout is config.DefaultPowerTimeout.
-const (
-	DefaultPowerWait    = time.Second
-	DefaultPollInterval = time.Second
-)
-
 func (o VerifyOptions) withDefaults() VerifyOptions {
 	if o.PowerWait <= 0 {
 		o.PowerWait = DefaultPowerWait
@@ -80,7 +72,7 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 		o.Interval = DefaultPollInterval
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = config.DefaultPowerTimeout
+		o.Timeout = DefaultPowerTimeout
 	}
 	return o
 }

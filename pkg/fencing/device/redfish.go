@@ -21,7 +21,6 @@ import (
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
 
-	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -120,11 +119,11 @@ func NewRedfish(opts RedfishOptions) (*Redfish, error) {
 		return nil, fmt.Errorf("redfish %s: a CA file and insecure-skip-verify are mutually exclusive", endpoint)
 	}
 
-	// An unset timeout is the configuration's default, never none: an
+	// An unset timeout is the package's default, never none: an
 	// unbounded request could hang a fencing decision forever.
 	timeout := opts.Timeout
 	if timeout <= 0 {
-		timeout = config.DefaultBMCTimeout
+		timeout = DefaultBMCTimeout
 	}
 	tlsConfig := &tls.Config{
 		MinVersion:         tls.VersionTLS12,

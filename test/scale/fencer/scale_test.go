@@ -32,7 +32,7 @@ import (
 	"fenced.io/fenced/internal/testbed/pdusim"
 	"fenced.io/fenced/internal/testbed/ports"
 	"fenced.io/fenced/internal/testbed/procstat"
-	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/taint"
@@ -74,7 +74,7 @@ var (
 const benchEnv = "FENCED_BENCH_SCALE"
 
 // readsEnv sets fencer.maxConcurrentPowerReads (default: the smoke's 2,
-// the full size's config.DefaultMaxConcurrentPowerReads).
+// the full size's fencing.DefaultMaxConcurrentPowerReads).
 const readsEnv = "FENCED_BENCH_SCALE_READS"
 
 // outEnv names the file the table is written to besides the test log.
@@ -534,7 +534,7 @@ func (s *scenario) rackDark(ctx context.Context, label string, rack []string, da
 	run.evidence = s.evidenceMethods(ctx, rack)
 	bound := float64(s.sz.readBound)
 	if bound == 0 {
-		bound = config.DefaultMaxConcurrentPowerReads
+		bound = fencing.DefaultMaxConcurrentPowerReads
 	}
 	if run.maxInFlight > bound {
 		t.Errorf("rack %s: %v power reads in flight, bound %v", label, run.maxInFlight, bound)
@@ -670,7 +670,7 @@ func (r *results) print(t *testing.T) {
 	sz := r.size
 	bound := sz.readBound
 	if bound == 0 {
-		bound = config.DefaultMaxConcurrentPowerReads
+		bound = fencing.DefaultMaxConcurrentPowerReads
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "fencer at scale (%s): %d Nodes, racks of %d, %d gossip members besides the fencer, maxConcurrentPowerReads %d, policy.mode power-off\n\n",
