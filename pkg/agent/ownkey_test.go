@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/shutdown"
@@ -117,17 +118,6 @@ func (b *ownKeyBed) leaseKey(t *testing.T) (string, error) {
 	return k.Key.String(), err
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestOwnKeySignsNothingUntilPublished: while the key Lease holds an
 // earlier run's key of the same boot and this run's key cannot be written,
 // the agent goes on (joins) without giving the ring any key, and says so;
@@ -159,7 +149,7 @@ func TestOwnKeySignsNothingUntilPublished(t *testing.T) {
 	}
 
 	b.refuse.Store(false)
-	waitUntil(t, "the ring signs with this run's key", func() bool { used, _ := b.ring.key(); return used != nil })
+	poll.Until(t, 20*time.Second, "the ring signs with this run's key", func() bool { used, _ := b.ring.key(); return used != nil })
 	used, leaseThen := b.ring.key()
 	if used != b.k.key {
 		t.Fatal("the ring got another key than this run's")
@@ -189,7 +179,7 @@ func TestOwnKeyWithdraw(t *testing.T) {
 			b.refuse.Store(!tc.published)
 			b.k.start(t.Context())
 			if tc.published {
-				waitUntil(t, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
+				poll.Until(t, 20*time.Second, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
 			}
 			b.refuse.Store(false)
 			p := &parts{ownKey: b.k}
@@ -218,7 +208,7 @@ func TestOwnKeyWithdraw(t *testing.T) {
 	t.Run("other watcher errors keep the key", func(t *testing.T) {
 		b := newOwnKeyBed(t)
 		b.k.start(t.Context())
-		waitUntil(t, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
+		poll.Until(t, 20*time.Second, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
 		(&parts{ownKey: b.k}).watcherFailed(errors.New("logind went away"))
 		if k, err := b.leaseKey(t); err != nil || k != b.k.key.Public().String() {
 			t.Fatalf("the Lease holds %q (%v); want this run's key", k, err)
@@ -228,7 +218,7 @@ func TestOwnKeyWithdraw(t *testing.T) {
 	t.Run("a later run's key is left alone", func(t *testing.T) {
 		b := newOwnKeyBed(t)
 		b.k.start(t.Context())
-		waitUntil(t, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
+		poll.Until(t, 20*time.Second, "the key is published", func() bool { k, _ := b.leaseKey(t); return k == b.k.key.Public().String() })
 		later, _ := identity.NewKey()
 		if err := publish.Publish(t.Context(), b.client, ownKeyNS, ownKeyNode, ownKeyBoot, later.Public(), time.Now()); err != nil {
 			t.Fatal(err)

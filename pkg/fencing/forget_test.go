@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/taint"
@@ -55,7 +56,7 @@ func TestDeletedNodeIsForgotten(t *testing.T) {
 				Policy: p, LeaseNamespace: hostileNS, Metrics: metrics, Logger: testLog(t, "fencer"),
 				ChallengeTimeout: 100 * time.Millisecond,
 			})
-			waitUntil(t, 10*time.Second, "the fencer sees the node Ready", func() bool { return len(remembered(f, "victim")) > 0 })
+			poll.Until(t, 10*time.Second, "the fencer sees the node Ready", func() bool { return len(remembered(f, "victim")) > 0 })
 
 			// The kubelet stops: the node goes NotReady and is fenced.
 			n, err := client.CoreV1().Nodes().Get(ctx, "victim", metav1.GetOptions{})
@@ -68,14 +69,14 @@ func TestDeletedNodeIsForgotten(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitTaintEvidence(t, client, "the node was never fenced")
-			waitUntil(t, 10*time.Second, "the fence done", func() bool { return phaseNow(f, "victim") == core.PhaseFenced })
+			poll.Until(t, 10*time.Second, "the fence done", func() bool { return phaseNow(f, "victim") == core.PhaseFenced })
 			time.Sleep(time.Second) // its pods force-deleted, its Lease released
 			t.Logf("remembered while fenced: %v", remembered(f, "victim"))
 
 			if err := client.CoreV1().Nodes().Delete(ctx, "victim", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, 10*time.Second, "the fencer forgets the deleted node", func() bool { return phaseNow(f, "victim") == "" })
+			poll.Until(t, 10*time.Second, "the fencer forgets the deleted node", func() bool { return phaseNow(f, "victim") == "" })
 			time.Sleep(500 * time.Millisecond) // anything still running about it ends
 			if left := remembered(f, "victim"); len(left) > 0 {
 				t.Errorf("the fencer still remembers the deleted node in: %v", left)
@@ -138,17 +139,4 @@ func nodeStateSeries(t *testing.T, m *Metrics, node string) []string {
 		}
 	}
 	return phases
-}
-
-// waitUntil polls cond every 20 ms and fails the test with what when it
-// does not hold within timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/internal/testbed/hostile"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
@@ -238,7 +239,7 @@ func (b *hostileBed) nodeGossipAddrs(name string) []string {
 
 func (b *hostileBed) waitFor(timeout time.Duration, what string, cond func() bool) {
 	b.t.Helper()
-	waitUntil(b.t, timeout, what, cond)
+	poll.Until(b.t, timeout, what, cond)
 }
 
 // tainted lists the nodes that carry the out-of-service taint.

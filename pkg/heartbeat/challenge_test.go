@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -63,7 +64,7 @@ func TestForgedFencerDeathDoesNotSilenceTheAgent(t *testing.T) {
 	table := map[string]string{"fencer": "127.0.0.1:" + strconv.Itoa(fcfg.BindPort), "a": "127.0.0.1:" + strconv.Itoa(acfg.BindPort)}
 	a := start(t, acfg, Options{Key: newKey(t), ChallengerAddrs: apiAddrs(table)})
 	f := start(t, fcfg, Options{Seeds: seedsOf(a.LocalAddr()), ChallengerAddrs: apiAddrs(table)})
-	waitFor(t, settle, "a sees the fencer", stateIs(a, "fencer", vocab.MemberAlive))
+	poll.Until(t, settle, "a sees the fencer", stateIs(a, "fencer", vocab.MemberAlive))
 	// The forged dead, as a's view records it.
 	a.mu.Lock()
 	a.members["fencer"].State = vocab.MemberDead
@@ -85,7 +86,7 @@ func TestGhostChallengesCannotStarveTheFencer(t *testing.T) {
 	table := map[string]string{"fencer": "127.0.0.1:" + strconv.Itoa(fcfg.BindPort), "a": "127.0.0.1:" + strconv.Itoa(acfg.BindPort), "ghost": ghost}
 	a := start(t, acfg, Options{Key: newKey(t), ChallengerAddrs: apiAddrs(table)})
 	f := start(t, fcfg, Options{Seeds: seedsOf(a.LocalAddr()), ChallengerAddrs: apiAddrs(table)})
-	waitFor(t, settle, "a sees the fencer", stateIs(a, "fencer", vocab.MemberAlive))
+	poll.Until(t, settle, "a sees the fencer", stateIs(a, "fencer", vocab.MemberAlive))
 	// The ghost is a Node (and, for gossip, an alive member at its address).
 	a.mu.Lock()
 	a.members["ghost"] = &Member{Name: "ghost", State: vocab.MemberAlive, Addr: ghost}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -156,23 +157,11 @@ func cluster(t *testing.T, names ...string) []*Ring {
 		rings[i] = start(t, fastConfig(t, names[i], 0), Options{Seeds: seedsOf(rings[0].LocalAddr())})
 	}
 	for i, r := range rings {
-		waitFor(t, settle, fmt.Sprintf("%s sees %d alive", names[i], len(names)), func() bool {
+		poll.Until(t, settle, fmt.Sprintf("%s sees %d alive", names[i], len(names)), func() bool {
 			return r.Alive() == len(names)
 		})
 	}
 	return rings
-}
-
-// waitFor polls cond until it holds or fails the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // waitEvent reads the changes r reported (OnChange), from where the last

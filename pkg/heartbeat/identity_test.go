@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -28,7 +29,7 @@ func TestSignedAnnouncementsAndLeave(t *testing.T) {
 	key := newKey(t)
 	a := start(t, fastConfig(t, "a", 0), Options{Key: key})
 	b := start(t, fastConfig(t, "b", 0), Options{Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "b sees a", func() bool { m, ok := b.Member("a"); return ok && m.State == vocab.MemberAlive })
+	poll.Until(t, settle, "b sees a", func() bool { m, ok := b.Member("a"); return ok && m.State == vocab.MemberAlive })
 
 	m, _ := b.Member("a")
 	if !key.Public().Verify(m.Meta.Statement(), m.Meta.Signature()) || m.Meta.Seq != 1 {
@@ -84,7 +85,7 @@ func TestChallengeProvesLiveness(t *testing.T) {
 	key := newKey(t)
 	a := start(t, fastConfig(t, "a", 0), Options{Key: key})
 	f := start(t, fastConfig(t, "fencer", 0), Options{Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == vocab.MemberAlive })
+	poll.Until(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == vocab.MemberAlive })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

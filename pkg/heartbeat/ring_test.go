@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -121,7 +122,7 @@ func TestNonNodeIsRefused(t *testing.T) {
 	isNode := func(name string) bool { return name == "a" || name == "b" }
 	a := start(t, fastConfig(t, "a", 0), Options{IsNode: isNode})
 	b := start(t, fastConfig(t, "b", 0), Options{IsNode: isNode, Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
+	poll.Until(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 
 	start(t, fastConfig(t, "intruder", 0), Options{Seeds: seedsOf(a.LocalAddr(), b.LocalAddr())})
 	assertNeverSeen(t, "intruder", a, b)
@@ -185,7 +186,7 @@ func TestRestartWithNewBootIDIsAliveAgain(t *testing.T) {
 			}
 			if tc.waitDead {
 				for _, r := range rings[:2] {
-					waitFor(t, settle, "c is dead", stateIs(r, "c", vocab.MemberDead))
+					poll.Until(t, settle, "c is dead", stateIs(r, "c", vocab.MemberDead))
 				}
 			}
 			start(t, cfg, Options{Meta: testMeta("boot-c-2"), Seeds: seedsOf(rings[0].LocalAddr())})
@@ -220,7 +221,7 @@ func TestSeedsAreRetriedUntilFound(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // a few failed attempts
 	a := start(t, fastConfig(t, "a", portA), Options{})
-	waitFor(t, settle, "a and b find each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
+	poll.Until(t, settle, "a and b find each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 	if n := calls.Load(); n < 2 {
 		t.Errorf("Seeds called %d times, want retries", n)
 	}
@@ -232,14 +233,14 @@ func TestRejoinWhenAloneAgain(t *testing.T) {
 	portB := freePort(t)
 	a := start(t, fastConfig(t, "a", 0), Options{Seeds: seedsOf("127.0.0.1:" + strconv.Itoa(portB))})
 	b := start(t, fastConfig(t, "b", portB), Options{})
-	waitFor(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
+	poll.Until(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, settle, "a sees b dead", stateIs(a, "b", vocab.MemberDead))
+	poll.Until(t, settle, "a sees b dead", stateIs(a, "b", vocab.MemberDead))
 	// The new b has no seeds: only a's retry can bring them together.
 	b2 := start(t, fastConfig(t, "b", portB), Options{Meta: testMeta("boot-b-2")})
-	waitFor(t, settle, "a and the new b see each other", func() bool { return a.Alive() == 2 && b2.Alive() == 2 })
+	poll.Until(t, settle, "a and the new b see each other", func() bool { return a.Alive() == 2 && b2.Alive() == 2 })
 	if m, _ := a.Member("b"); m.Meta.BootID != "boot-b-2" {
 		t.Errorf("a sees b with boot %q", m.Meta.BootID)
 	}
@@ -325,7 +326,7 @@ func TestDetectionTimeLANDefaults(t *testing.T) {
 		rings[i] = start(t, cfg, opts)
 	}
 	for _, r := range rings {
-		waitFor(t, time.Minute, "all 5 alive", func() bool { return r.Alive() == 5 })
+		poll.Until(t, time.Minute, "all 5 alive", func() bool { return r.Alive() == 5 })
 	}
 	// Let the ring settle into its probe rhythm.
 	time.Sleep(2 * time.Second)
@@ -363,9 +364,9 @@ func TestTransportOptionCarriesTheRing(t *testing.T) {
 	tr := &countingTransport{NetTransport: nt}
 	a := start(t, fastConfig(t, "a", 0), Options{})
 	b := start(t, fastConfig(t, "b", nt.GetAutoBindPort()), Options{Transport: tr, Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
+	poll.Until(t, settle, "a and b see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 	if b.LocalAddr() != "127.0.0.1:"+strconv.Itoa(nt.GetAutoBindPort()) {
 		t.Errorf("b is at %s, its transport at port %d", b.LocalAddr(), nt.GetAutoBindPort())
 	}
-	waitFor(t, settle, "b's probes go through its transport", func() bool { return tr.packets.Load() > 0 })
+	poll.Until(t, settle, "b's probes go through its transport", func() bool { return tr.packets.Load() > 0 })
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -16,7 +17,7 @@ func TestUseKey(t *testing.T) {
 	key := newKey(t)
 	a := start(t, fastConfig(t, "a", 0), Options{})
 	f := start(t, fastConfig(t, "fencer", 0), Options{Seeds: seedsOf(a.LocalAddr())})
-	waitFor(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == vocab.MemberAlive })
+	poll.Until(t, settle, "a sees the fencer", func() bool { m, ok := a.Member("fencer"); return ok && m.State == vocab.MemberAlive })
 
 	m, _ := f.Member("a")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -59,7 +60,7 @@ func TestUseKey(t *testing.T) {
 	if err := b.Join(t.Context(), ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, settle, "the fencer sees b signed", func() bool {
+	poll.Until(t, settle, "the fencer sees b signed", func() bool {
 		m, ok := f.Member("b")
 		return ok && m.State == vocab.MemberAlive && key.Public().Verify(m.Meta.Statement(), m.Meta.Signature())
 	})

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 // testCure is the table of the Cure's outcomes against a real API server,
@@ -155,7 +156,7 @@ func userWith(ctx context.Context, t *testing.T, c *cluster.Cluster, user string
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, user+"'s binding in force", func() bool {
+	poll.Until(t, deadline, user+"'s binding in force", func() bool {
 		_, err := client.StorageV1().VolumeAttachments().Get(ctx, "no-such-attachment", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -95,7 +96,7 @@ func testReported(ctx context.Context, t *testing.T, client kubernetes.Interface
 
 	w.logs.wait(t, "va-1 reported", func(l logLine) bool { return l.is(DecisionReported, "va-1") })
 	w.logs.wait(t, "va-2 reported", func(l logLine) bool { return l.is(DecisionReported, "va-2") })
-	waitFor(t, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
+	poll.Until(t, deadline, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
 	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment))
 	w.waitEvent("VolumeAttachment", "va-2", string(vocab.EventStaleVolumeAttachment))
 	if w.hasEvent("VolumeAttachment", "va-1", string(vocab.EventStaleVolumeAttachment)) {
@@ -122,7 +123,7 @@ func testReported(ctx context.Context, t *testing.T, client kubernetes.Interface
 	w.logs.wait(t, "va-1 cleared", func(l logLine) bool {
 		return l.is(DecisionCleared, "va-1") && strings.Contains(l.attrs["reason"], "uses volume pv-1")
 	})
-	waitFor(t, "the gauge at 1", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
+	poll.Until(t, deadline, "the gauge at 1", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
 }
 
 // testNeverReported: what setup adds keeps the attachment from being
@@ -201,8 +202,8 @@ func testDeleted(ctx context.Context, t *testing.T, client kubernetes.Interface)
 	w.logs.wait(t, "va-gone kept", func(l logLine) bool {
 		return l.is(DecisionKept, "va-gone") && strings.Contains(l.attrs["reason"], "no longer exists")
 	})
-	waitFor(t, "1 deletion counted", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Deleted) == 1 })
-	waitFor(t, "the gauge at 1 (va-gone)", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
+	poll.Until(t, deadline, "1 deletion counted", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Deleted) == 1 })
+	poll.Until(t, deadline, "the gauge at 1 (va-gone)", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
 	if _, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-gone", metav1.GetOptions{}); err != nil {
 		t.Errorf("va-gone: %v", err)
 	}
@@ -328,7 +329,7 @@ func testStuckReported(ctx context.Context, t *testing.T, client kubernetes.Inte
 		return l.is(DecisionReported, "va-gone") && strings.Contains(l.attrs["reason"], "no longer exists") &&
 			strings.Contains(l.attrs["reason"], "detach is stuck")
 	})
-	waitFor(t, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
+	poll.Until(t, deadline, "the gauge at 2", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 2 })
 	w.waitEvent("Pod", "waiter", string(vocab.EventStaleVolumeAttachment))
 	w.waitEvent("VolumeAttachment", "va-gone", string(vocab.EventStaleVolumeAttachment))
 	if ev := w.events("Pod", "waiter", string(vocab.EventStaleVolumeAttachment)); len(ev) > 0 && !strings.Contains(ev[0].Message, "finalizers") {
@@ -358,7 +359,7 @@ func testStuckReported(ctx context.Context, t *testing.T, client kubernetes.Inte
 	w.logs.wait(t, "va-1 cleared", func(l logLine) bool {
 		return l.is(DecisionCleared, "va-1") && l.attrs["reason"] == "it is gone"
 	})
-	waitFor(t, "the gauge at 1", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
+	poll.Until(t, deadline, "the gauge at 1", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
 }
 
 // testDetaching: an attachment deleted for less than the grace is
@@ -414,8 +415,8 @@ func testReleased(ctx context.Context, t *testing.T, client kubernetes.Interface
 	w.logs.wait(t, "va-gone kept", func(l logLine) bool {
 		return l.is(DecisionKept, "va-gone") && strings.Contains(l.attrs["reason"], "no longer exists")
 	})
-	waitFor(t, "1 release counted", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Deleted) == 1 })
-	waitFor(t, "the gauge at 1 (va-gone)", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
+	poll.Until(t, deadline, "1 release counted", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Deleted) == 1 })
+	poll.Until(t, deadline, "the gauge at 1 (va-gone)", func() bool { return testutil.ToFloat64(r.cfg.Metrics.Stale) == 1 })
 	if va, err := client.StorageV1().VolumeAttachments().Get(ctx, "va-gone", metav1.GetOptions{}); err != nil || len(va.Finalizers) == 0 {
 		t.Errorf("va-gone: %v, %v", va, err)
 	}
@@ -683,7 +684,7 @@ func (w *world) touchErr(va string) error {
 
 func (w *world) waitGone(va string) {
 	w.t.Helper()
-	waitFor(w.t, va+" deleted", func() bool {
+	poll.Until(w.t, deadline, va+" deleted", func() bool {
 		_, err := w.client.StorageV1().VolumeAttachments().Get(w.ctx, va, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -705,7 +706,7 @@ func (w *world) hasEvent(kind, name, reason string) bool {
 
 func (w *world) waitEvent(kind, name, reason string) {
 	w.t.Helper()
-	waitFor(w.t, fmt.Sprintf("Event %s on %s %s", reason, kind, name), func() bool { return w.hasEvent(kind, name, reason) })
+	poll.Until(w.t, deadline, fmt.Sprintf("Event %s on %s %s", reason, kind, name), func() bool { return w.hasEvent(kind, name, reason) })
 }
 
 // clean deletes every object a case made (and the Events), so the next
@@ -752,21 +753,10 @@ func (w *world) clean() {
 
 func waitDefaultServiceAccount(ctx context.Context, t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	waitFor(t, "ServiceAccount default/default", func() bool {
+	poll.Until(t, deadline, "ServiceAccount default/default", func() bool {
 		_, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("no %s within %s", what, deadline)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func waitCheck(t *testing.T, checks <-chan []diagnose.Refusal, ok func([]diagnose.Refusal) bool) {

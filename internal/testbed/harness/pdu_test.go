@@ -12,6 +12,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/netns"
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 // TestPowerFeeds shows the PDU physics on a harness with dual feeds: one
@@ -151,7 +152,7 @@ func TestPowerFeeds(t *testing.T) {
 				t.Fatal("machine lost power with one of its two outlets off")
 			}
 		}
-		waitFor(t, 5*time.Second, "machine down after the SNMP off", func() bool {
+		poll.Until(t, 5*time.Second, "machine down after the SNMP off", func() bool {
 			_, alive := m.BMC.MachinePID()
 			return !alive && !m.Powered()
 		})
@@ -162,7 +163,7 @@ func TestPowerFeeds(t *testing.T) {
 			t.Fatalf("fence_apc_snmp on: exit %d\n%s", code, out)
 		}
 		must(t, m.WaitPower(ctx, "on", 30*time.Second))
-		waitFor(t, 5*time.Second, "a new boot", func() bool { return m.BootID() != boot })
+		poll.Until(t, 5*time.Second, "a new boot", func() bool { return m.BootID() != boot })
 		must(t, m.RestoreFeeds()) // pdu-a's outlet too
 	}) {
 		return
@@ -220,16 +221,4 @@ func fenceAPCSNMP(t *testing.T, h *Harness, host *netns.Host, o Outlet, action s
 	}
 	t.Fatalf("running fence_apc_snmp: %v", err)
 	return 0, ""
-}
-
-// waitFor polls cond every 50 ms until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %s", what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/internal/testbed/ports"
 )
 
@@ -244,7 +245,7 @@ func startRing(t *testing.T, o memberOpts, names ...string) []*member {
 		}
 	}
 	for _, m := range ms {
-		waitFor(t, m.name+" sees "+strconv.Itoa(len(names))+" members", func() bool { return m.ml.NumMembers() == len(names) })
+		poll.Until(t, settle, m.name+" sees "+strconv.Itoa(len(names))+" members", func() bool { return m.ml.NumMembers() == len(names) })
 	}
 	return ms
 }
@@ -260,24 +261,12 @@ func forger(t *testing.T, key []byte, label string) *Forger {
 	return f
 }
 
-// waitFor polls cond until it holds, failing the test after settle.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(settle)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", settle, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitEvent waits for m's recorder to record kind for name at or after
 // index since, and returns it.
 func waitEvent(t *testing.T, m *member, since int, kind, name string) event {
 	t.Helper()
 	var e event
-	waitFor(t, fmt.Sprintf("%s records %s of %s", m.name, kind, name), func() bool {
+	poll.Until(t, settle, fmt.Sprintf("%s records %s of %s", m.name, kind, name), func() bool {
 		var ok bool
 		e, ok = m.rec.find(since, kind, name)
 		return ok

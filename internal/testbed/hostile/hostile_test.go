@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 var secure = memberOpts{key: ringKey, label: ringLabel}
@@ -75,7 +77,7 @@ func TestForgedAliveUpdatesMember(t *testing.T) {
 		t.Errorf("a's first update of b = %+v; want meta forged-meta (the stale alive must be ignored)", e)
 	}
 	// b refutes: a sees b's own metadata again, at a higher incarnation.
-	waitFor(t, "a sees b's refutation", func() bool {
+	poll.Until(t, settle, "a sees b's refutation", func() bool {
 		s := view(t, f, a)["b"]
 		return string(s.Meta) == "meta-of-b" && s.Incarnation > fresh.Incarnation
 	})
@@ -147,7 +149,7 @@ func TestForgedLeaveAtMaxIncarnationIsUnrefutable(t *testing.T) {
 		t.Errorf("a sees %d members and b %d; want a alone and b with both", a.ml.NumMembers(), b.ml.NumMembers())
 	}
 
-	waitFor(t, "a forgets b", func() bool { _, ok := view(t, f, a)["b"]; return !ok })
+	poll.Until(t, settle, "a forgets b", func() bool { _, ok := view(t, f, a)["b"]; return !ok })
 	if _, err := b.ml.Join([]string{a.addr}); err != nil {
 		t.Fatalf("b rejoins a: %v", err)
 	}
@@ -166,7 +168,7 @@ func TestForgedSuspectIsAccepted(t *testing.T) {
 	if err := f.Suspect(a.addr, "b", cur.Incarnation, "nobody"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b refutes the suspicion a gossiped", func() bool {
+	poll.Until(t, settle, "b refutes the suspicion a gossiped", func() bool {
 		s := view(t, f, a)["b"]
 		return s.State == memberlist.StateAlive && s.Incarnation > cur.Incarnation
 	})
@@ -185,7 +187,7 @@ func TestForgedSuspectAtMaxIncarnationKills(t *testing.T) {
 	if err := f.Suspect(a.addr, "b", math.MaxUint32, "nobody"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a holds b suspect", func() bool { return view(t, f, a)["b"].State == memberlist.StateSuspect })
+	poll.Until(t, settle, "a holds b suspect", func() bool { return view(t, f, a)["b"].State == memberlist.StateSuspect })
 	waitEvent(t, a, since, "leave", "b")
 	if s := view(t, f, a)["b"]; s.State != memberlist.StateDead {
 		t.Errorf("a's view of b = %+v; want dead", s)
@@ -210,8 +212,8 @@ func TestForgedUserMessages(t *testing.T) {
 	if err := f.UserTCP(a.addr, tcp); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's delegate gets the UDP payload", func() bool { return a.rec.gotMsg(udp) })
-	waitFor(t, "a's delegate gets the TCP payload", func() bool { return a.rec.gotMsg(tcp) })
+	poll.Until(t, settle, "a's delegate gets the UDP payload", func() bool { return a.rec.gotMsg(udp) })
+	poll.Until(t, settle, "a's delegate gets the TCP payload", func() bool { return a.rec.gotMsg(tcp) })
 }
 
 // Several forged messages fit in one compound packet, compressed as a
@@ -233,7 +235,7 @@ func TestForgedCompoundCompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, a, since, "join", "ghost")
-	waitFor(t, "a gets all three user messages", func() bool {
+	poll.Until(t, settle, "a gets all three user messages", func() bool {
 		return a.rec.gotMsg(one) && a.rec.gotMsg(two) && a.rec.gotMsg(tcp)
 	})
 }
@@ -309,7 +311,7 @@ func TestAliveDelegateSeesForgedAlives(t *testing.T) {
 	if err := f.Alive(a.addr, Alive{Name: "b", Incarnation: cur.Incarnation, Addr: cur.Addr, Port: cur.Port, Meta: cur.Meta}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's AliveDelegate sees refused and the stale alive of b", func() bool {
+	poll.Until(t, settle, "a's AliveDelegate sees refused and the stale alive of b", func() bool {
 		return a.rec.aliveCount("refused") > 0 && a.rec.aliveCount("b") > before
 	})
 	noEvent(t, a, since, "join", "refused")
@@ -333,7 +335,7 @@ func TestAliveDelegateSeesForgedAlives(t *testing.T) {
 	}
 	waitEvent(t, a, since, "leave", "b")
 	// b's refutation now meets the refusing AliveDelegate: b stays dead.
-	waitFor(t, "a's AliveDelegate is asked about b's refutation", func() bool { return a.rec.aliveCount("b") > before })
+	poll.Until(t, settle, "a's AliveDelegate is asked about b's refutation", func() bool { return a.rec.aliveCount("b") > before })
 	noEvent(t, a, since, "join", "b")
 }
 
@@ -380,7 +382,7 @@ func TestWrongKeyOrLabelIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, a, since, "join", "canary")
-	waitFor(t, "a gets the canary's user messages", func() bool {
+	poll.Until(t, settle, "a gets the canary's user messages", func() bool {
 		return a.rec.gotMsg([]byte("canary-udp")) && a.rec.gotMsg([]byte("canary-tcp"))
 	})
 	time.Sleep(quietFor)
@@ -430,7 +432,7 @@ func TestUnencryptedRing(t *testing.T) {
 			if err := f.UserTCP(a.addr, []byte("plain-tcp")); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "a gets both user messages", func() bool {
+			poll.Until(t, settle, "a gets both user messages", func() bool {
 				return a.rec.gotMsg([]byte("plain-udp")) && a.rec.gotMsg([]byte("plain-tcp"))
 			})
 			cur := view(t, f, a)["b"]

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"testing"
 	"time"
+
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 // TestWireMatchesMemberlist records what real members send (tap
@@ -29,7 +31,7 @@ func TestWireMatchesMemberlist(t *testing.T) {
 	if err := a.ml.SendBestEffort(bNode, []byte("best-effort payload")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b gets both user messages", func() bool {
+	poll.Until(t, settle, "b gets both user messages", func() bool {
 		return b.rec.gotMsg([]byte("reliable payload")) && b.rec.gotMsg([]byte("best-effort payload"))
 	})
 	if err := c.ml.Leave(5 * time.Second); err != nil { // dead message from c about c

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -101,22 +102,11 @@ func TestIPMIPowerActionsAgainstIPMISim(t *testing.T) {
 	if err := b.PowerCycle(ctx); err != nil {
 		t.Fatalf("PowerCycle: %v", err)
 	}
-	waitUntil(t, 10*time.Second, "machine restarted by raw power cycle", func() bool {
+	poll.Until(t, 10*time.Second, "machine restarted by raw power cycle", func() bool {
 		pid, alive := sim.MachinePID()
 		return alive && pid != pidCycled
 	})
 	assertState(t, sim, b, vocab.PowerOn)
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func TestIPMIPowerLossReadsOff(t *testing.T) {
@@ -126,7 +116,7 @@ func TestIPMIPowerLossReadsOff(t *testing.T) {
 	if err := sim.PowerLoss(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "power to read off after power loss", func() bool {
+	poll.Until(t, 10*time.Second, "power to read off after power loss", func() bool {
 		state, err := b.PowerState(context.Background())
 		return err == nil && state == vocab.PowerOff
 	})
