@@ -31,7 +31,7 @@ import (
 )
 
 // TestDiagnoseFixIntegration runs `fenced diagnose --fix` against a real
-// API server: the refusals of issue 12 (the volume in volumesInUse, a pod
+// API server: the refusals of the stale-attachment rule (the volume in volumesInUse, a pod
 // on the holding node using it, the VolumeAttachment changed between the
 // check and the delete, no terminal and no --yes, a dead node whose BMC
 // reads on) change nothing, and a safe cure deletes and records who did.

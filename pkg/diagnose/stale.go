@@ -56,8 +56,8 @@ type Attachment struct {
 	Claims map[string]*corev1.PersistentVolumeClaim
 }
 
-// StaleAttachment is the one rule that allows deleting a VolumeAttachment
-// (issue 12): either its Node no longer exists, or the Node is Ready, no
+// StaleAttachment is the one rule that allows deleting a VolumeAttachment:
+// either its Node no longer exists, or the Node is Ready, no
 // pod bound to it that has not finished uses the volume, and its kubelet
 // does not list the volume in status.volumesInUse. It returns nil when the
 // deletion is safe, the reasons otherwise. The caller re-checks on fresh

@@ -11,7 +11,7 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// Field conditions at the fencer's level (issue 22): real gossip rings,
+// Field conditions at the fencer's level: real gossip rings,
 // the real Fencer and Tainter, an attacker with the gossip key.
 
 // TestMislabelledPlugFalseDeathOfAReadyNode: victim-1 is Ready and its

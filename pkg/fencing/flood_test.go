@@ -27,7 +27,7 @@ const (
 	floodPushPulls = 10
 	floodFieldSize = 16 << 20
 	// floodHeapBound is the most the process's live heap may grow across
-	// the flood: the goal of issue 22 for the fencer.
+	// the flood: the field-conditions goal for the fencer.
 	floodHeapBound = 20 << 20
 	// floodLogBound is the most all agents together may log during the
 	// flood, and floodRecordBound the largest single log record.

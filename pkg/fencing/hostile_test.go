@@ -294,7 +294,7 @@ func metaFor(t *testing.T, v *victim, state vocab.Announcement, boot string, key
 	return b
 }
 
-// cleanShutdownBurst is the attack of issue 9: in the victim's name, an
+// cleanShutdownBurst is the forged-shutdown attack: in the victim's name, an
 // alive with its real address, a higher incarnation and shutdown-complete
 // metadata, a leave notice, and memberlist's leave ("dead" from itself).
 func (b *hostileBed) cleanShutdownBurst(v *victim, meta []byte, incarnation uint32, notice heartbeat.LeaveNotice) {

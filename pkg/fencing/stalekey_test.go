@@ -15,7 +15,7 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// TestStaleKeyReplayCannotTaint is issue 22's item 4 at the fencer's
+// TestStaleKeyReplayCannotTaint is the stale-key replay at the fencer's
 // level (real rings, the real fencer and tainter, the key Lease on a fake
 // API): a node's earlier run signed shutdown-complete and a leave notice
 // with the key still on its Lease, but the host stayed up in the same boot

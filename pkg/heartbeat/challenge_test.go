@@ -58,7 +58,7 @@ func apiAddrs(table map[string]string) func(string) []string {
 // TestForgedFencerDeathDoesNotSilenceTheAgent: a forged "the fencer is
 // dead" (at memberlist's top incarnation nobody can refute it) must not
 // make an agent ignore the fencer's challenges: who may challenge is the
-// API's word, not gossip's (issue 22, item 2).
+// API's word, not gossip's.
 func TestForgedFencerDeathDoesNotSilenceTheAgent(t *testing.T) {
 	fcfg, acfg := fastConfig(t, "fencer", 0), fastConfig(t, "a", 0)
 	table := map[string]string{"fencer": "127.0.0.1:" + strconv.Itoa(fcfg.BindPort), "a": "127.0.0.1:" + strconv.Itoa(acfg.BindPort)}
@@ -79,7 +79,7 @@ func TestForgedFencerDeathDoesNotSilenceTheAgent(t *testing.T) {
 // TestGhostChallengesCannotStarveTheFencer: challenges forged in the name
 // of a Node whose address drops SYNs (each proof to it would wait for the
 // TCP timeout) must not use up the capacity the genuine fencer's
-// challenges need (issue 22, item 2).
+// challenges need.
 func TestGhostChallengesCannotStarveTheFencer(t *testing.T) {
 	ghost := blackhole(t)
 	fcfg, acfg := fastConfig(t, "fencer", 0), fastConfig(t, "a", 0)

@@ -16,7 +16,7 @@
 // says a person decided (AllowDeletedNode), and never while the
 // operator's switches hold effects (Held).
 //
-// The Reporter (issue 12, item 4) finds them before a person runs
+// The Reporter finds them before a person runs
 // `fenced diagnose`.
 //
 // The Reporter runs in every fencer (pkg/agent wires it). It watches

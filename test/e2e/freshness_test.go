@@ -16,8 +16,8 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// TestEvidenceFreshness: evidence must be true when the taint lands
-// (issue 16). The API server goes away across a power loss; a fencer dies
+// TestEvidenceFreshness: evidence must be true when the taint lands.
+// The API server goes away across a power loss; a fencer dies
 // between its taint and the rest of the fence. The scenarios run one after
 // the other: an API outage is felt by every node.
 func TestEvidenceFreshness(t *testing.T) {

@@ -61,7 +61,7 @@ func TestHostileMember(t *testing.T) {
 		must(t, f.Dead(to, victim, incarnation, victim))
 	}
 	t0 := time.Now()
-	// One burst, three nodes, no signature: the attack of issue 9.
+	// One burst, three nodes, no signature: the forged-shutdown attack.
 	for i, victim := range []string{"w-1", "w-2", "w-3"} {
 		forge(victim, heartbeat.Meta{State: vocab.AnnounceShutdownComplete}, heartbeat.LeaveNotice{}, uint32(1_000_000+i))
 	}

@@ -20,7 +20,7 @@ import (
 const attachErrorMessage = "rpc error: code = Internal desc = ControllerPublishVolume: storage backend unreachable (test driver)"
 
 // TestMultiAttach reproduces every cause of a pod that cannot attach its
-// volume (issue 12) on one harness, each in its own namespace and all at
+// volume on one harness, each in its own namespace and all at
 // once: w-1 and w-2 stay up, w-3 dies, w-4 dies and its Node is deleted.
 // Each case waits for the Event that shows the stuck pod (from the real
 // attach/detach controller, or kube-scheduler for ReadWriteOncePod), runs

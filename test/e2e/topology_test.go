@@ -19,7 +19,7 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// Fencing topology on the harness (issue 11): machines fed by switched
+// Fencing topology on the harness: machines fed by switched
 // PDUs that ClusterLabs' fence_apc_snmp reads over SNMP, BMCs that go dark
 // with their machine's feed, fence_ipmilan beside the native IPMI driver.
 // Two harnesses: one in confirm-only mode for the readings, one in

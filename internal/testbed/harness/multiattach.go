@@ -24,7 +24,7 @@ import (
 )
 
 // The scenarios below reproduce, on the real control plane, every cause of
-// a pod that cannot attach its volume (issue 12): the "Multi-Attach error"
+// a pod that cannot attach its volume: the "Multi-Attach error"
 // Events come from kube-controller-manager's attach/detach controller, the
 // attach errors from the test CSI driver's Attacher, the ReadWriteOncePod
 // refusal from kube-scheduler. Each leaves one stuck pod and returns it as

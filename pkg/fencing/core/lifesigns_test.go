@@ -12,7 +12,7 @@ import (
 // incarnation — gossip death: the kubelet still shows life, so an off
 // reading is used only once the agent, asked together with the read, stays
 // silent. The live agent answers, the reading is void, and that is a
-// safety alarm; never a taint (issue 22, item 1).
+// safety alarm; never a taint.
 func TestReadyNodeMislabelledPlugFalseGossipDeath(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -8,8 +8,8 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// TestRackDarkStormGuard: a rack of 40 goes dark in a 1000-node cluster
-// (issue 15). Every rack node whose power device reads off is tainted on
+// TestRackDarkStormGuard: a rack of 40 goes dark in a 1000-node cluster.
+// Every rack node whose power device reads off is tainted on
 // that reading whatever the storm guard says — the reading is evidence,
 // and a taint switches nothing. Power actions, for a node of the same
 // cluster that hangs with its power on, stop as soon as more than

@@ -1,5 +1,5 @@
 // Package fencer_test measures one fencer in a 1000-Node cluster and a
-// rack of 40 going dark (issue 15, part 3): `make bench-scale` runs it at
+// rack of 40 going dark: `make bench-scale` runs it at
 // full size (FENCED_BENCH_SCALE=1); ordinary `go test` runs the same code
 // at 20 Nodes and racks of 3, so that it cannot rot and its correctness
 // checks run in CI.
