@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -181,14 +180,6 @@ func sessionPrivilege(e config.ResolvedBMC) string {
 		return e.IPMIPrivilegeLevel
 	}
 	return "Redfish"
-}
-
-// writeJSON is the -o json output of the power commands: indented, one
-// document.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -1,14 +1,11 @@
 package admin
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/diagnose"
 )
@@ -49,22 +46,12 @@ func WriteDiagnosis(w io.Writer, r diagnose.Report, format string, color bool, n
 		if r.Findings == nil {
 			r.Findings = []diagnose.Finding{}
 		}
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSON(w, r)
 	case "yaml":
 		if r.Findings == nil {
 			r.Findings = []diagnose.Finding{}
 		}
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return writeYAML(w, r)
 	}
 	if err := CheckDiagnoseFormat(format); err != nil {
 		return err

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -14,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
@@ -179,19 +177,9 @@ func CheckFormat(format string) error {
 func (s *Status) Write(w io.Writer, format string, now time.Time) error {
 	switch format {
 	case "json":
-		b, err := json.MarshalIndent(s, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSON(w, s)
 	case "yaml":
-		b, err := yaml.Marshal(s)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return writeYAML(w, s)
 	}
 	if err := CheckFormat(format); err != nil {
 		return err
