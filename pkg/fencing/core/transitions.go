@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The state machine's transitions, in the style of etcd raft's
 // becomeFollower / becomeCandidate / becomeLeader: one become<Phase> per
@@ -47,14 +50,7 @@ type Transition struct {
 }
 
 // Allowed reports whether the table of transitions has tr.
-func (tr Transition) Allowed() bool {
-	for _, to := range allowed[tr.From] {
-		if to == tr.To {
-			return true
-		}
-	}
-	return false
-}
+func (tr Transition) Allowed() bool { return slices.Contains(allowed[tr.From], tr.To) }
 
 // suspicion is the state of one suspicion, from Suspect until the fence:
 // when it began, the pace of the power reads, and whether the
