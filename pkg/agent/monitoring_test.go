@@ -201,9 +201,9 @@ func startAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node, cfg
 		t.Fatal(err)
 	}
 	a, err := New(Options{Config: conf, Client: c.Client(), Version: "v0.0.0-test", NodeName: node, BootID: "boot-" + node,
-		ClientCertificate: func() ([]byte, error) { return rc.CertData, nil },
 		GossipBind: "127.0.0.1", GossipAdvertise: "127.0.0.1", Seeds: seeds, InsecureGossip: true,
 		MetricsAddress: "127.0.0.1:0", KubeletRootDir: t.TempDir(),
+		ClientCertificate: func() ([]byte, error) { return rc.CertData, nil },
 		// Never the host's logind: the agent warns and works on.
 		DialLogind: func() (shutdown.Logind, error) { return nil, errors.New("no logind in this test") },
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
