@@ -138,33 +138,43 @@ func TestPrometheusRuleComponent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize base + %s: %v\n%s", monitoringComp, err, stderr)
 	}
-	var found int
-	for _, doc := range splitDocs(t, []byte(out)) {
-		var obj struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-			Spec ruleGroups `json:"spec"`
-		}
+	obj := renderedPrometheusRule(t, out)
+	if obj.Metadata.Name != "fenced" || obj.Metadata.Namespace != namespace {
+		t.Errorf("PrometheusRule %s/%s, want %s/fenced", obj.Metadata.Namespace, obj.Metadata.Name, namespace)
+	}
+	if rules := loadRules(t); !reflect.DeepEqual(obj.Spec, rules) {
+		t.Errorf("rendered PrometheusRule's groups differ from %s:\n%+v\nwant\n%+v", rulesFile, obj.Spec, rules)
+	}
+}
+
+// prometheusRuleObject is the part of a PrometheusRule the tests read.
+type prometheusRuleObject struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec ruleGroups `json:"spec"`
+}
+
+// renderedPrometheusRule returns the one PrometheusRule of a render.
+func renderedPrometheusRule(t *testing.T, render string) prometheusRuleObject {
+	t.Helper()
+	var found []prometheusRuleObject
+	for _, doc := range splitDocs(t, []byte(render)) {
+		var obj prometheusRuleObject
 		if err := yaml.Unmarshal(doc, &obj); err != nil {
 			t.Fatal(err)
 		}
-		if obj.Kind != "PrometheusRule" {
-			continue
-		}
-		found++
-		if obj.Metadata.Name != "fenced" || obj.Metadata.Namespace != namespace {
-			t.Errorf("PrometheusRule %s/%s, want %s/fenced", obj.Metadata.Namespace, obj.Metadata.Name, namespace)
-		}
-		if rules := loadRules(t); !reflect.DeepEqual(obj.Spec, rules) {
-			t.Errorf("rendered PrometheusRule's groups differ from %s:\n%+v\nwant\n%+v", rulesFile, obj.Spec, rules)
+		if obj.Kind == "PrometheusRule" {
+			found = append(found, obj)
 		}
 	}
-	if found != 1 {
-		t.Fatalf("%d PrometheusRules rendered, want 1:\n%s", found, out)
+	if len(found) != 1 {
+		t.Fatalf("%d PrometheusRules rendered, want 1:\n%s", len(found), render)
 	}
+	return found[0]
 }
 
 // githubAnchor is the anchor GitHub gives a Markdown heading.
@@ -330,44 +340,24 @@ func TestHelmPrometheusRule(t *testing.T) {
 					r.Annotations["runbook_url"] = strings.Replace(r.Annotations["runbook_url"], runbookBaseURL+"#", tc.base+"#", 1)
 				}
 			}
-			var found int
-			for _, doc := range splitDocs(t, []byte(out)) {
-				var obj struct {
-					Kind     string `json:"kind"`
-					Metadata struct {
-						Namespace string            `json:"namespace"`
-						Labels    map[string]string `json:"labels"`
-					} `json:"metadata"`
-					Spec ruleGroups `json:"spec"`
-				}
-				if err := yaml.Unmarshal(doc, &obj); err != nil {
-					t.Fatal(err)
-				}
-				if obj.Kind != "PrometheusRule" {
-					continue
-				}
-				found++
-				if obj.Metadata.Namespace != tc.namespace {
-					t.Errorf("namespace %q, want %q", obj.Metadata.Namespace, tc.namespace)
-				}
-				for k, v := range tc.labels {
-					if obj.Metadata.Labels[k] != v {
-						t.Errorf("label %s=%q, want %q (labels %v)", k, obj.Metadata.Labels[k], v, obj.Metadata.Labels)
-					}
-				}
-				for _, g := range obj.Spec.Groups {
-					for _, r := range g.Rules {
-						if !strings.HasPrefix(r.Annotations["runbook_url"], tc.base+"#") {
-							t.Errorf("%s: runbook_url %q, want it under %s", r.Alert, r.Annotations["runbook_url"], tc.base)
-						}
-					}
-				}
-				if !reflect.DeepEqual(obj.Spec, want) {
-					t.Errorf("rendered rules differ from %s with the base %s:\n%+v\nwant\n%+v", rulesFile, tc.base, obj.Spec, want)
+			obj := renderedPrometheusRule(t, out)
+			if obj.Metadata.Namespace != tc.namespace {
+				t.Errorf("namespace %q, want %q", obj.Metadata.Namespace, tc.namespace)
+			}
+			for k, v := range tc.labels {
+				if obj.Metadata.Labels[k] != v {
+					t.Errorf("label %s=%q, want %q (labels %v)", k, obj.Metadata.Labels[k], v, obj.Metadata.Labels)
 				}
 			}
-			if found != 1 {
-				t.Fatalf("%d PrometheusRules rendered, want 1", found)
+			for _, g := range obj.Spec.Groups {
+				for _, r := range g.Rules {
+					if !strings.HasPrefix(r.Annotations["runbook_url"], tc.base+"#") {
+						t.Errorf("%s: runbook_url %q, want it under %s", r.Alert, r.Annotations["runbook_url"], tc.base)
+					}
+				}
+			}
+			if !reflect.DeepEqual(obj.Spec, want) {
+				t.Errorf("rendered rules differ from %s with the base %s:\n%+v\nwant\n%+v", rulesFile, tc.base, obj.Spec, want)
 			}
 		})
 	}
