@@ -344,33 +344,14 @@ func get(o map[string]any, keys ...string) any {
 	return v
 }
 
-// readmeValues is the values file the README's install shows: its ```yaml
-// blocks that start with "# fenced-values.yaml", joined. The tests read
-// the README itself, so that what users copy is what is tested.
+// readmeValues is the values file the README's install shows.
 func readmeValues(t *testing.T) string {
 	t.Helper()
-	var blocks []string
-	var block strings.Builder
-	in := false
-	for line := range strings.Lines(string(readFile(t, "README.md"))) {
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case !in && line == "```yaml":
-			in = true
-			block.Reset()
-		case in && line == "```":
-			in = false
-			if strings.HasPrefix(block.String(), "# fenced-values.yaml\n") {
-				blocks = append(blocks, block.String())
-			}
-		case in:
-			block.WriteString(line + "\n")
-		}
+	values, err := cluster.ReadmeHelmValues()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(blocks) == 0 {
-		t.Fatal("README.md shows no ```yaml block starting with # fenced-values.yaml (the Helm values of the install in dry-run)")
-	}
-	return strings.Join(blocks, "")
+	return values
 }
 
 // agentConfigs renders the chart with values and returns each DaemonSet
