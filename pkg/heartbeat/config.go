@@ -27,7 +27,7 @@ import (
 const DefaultPort = 8946
 
 // DefaultConfig is the ring's configuration with every default filled in
-// (but no name or key): memberlist's standard port and its LAN profile's
+// (but no name or key): DefaultPort and memberlist's LAN profile's
 // failure-detector timings, under which a dead member is declared after
 // about 6 s in a 10-node ring (SuspicionMult × log10(N) × ProbeInterval,
 // shortened by confirmations). A false suspicion costs one BMC read, never
