@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,7 +144,7 @@ func addFields(t reflect.Type, props map[string]any, required *[]string) {
 			addFields(f.Type, props, required)
 			continue
 		}
-		if refused[name] || contains(chartManaged[t], name) {
+		if refused[name] || slices.Contains(chartManaged[t], name) {
 			continue
 		}
 		s := schemaOf(f.Type)
@@ -159,13 +160,4 @@ func addFields(t reflect.Type, props map[string]any, required *[]string) {
 			*required = append(*required, name)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
