@@ -179,14 +179,19 @@ func (ix *Index) Resolve(roots, excludes []string) ([]*Package, error) {
 			if done {
 				continue
 			}
-			var err error
-			for _, alt := range group {
-				if err = visit(alt, p.Name); err == nil {
+			var first error
+			for i, alt := range group {
+				err := visit(alt, p.Name)
+				if err == nil {
+					first = nil
 					break
 				}
+				if i == 0 {
+					first = err
+				}
 			}
-			if err != nil {
-				return nil, err
+			if first != nil {
+				return nil, first
 			}
 		}
 	}
