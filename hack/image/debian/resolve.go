@@ -145,8 +145,7 @@ func (ix *Index) Resolve(roots, excludes []string) ([]*Package, error) {
 		return nil
 	}
 	var queue []string
-	var visit func(name, by string) error
-	visit = func(name, by string) error {
+	visit := func(name, by string) error {
 		p := real(name)
 		if p == nil {
 			return fmt.Errorf("%s (needed by %s) is in no index", name, by)
