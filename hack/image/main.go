@@ -363,39 +363,26 @@ func (b build) image(arch string, labels map[string]string, debs []debian.Deb) (
 // unpacked into one tree (debian.Unpack), every entry owned by root and
 // stamped with the creation time.
 func (b build) debianLayer(debs []debian.Deb) ([]byte, error) {
-	files := map[string][]byte{}
+	packages := map[string][]byte{}
 	for _, d := range debs {
 		body, err := debian.Fetch(d, b.cache)
 		if err != nil {
 			return nil, err
 		}
-		files[d.Package] = body
+		packages[d.Package] = body
 	}
-	tree, err := debian.Unpack(files)
+	tree, err := debian.Unpack(packages)
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range tree {
-		h := &tar.Header{Name: f.Name, Typeflag: f.Type, Mode: f.Mode, Linkname: f.Linkname, ModTime: b.created, Format: tar.FormatPAX}
-		switch f.Type {
-		case tar.TypeDir:
-			h.Name += "/"
-		case tar.TypeReg:
-			h.Size = int64(len(f.Body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(f.Body); err != nil {
-			return nil, err
+	files := make([]file, len(tree))
+	for i, f := range tree {
+		files[i] = file{name: f.Name, mode: f.Mode, body: f.Body, dir: f.Type == tar.TypeDir, link: f.Linkname}
+		if files[i].dir {
+			files[i].name += "/"
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return b.layer(files)
 }
 
 // file is one entry of the image's file system.
@@ -404,7 +391,8 @@ type file struct {
 	mode int64
 	body []byte
 	dir  bool
-	own  int // uid and gid
+	link string // a symbolic link's target
+	own  int    // uid and gid
 }
 
 // files are the image's files: owned by root, but the user's home.
@@ -438,20 +426,28 @@ func (b build) files() ([]file, error) {
 	}, nil
 }
 
-// rootfs is the image's one layer: the files in a fixed order, every one
-// stamped with the creation time.
+// rootfs is fenced's layer: its files in a fixed order.
 func (b build) rootfs() ([]byte, error) {
 	files, err := b.files()
 	if err != nil {
 		return nil, err
 	}
+	return b.layer(files)
+}
+
+// layer is the tar file of files, in their order, every one stamped with
+// the creation time.
+func (b build) layer(files []file) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range files {
 		h := &tar.Header{Name: e.name, Mode: e.mode, Uid: e.own, Gid: e.own, ModTime: b.created, Format: tar.FormatPAX}
-		if e.dir {
+		switch {
+		case e.dir:
 			h.Typeflag = tar.TypeDir
-		} else {
+		case e.link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.link
+		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.body))
 		}
 		if err := tw.WriteHeader(h); err != nil {

@@ -190,28 +190,37 @@ func imageFiles(t *testing.T, img v1.Image) (map[string]*tar.Header, map[string]
 	t.Helper()
 	files := map[string]*tar.Header{}
 	bodies := map[string][]byte{}
+	walkImage(t, img, func(h *tar.Header, body []byte) {
+		name := strings.TrimSuffix(h.Name, "/")
+		files[name] = h
+		if h.Typeflag == tar.TypeReg {
+			bodies[name] = body
+		}
+	})
+	return files, bodies
+}
+
+// walkImage calls fn with every entry of the image's file system (its
+// layers flattened) and a regular file's contents.
+func walkImage(t *testing.T, img v1.Image, fn func(h *tar.Header, body []byte)) {
+	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := strings.TrimSuffix(h.Name, "/")
-		files[name] = h
-		if h.Typeflag == tar.TypeReg {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bodies[name] = b
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
 		}
+		fn(h, body)
 	}
-	return files, bodies
 }
 
 // archiveSizes says each image's compressed size (its layers, manifest
@@ -428,41 +437,30 @@ func TestFenceAgentsImage(t *testing.T) {
 // a container runtime makes.
 func unpackImage(t *testing.T, img v1.Image, dir string) {
 	t.Helper()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	walkImage(t, img, func(h *tar.Header, body []byte) {
 		target := filepath.Join(dir, filepath.FromSlash(h.Name))
 		if !strings.HasPrefix(target, filepath.Clean(dir)+string(filepath.Separator)) {
 			t.Fatalf("image entry %q leaves the directory", h.Name)
 		}
+		var err error
 		switch h.Typeflag {
 		case tar.TypeDir:
-			err = os.MkdirAll(target, os.FileMode(h.Mode&0o777))
+			err = os.MkdirAll(target, 0o755)
 		case tar.TypeReg:
-			var b []byte
-			if b, err = io.ReadAll(tr); err == nil {
-				err = os.WriteFile(target, b, os.FileMode(h.Mode&0o777))
-			}
+			err = os.WriteFile(target, body, 0o644)
 		case tar.TypeSymlink:
 			err = os.Symlink(h.Linkname, target)
 		default:
 			t.Fatalf("image entry %q of type %q", h.Name, h.Typeflag)
 		}
 		if err == nil && h.Typeflag != tar.TypeSymlink {
+			// Chmod, not the create mode: the umask would take bits away.
 			err = os.Chmod(target, os.FileMode(h.Mode&0o777))
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	for _, d := range []string{"dev", "proc"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)

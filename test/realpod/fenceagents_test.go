@@ -1,6 +1,7 @@
 package realpod
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,30 +55,9 @@ func TestFenceAgentsImageFencesThroughPDU(t *testing.T) {
 		Labels: map[string]string{realNodeLabel: "true"},
 	})
 	helm, kubectl := tools(t)
-	client := h.Cluster.Client()
 
-	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-gossip-key"},
-		Data:       map[string][]byte{"key": gossipKey},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The fencer node: a label the kubelet cannot set on itself.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Labels[fencerLabel] = "true"
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createGossipKeySecret(ctx, t, h)
+	labelFencerNode(ctx, t, h, node)
 	// The harness's fencer configuration — BMC inventory, the PDU as a
 	// fence_apc_snmp device, the topology — with its secret files in the
 	// credentials Secret.
@@ -126,4 +106,38 @@ observer:
 	t.Logf("%s's feed cut, its BMC dark with it; tainted %s later by %q on level %d: %s read %s at %s; the fencer's log:\n%s",
 		victim.Name, time.Since(cut).Round(100*time.Millisecond), ev.By, ev.BMC.Level, wantPlug, ev.BMC.Plugs[0].Power,
 		ev.BMC.Plugs[0].At.Format(time.RFC3339Nano), lastLines(logs, 15))
+}
+
+// createGossipKeySecret puts the harness's gossip key into the Secret the
+// chart mounts.
+func createGossipKeySecret(ctx context.Context, t *testing.T, h *harness.Harness) {
+	t.Helper()
+	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-gossip-key"},
+		Data:       map[string][]byte{"key": gossipKey},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// labelFencerNode makes node a fencer node: a label its kubelet cannot set
+// on itself (NodeRestriction).
+func labelFencerNode(ctx context.Context, t *testing.T, h *harness.Harness, node *realnode.Node) {
+	t.Helper()
+	client := h.Cluster.Client()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[fencerLabel] = "true"
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
