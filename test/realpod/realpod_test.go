@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -209,18 +210,26 @@ func TestAgentsAsPods(t *testing.T) {
 // buildImage runs make image into a temporary archive.
 func buildImage(t *testing.T) string {
 	t.Helper()
+	return makeImage(t, "image", "IMAGE_ARCHIVE", "IMAGE_TAG", imageRepository+":"+imageTag)
+}
+
+// makeImage runs the image target for this machine's platform only into a
+// temporary archive (the variable archiveVar), the image named tag (the
+// variable tagVar).
+func makeImage(t *testing.T, target, archiveVar, tagVar, tag string) string {
+	t.Helper()
 	root, err := cluster.RepoFile(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	out := filepath.Join(dir, "fenced-image.tar")
+	out := filepath.Join(dir, "image.tar")
 	// Its own binary path: test/deploy's TestImage may build at the same time.
-	cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
-		"IMAGE_TAG="+imageRepository+":"+imageTag)
+	cmd := exec.Command("make", "--no-print-directory", target, archiveVar+"="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
+		tagVar+"="+tag, "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, b)
+		t.Fatalf("make %s: %v\n%s", target, err, b)
 	}
 	return out
 }
@@ -347,6 +356,21 @@ func harnessInventory(ctx context.Context, t *testing.T, h *harness.Harness) map
 		}
 		passwords[name] = pw
 		entry["passwordFile"] = "/etc/fenced/bmc/" + name
+	}
+	// Fence devices' secret files (a PDU's community), in the same Secret.
+	devices, _ := config["fenceDevices"].([]any)
+	for _, d := range devices {
+		device := d.(map[string]any)
+		secrets, _ := device["secretOptions"].(map[string]any)
+		for option, file := range secrets {
+			key := device["name"].(string) + "." + option
+			value, err := os.ReadFile(file.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			passwords[key] = value
+			secrets[option] = "/etc/fenced/bmc/" + key
+		}
 	}
 	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "fenced-bmc"},
