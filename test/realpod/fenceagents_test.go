@@ -1,27 +1,15 @@
 package realpod
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-
 	"fenced.io/fenced/internal/testbed/harness"
-	"fenced.io/fenced/internal/testbed/realnode"
 	"fenced.io/fenced/pkg/vocab"
 )
-
-// The fence-agents image as the kubelet asks containerd for it:
-// docker.io/library/fenced-fence-agents:realpod.
-const fenceAgentsImageRepository = "fenced-fence-agents"
 
 // pduMonitorInterval: the fencer checks its fence devices this often, so
 // that the PDU is seen answering before the power is cut.
@@ -40,39 +28,25 @@ func TestFenceAgentsImageFencesThroughPDU(t *testing.T) {
 	if testing.Short() {
 		t.Skip(harness.SkipShortMessage)
 	}
+	helm, kubectl := tools(t)
+	values, ring := readmeValues(t, helm)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"node-a", "node-b"},
 		Feeds:    1,
 		Fencing: &harness.Fencing{
+			ClusterName:     ring.ClusterName,
+			GossipPort:      ring.Gossip.Port,
 			Topology:        "{defaults: [[bmc], [pdu-a]]}",
 			MonitorInterval: pduMonitorInterval,
 		},
 	})
-	image := makeImage(t, "image-fence-agents", "FENCE_AGENTS_IMAGE_ARCHIVE", "FENCE_AGENTS_IMAGE_TAG", fenceAgentsImageRepository+":"+imageTag)
-	node := realnode.Start(ctx, t, h, realnode.Options{
-		Images: []string{image},
-		Logind: true,
-		Labels: map[string]string{realNodeLabel: "true"},
-	})
-	helm, kubectl := tools(t)
-
-	createGossipKeySecret(ctx, t, h)
-	labelFencerNode(ctx, t, h, node)
-	// The harness's fencer configuration — BMC inventory, the PDU as a
-	// fence_apc_snmp device, the topology — with its secret files in the
-	// credentials Secret.
-	values := fmt.Sprintf(`
-image: {repository: %s, tag: %s, pullPolicy: Never}
-observer:
-  nodeSelector: {%s: "true"}
-  config:
-    apiVersion: fenced.io/v1alpha1
-    kind: FencedConfiguration
-    clusterName: %s
-    gossip: {port: %d, keyFile: /etc/fenced/gossip/key}
-    fencer: {leaseNamespace: %s}
-`, fenceAgentsImageRepository, imageTag, realNodeLabel, harness.ClusterName, harness.GossipPort, harness.LeaseNamespace) +
-		fencerSection(ctx, t, h)
+	node := startRealNode(ctx, t, h)
+	// The README's values with the harness's fencer configuration — BMC
+	// inventory, the PDU as a fence_apc_snmp device, the topology — its
+	// secret files in the credentials Secret; live from the start.
+	fencers := prepareReadmeInstall(ctx, t, h, values)
+	goLive(fencers)
+	setLabel(ctx, t, h, node.Name, fencerLabel, "true")
 	install(t, helm, kubectl, h, values)
 	fencer := waitPodReady(ctx, t, h, "fencer", node)
 	requireHardened(t, fencer)
@@ -106,38 +80,4 @@ observer:
 	t.Logf("%s's feed cut, its BMC dark with it; tainted %s later by %q on level %d: %s read %s at %s; the fencer's log:\n%s",
 		victim.Name, time.Since(cut).Round(100*time.Millisecond), ev.By, ev.BMC.Level, wantPlug, ev.BMC.Plugs[0].Power,
 		ev.BMC.Plugs[0].At.Format(time.RFC3339Nano), lastLines(logs, 15))
-}
-
-// createGossipKeySecret puts the harness's gossip key into the Secret the
-// chart mounts.
-func createGossipKeySecret(ctx context.Context, t *testing.T, h *harness.Harness) {
-	t.Helper()
-	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-gossip-key"},
-		Data:       map[string][]byte{"key": gossipKey},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// labelFencerNode makes node a fencer node: a label its kubelet cannot set
-// on itself (NodeRestriction).
-func labelFencerNode(ctx context.Context, t *testing.T, h *harness.Harness, node *realnode.Node) {
-	t.Helper()
-	client := h.Cluster.Client()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Labels[fencerLabel] = "true"
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 }

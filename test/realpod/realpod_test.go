@@ -46,6 +46,10 @@ const (
 	// archive carries (hack/image).
 	imageRepository = "fenced"
 	imageTag        = "realpod"
+	// fenceAgentsImageRepository is the fencers' image, with the
+	// ClusterLabs fence agents (make image-fence-agents):
+	// docker.io/library/fenced-fence-agents:realpod.
+	fenceAgentsImageRepository = "fenced-fence-agents"
 	// systemdLabel keeps the chart's agents off the hollow machines, as
 	// the README has hosts that run the agent outside the DaemonSets
 	// labelled: their kubelets would only pretend to run the pods, and
@@ -82,52 +86,13 @@ func TestAgentsAsPods(t *testing.T) {
 		t.Skip(harness.SkipShortMessage)
 	}
 	helm, kubectl := tools(t)
-	readme, err := cluster.ReadmeHelmValues()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal([]byte(readme), &values); err != nil {
-		t.Fatal(err)
-	}
-	// The hollow machines' agents join the ring the README's values make.
-	ring, err := observerConfig(helm, values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the README's values: cluster %q, gossip port %d", ring.ClusterName, ring.Gossip.Port)
+	values, ring := readmeValues(t, helm)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"node-a", "node-b", "node-c"},
 		Fencing:  &harness.Fencing{ClusterName: ring.ClusterName, GossipPort: ring.Gossip.Port},
 	})
-	image := buildImage(t)
-	node := realnode.Start(ctx, t, h, realnode.Options{
-		Images: []string{image},
-		Logind: true,
-	})
-	client := h.Cluster.Client()
-	for _, m := range h.Machines {
-		setLabel(ctx, t, h, m.Name, systemdLabel, "systemd")
-	}
-
-	// The Secrets the README has created, from the harness's key and BMC
-	// passwords; the README's inventory becomes the hollow machines'.
-	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-gossip-key"},
-		Data:       map[string][]byte{"key": gossipKey},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	values["image"] = map[string]any{"repository": imageRepository, "tag": imageTag}
-	fencers := values["fencers"].(map[string]any)
-	// Until the fence-agents image is built here, the fencers run the
-	// same image as the observers (the BMCs need no fence agent).
-	fencers["image"] = map[string]any{"repository": imageRepository, "tag": imageTag}
-	fencers["bmc"] = harnessInventory(ctx, t, h)
+	node := startRealNode(ctx, t, h)
+	fencers := prepareReadmeInstall(ctx, t, h, values)
 	install(t, helm, kubectl, h, values)
 
 	// 1. Running and Ready through the kubelet's readiness probe.
@@ -181,7 +146,7 @@ func TestAgentsAsPods(t *testing.T) {
 	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, "fenced_dry_run 1")
 
 	// Go live as the README says: dryRun false, helm upgrade.
-	fencers["policy"].(map[string]any)["dryRun"] = false
+	goLive(fencers)
 	install(t, helm, kubectl, h, values)
 	rolled, err := h.WaitPodOn(ctx, harness.LeaseNamespace, "app.kubernetes.io/component=fencer", node.Name, fencer.Name, podReadyTimeout)
 	if err != nil {
@@ -211,6 +176,13 @@ func TestAgentsAsPods(t *testing.T) {
 func buildImage(t *testing.T) string {
 	t.Helper()
 	return makeImage(t, "image", "IMAGE_ARCHIVE", "IMAGE_TAG", imageRepository+":"+imageTag)
+}
+
+// buildFenceAgentsImage runs make image-fence-agents into a temporary
+// archive.
+func buildFenceAgentsImage(t *testing.T) string {
+	t.Helper()
+	return makeImage(t, "image-fence-agents", "FENCE_AGENTS_IMAGE_ARCHIVE", "FENCE_AGENTS_IMAGE_TAG", fenceAgentsImageRepository+":"+imageTag)
 }
 
 // makeImage runs the image target for this machine's platform only into a
@@ -332,21 +304,100 @@ func stderrOf(err error) string {
 	return ""
 }
 
-// harnessInventory is the fencers' bmc section for the harness's machines:
-// the harness's own fencer configuration's, the password files at the path
-// the chart mounts the credentials Secret, which it creates from them.
-func harnessInventory(ctx context.Context, t *testing.T, h *harness.Harness) map[string]any {
+// readmeValues returns the values README.md's install shows and the ring
+// they configure (the observers' configuration the chart renders of them).
+func readmeValues(t *testing.T, helm string) (map[string]any, *config.Config) {
+	t.Helper()
+	readme, err := cluster.ReadmeHelmValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(readme), &values); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := observerConfig(helm, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the README's values: cluster %q, gossip port %d", ring.ClusterName, ring.Gossip.Port)
+	return values, ring
+}
+
+// startRealNode builds both images (make image, make image-fence-agents)
+// for this machine and starts the real node with them in its runtime.
+func startRealNode(ctx context.Context, t *testing.T, h *harness.Harness) *realnode.Node {
+	t.Helper()
+	return realnode.Start(ctx, t, h, realnode.Options{
+		Images: []string{buildImage(t), buildFenceAgentsImage(t)},
+		Logind: true,
+	})
+}
+
+// prepareReadmeInstall does what the README's install does before helm
+// install, on the harness: the gossip key Secret (the harness's key), the
+// credentials Secret (the harness's BMC passwords and fence devices'
+// secrets), and the hosts that run their agent outside the DaemonSets
+// (the hollow machines) labelled. It changes the README's values only
+// where the README says to: the images (built here, not pulled), and the
+// fencers' inventory — the harness's fencer configuration (its bmc, and
+// fenceDevices, topology and fencer settings when it has them). It returns
+// the values' fencers section.
+func prepareReadmeInstall(ctx context.Context, t *testing.T, h *harness.Harness, values map[string]any) map[string]any {
+	t.Helper()
+	for _, m := range h.Machines {
+		setLabel(ctx, t, h, m.Name, systemdLabel, "systemd")
+	}
+	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	createSecret(ctx, t, h, "fenced-gossip-key", map[string][]byte{"key": gossipKey})
+	values["image"] = map[string]any{"repository": imageRepository, "tag": imageTag}
+	fencers := values["fencers"].(map[string]any)
+	fencers["image"] = map[string]any{"repository": fenceAgentsImageRepository, "tag": imageTag}
+	for section, v := range harnessFencerSections(ctx, t, h) {
+		fencers[section] = v
+	}
+	return fencers
+}
+
+// goLive turns the fencers' dry-run off, as the README's "Go live" does.
+func goLive(fencers map[string]any) {
+	fencers["policy"].(map[string]any)["dryRun"] = false
+}
+
+// createSecret creates a Secret in the release namespace, as `kubectl
+// create secret generic` does.
+func createSecret(ctx context.Context, t *testing.T, h *harness.Harness, name string, data map[string][]byte) {
+	t.Helper()
+	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Data:       data,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// harnessFencerSections are the sections of the harness's own fencer
+// configuration a user writes under the chart's fencers: bmc, and
+// fenceDevices, topology and fencer when it has them (the fencer section
+// without leaseNamespace, which the chart sets). Password and secret files
+// move to the path the chart mounts the credentials Secret at; the Secret
+// fenced-bmc is created from them.
+func harnessFencerSections(ctx context.Context, t *testing.T, h *harness.Harness) map[string]any {
 	t.Helper()
 	raw, err := os.ReadFile(h.FencerConfigFile())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var config map[string]any
-	if err := yaml.Unmarshal(raw, &config); err != nil {
+	var fencerConfig map[string]any
+	if err := yaml.Unmarshal(raw, &fencerConfig); err != nil {
 		t.Fatal(err)
 	}
-	bmc := config["bmc"].(map[string]any)
-	passwords := map[string][]byte{}
+	sections := map[string]any{}
+	secrets := map[string][]byte{}
+	bmc := fencerConfig["bmc"].(map[string]any)
 	for _, n := range bmc["nodes"].([]any) {
 		entry := n.(map[string]any)
 		name := entry["name"].(string)
@@ -354,31 +405,38 @@ func harnessInventory(ctx context.Context, t *testing.T, h *harness.Harness) map
 		if err != nil {
 			t.Fatal(err)
 		}
-		passwords[name] = pw
+		secrets[name] = pw
 		entry["passwordFile"] = "/etc/fenced/bmc/" + name
 	}
+	sections["bmc"] = bmc
 	// Fence devices' secret files (a PDU's community), in the same Secret.
-	devices, _ := config["fenceDevices"].([]any)
-	for _, d := range devices {
-		device := d.(map[string]any)
-		secrets, _ := device["secretOptions"].(map[string]any)
-		for option, file := range secrets {
-			key := device["name"].(string) + "." + option
-			value, err := os.ReadFile(file.(string))
-			if err != nil {
-				t.Fatal(err)
+	if devices, ok := fencerConfig["fenceDevices"].([]any); ok {
+		for _, d := range devices {
+			device := d.(map[string]any)
+			options, _ := device["secretOptions"].(map[string]any)
+			for option, file := range options {
+				key := device["name"].(string) + "." + option
+				value, err := os.ReadFile(file.(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				secrets[key] = value
+				options[option] = "/etc/fenced/bmc/" + key
 			}
-			passwords[key] = value
-			secrets[option] = "/etc/fenced/bmc/" + key
+		}
+		sections["fenceDevices"] = devices
+	}
+	if topology, ok := fencerConfig["topology"]; ok {
+		sections["topology"] = topology
+	}
+	if fencer, ok := fencerConfig["fencer"].(map[string]any); ok {
+		delete(fencer, "leaseNamespace")
+		if len(fencer) > 0 {
+			sections["fencer"] = fencer
 		}
 	}
-	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-bmc"},
-		Data:       passwords,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return bmc
+	createSecret(ctx, t, h, "fenced-bmc", secrets)
+	return sections
 }
 
 // waitPodReady waits for the pod of the chart's DaemonSet role on node to be
