@@ -42,8 +42,9 @@ func requireVersion(t *testing.T, bin string) string {
 		t.Errorf("fenced version printed %q, fenced --version %q", lines[0], lines[1])
 	}
 	suffix := " (" + runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH + ")\n"
-	v, ok := strings.CutPrefix(lines[0], "fenced ")
-	if v, ok = strings.CutSuffix(v, suffix); !ok {
+	v, prefixed := strings.CutPrefix(lines[0], "fenced ")
+	v, suffixed := strings.CutSuffix(v, suffix)
+	if !prefixed || !suffixed {
 		t.Fatalf("fenced version printed %q, want \"fenced VERSION%s\"", lines[0], suffix)
 	}
 	return v
