@@ -260,9 +260,11 @@ func TestImageSBOM(t *testing.T) {
 	}
 	var sboms []string
 	for _, arch := range []string{"amd64", "arm64"} {
-		sbom := `{"bomFormat":"CycloneDX","specVersion":"1.6","metadata":{"component":{"type":"application","bom-ref":"pkg:golang/fenced.io/fenced@v0.2.0?type=module&goos=linux&goarch=` + arch + `","name":"fenced.io/fenced"}},
+		// As cyclonedx-gomod bin writes it: one bom-ref for every platform.
+		sbom := `{"bomFormat":"CycloneDX","specVersion":"1.6","metadata":{"component":{"type":"application",
+		"bom-ref":"pkg:golang/fenced.io/fenced@v0.2.0?type=module#cmd/fenced","purl":"pkg:golang/fenced.io/fenced@v0.2.0?goarch=` + arch + `&goos=linux&type=module#cmd/fenced","name":"fenced.io/fenced"}},
 		"components":[{"type":"library","bom-ref":"pkg:golang/k8s.io/api@v0.34.4?type=module","name":"k8s.io/api"}],
-		"dependencies":[{"ref":"pkg:golang/k8s.io/api@v0.34.4?type=module"}]}`
+		"dependencies":[{"ref":"pkg:golang/fenced.io/fenced@v0.2.0?type=module#cmd/fenced","dependsOn":["pkg:golang/k8s.io/api@v0.34.4?type=module"]},{"ref":"pkg:golang/k8s.io/api@v0.34.4?type=module"}]}`
 		name := filepath.Join(dir, arch+".cdx.json")
 		if err := os.WriteFile(name, []byte(sbom), 0o644); err != nil {
 			t.Fatal(err)
@@ -310,16 +312,24 @@ func TestImageSBOM(t *testing.T) {
 	want := []string{
 		"pkg:deb/debian/fence-agents@4.12.1-1?arch=amd64",
 		"pkg:deb/debian/ipmitool@1.8.19-4%2Bdeb12u2?arch=arm64",
-		"pkg:golang/fenced.io/fenced@v0.2.0?type=module&goos=linux&goarch=amd64",
-		"pkg:golang/fenced.io/fenced@v0.2.0?type=module&goos=linux&goarch=arm64",
+		"pkg:golang/fenced.io/fenced@v0.2.0?goarch=amd64&goos=linux&type=module#cmd/fenced",
+		"pkg:golang/fenced.io/fenced@v0.2.0?goarch=arm64&goos=linux&type=module#cmd/fenced",
 		"pkg:golang/k8s.io/api@v0.34.4?type=module",
 	}
 	if strings.Join(refs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("components:\n%s\nwant\n%s", strings.Join(refs, "\n"), strings.Join(want, "\n"))
 	}
+	dependsOn := map[string][]string{}
 	for _, d := range bom.Dependencies {
-		if d.Ref == bom.Metadata.Component.BOMRef && len(d.DependsOn) != 4 {
-			t.Errorf("the image depends on %v, want both binaries and both packages", d.DependsOn)
+		dependsOn[d.Ref] = d.DependsOn
+	}
+	if got := dependsOn[bom.Metadata.Component.BOMRef]; len(got) != 4 {
+		t.Errorf("the image depends on %v, want both binaries and both packages", got)
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		ref := "pkg:golang/fenced.io/fenced@v0.2.0?goarch=" + arch + "&goos=linux&type=module#cmd/fenced"
+		if got := dependsOn[ref]; len(got) != 1 {
+			t.Errorf("the %s binary depends on %v, want its module", arch, got)
 		}
 	}
 }

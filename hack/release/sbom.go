@@ -126,17 +126,20 @@ func imageSBOM(in imageSBOMInput) ([]byte, error) {
 		if len(bin.Metadata.Component) == 0 {
 			return nil, fmt.Errorf("%s: no metadata.component (not a binary's SBOM?)", f)
 		}
-		for _, c := range append([]json.RawMessage{bin.Metadata.Component}, bin.Components...) {
+		main, oldRef, newRef, err := byPURL(bin.Metadata.Component)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, c := range append([]json.RawMessage{main}, bin.Components...) {
 			if err := add(c); err != nil {
 				return nil, fmt.Errorf("%s: %w", f, err)
 			}
 		}
-		var ref struct {
-			BOMRef string `json:"bom-ref"`
-		}
-		_ = json.Unmarshal(bin.Metadata.Component, &ref)
-		imageDependsOn = append(imageDependsOn, ref.BOMRef)
+		imageDependsOn = append(imageDependsOn, newRef)
 		for _, d := range bin.Dependencies {
+			if d.Ref == oldRef {
+				d.Ref = newRef
+			}
 			dependencies[d.Ref] = d.DependsOn
 		}
 	}
@@ -174,6 +177,24 @@ func imageSBOM(in imageSBOMInput) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// byPURL gives a binary's component its package URL as its bom-ref:
+// cyclonedx-gomod names every platform's binary with one bom-ref, and only
+// the package URL tells them apart (goos, goarch).
+func byPURL(component json.RawMessage) (json.RawMessage, string, string, error) {
+	var c map[string]any
+	if err := json.Unmarshal(component, &c); err != nil {
+		return nil, "", "", err
+	}
+	oldRef, _ := c["bom-ref"].(string)
+	purl, _ := c["purl"].(string)
+	if oldRef == "" || purl == "" {
+		return nil, "", "", fmt.Errorf("the binary's component has no bom-ref or purl: %s", component)
+	}
+	c["bom-ref"] = purl
+	b, err := json.Marshal(c)
+	return b, oldRef, purl, err
 }
 
 func sortedKeys[V any](m map[string]V) []string {
