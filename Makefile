@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man release deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
+.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
 
 all: build
 
@@ -230,6 +230,7 @@ HELM_MODULE       := helm.sh/helm/v3/cmd/helm@v3.22.0
 RELEASE_WORK      := bin/release-work/$(VERSION)
 # Every file's time: the commit's.
 RELEASE_MTIME     := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+.PHONY: release
 release: ## the release folder bin/release/VERSION: linux amd64/arm64 archives, both images (OCI archives), the chart, SBOMs, SHA256SUMS, the krew manifest
 	@case "$(VERSION)" in *dirty*) echo "warning: the tree has uncommitted changes; $(VERSION) cannot be rebuilt from a commit";; esac
 	rm -rf $(RELEASE_DIR) $(RELEASE_WORK)
