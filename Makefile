@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
 
 all: build
 
@@ -42,19 +42,47 @@ help: ## list the targets
 build: ## build bin/fenced
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fenced
 
-# The image: a static binary (no cgo; -trimpath and an empty build ID, so
-# that the same source gives the same bytes) put into an OCI archive by
-# hack/image with go-containerregistry, stamped with the commit's time.
-IMAGE_ARCHIVE ?= bin/fenced-image.tar
-IMAGE_TAG     ?= fenced:$(VERSION)
-# The binary that goes into the image (tests building images at the same
-# time give each its own).
+# The images: static binaries (no cgo; -trimpath and an empty build ID, so
+# that the same source gives the same bytes), one per platform of
+# IMAGE_PLATFORMS, put into an OCI archive (an image index, one image per
+# platform) by hack/image with go-containerregistry, stamped with the
+# commit's time. Two variants: the static one (make image) and one with
+# ClusterLabs' fence agents from the Debian packages of
+# hack/image/fence-agents.lock (make image-fence-agents; the .debs are
+# fetched once into FENCE_AGENTS_DEBS_CACHE and checked against the lock).
+IMAGE_PLATFORMS            ?= linux/amd64,linux/arm64
+IMAGE_ARCHIVE              ?= bin/fenced-image.tar
+IMAGE_TAG                  ?= fenced:$(VERSION)
+FENCE_AGENTS_IMAGE_ARCHIVE ?= bin/fenced-fence-agents-image.tar
+FENCE_AGENTS_IMAGE_TAG     ?= fenced-fence-agents:$(VERSION)
+FENCE_AGENTS_LOCK          ?= hack/image/fence-agents.lock
+FENCE_AGENTS_DEBS_CACHE    ?= $(HOME)/.cache/fenced/debs
+# The binaries that go into the images: IMAGE_BINARY-OS-ARCH (tests
+# building images at the same time give each its own).
 IMAGE_BINARY  ?= bin/image/fenced
-image: ## the container image, built offline (no base image pulled): an OCI archive, bin/fenced-image.tar
+# $(call build-image,VARIANT,ARCHIVE,TAG)
+define build-image
 	@mkdir -p $(dir $(IMAGE_BINARY))
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -buildid= $(LDFLAGS)" -o $(IMAGE_BINARY) ./cmd/fenced
-	$(GO) run ./hack/image -binary $(IMAGE_BINARY) -out $(IMAGE_ARCHIVE) -tag $(IMAGE_TAG) -version $(VERSION) \
+	@set -e; args=; for platform in $(subst $(comma), ,$(IMAGE_PLATFORMS)); do \
+	  os=$${platform%%/*}; arch=$${platform#*/}; \
+	  echo "building $(IMAGE_BINARY)-$$os-$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -buildid= $(LDFLAGS)" -o $(IMAGE_BINARY)-$$os-$$arch ./cmd/fenced; \
+	  args="$$args -binary $$platform=$(IMAGE_BINARY)-$$os-$$arch"; \
+	done; \
+	$(GO) run ./hack/image $$args -variant $(1) -lock $(FENCE_AGENTS_LOCK) -debs-cache $(FENCE_AGENTS_DEBS_CACHE) \
+	  -out $(2) -tag $(3) -version $(VERSION) \
 	  -revision "$$(git rev-parse HEAD 2>/dev/null)" -created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+endef
+comma := ,
+
+image: ## the static container image for IMAGE_PLATFORMS, built offline (no base image pulled): an OCI archive, bin/fenced-image.tar
+	$(call build-image,static,$(IMAGE_ARCHIVE),$(IMAGE_TAG))
+
+image-fence-agents: ## the image with ClusterLabs fence agents (Debian packages of hack/image/fence-agents.lock), for IMAGE_PLATFORMS: bin/fenced-fence-agents-image.tar
+	$(call build-image,fence-agents,$(FENCE_AGENTS_IMAGE_ARCHIVE),$(FENCE_AGENTS_IMAGE_TAG))
+
+fence-agents-lock: ## regenerate hack/image/fence-agents.lock from Debian's Packages indexes (the packages' newest versions)
+	$(GO) run ./hack/image/debianlock -lock $(FENCE_AGENTS_LOCK)
 
 man: ## man pages for every command, generated from the commands, into bin/man
 	$(GO) run ./cmd/fenced man bin/man

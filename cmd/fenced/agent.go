@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"fenced.io/fenced/pkg/agent"
 	"fenced.io/fenced/pkg/config"
@@ -127,6 +128,7 @@ func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	if opts.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
+	opts.ClientCertificate = clientCertificate(rc.TLSClientConfig)
 	// Everything that can be wrong in the input is checked here, before
 	// the agent touches the network.
 	a, err := agent.New(opts)
@@ -134,6 +136,21 @@ func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 		return err
 	}
 	return a.Run(cmd.Context())
+}
+
+// clientCertificate reads the client certificate a kubeconfig authenticates
+// with, for the agent's certificate expiry gauges: the file it names, read
+// again each time (renewals replace it and client-go reloads it), or the
+// data embedded in it; nil without one (a service account token).
+func clientCertificate(tls rest.TLSClientConfig) func() ([]byte, error) {
+	switch {
+	case tls.CertFile != "":
+		return func() ([]byte, error) { return os.ReadFile(tls.CertFile) }
+	case len(tls.CertData) > 0:
+		data := tls.CertData
+		return func() ([]byte, error) { return data, nil }
+	}
+	return nil
 }
 
 func firstNonEmpty(vals ...string) string {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -333,5 +334,35 @@ func TestFencerAgentReportsStaleAttachment(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("agent did not stop")
+	}
+}
+
+// TestClientCertificateFromKubeconfig: the agent's certificate gauges read
+// the file a kubeconfig names (as `fenced credentials issue` writes it)
+// afresh each time, or the data embedded in it; a token has none.
+func TestClientCertificateFromKubeconfig(t *testing.T) {
+	file := writeFile(t, t.TempDir(), "client.pem", "first")
+	for _, tc := range []struct {
+		name string
+		tls  rest.TLSClientConfig
+		want string // "": no reader
+	}{
+		{"certificate file", rest.TLSClientConfig{CertFile: file, KeyFile: file}, "renewed"},
+		{"embedded certificate", rest.TLSClientConfig{CertData: []byte("embedded"), KeyData: []byte("key")}, "embedded"},
+		{"token", rest.TLSClientConfig{}, ""},
+	} {
+		read := clientCertificate(tc.tls)
+		if read == nil {
+			if tc.want != "" {
+				t.Errorf("%s: no reader, want one reading %q", tc.name, tc.want)
+			}
+			continue
+		}
+		if err := os.WriteFile(file, []byte("renewed"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := read(); err != nil || string(got) != tc.want {
+			t.Errorf("%s: read %q, %v; want %q", tc.name, got, err, tc.want)
+		}
 	}
 }

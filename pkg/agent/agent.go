@@ -70,6 +70,11 @@ type Options struct {
 	InsecureGossip bool
 	// MetricsAddress serves /metrics, /healthz, /readyz ("" disables).
 	MetricsAddress string
+	// ClientCertificate reads the PEM of the client certificate Client
+	// authenticates with (a systemd agent's kubeconfig), for the gauges of
+	// its validity; nil when it authenticates otherwise (a pod's service
+	// account token).
+	ClientCertificate func() ([]byte, error)
 	// KubeletRootDir is where the kubelet mounts CSI volumes
 	// (shutdown.DefaultKubeletRootDir when empty).
 	KubeletRootDir string
@@ -196,14 +201,18 @@ type parts struct {
 // changes directly (Ring.OnChange → Fencer.Notify).
 func (a *Agent) build() (_ *parts, err error) {
 	o := a.o
-	p := &parts{o: o, log: componentLog(o.Logger, componentAgent), role: "observer", reg: metrics.NewRegistry(o.Version)}
+	p := &parts{o: o, log: componentLog(o.Logger, componentAgent), role: heartbeat.RoleObserver, reg: metrics.NewRegistry(o.Version)}
 	defer func() {
 		if err != nil {
 			p.close()
 		}
 	}()
 	if a.inv != nil {
-		p.role = "fencer"
+		p.role = heartbeat.RoleFencer
+	}
+	p.reg.MustRegister(metrics.NewAgentReady(p.role, p.ready))
+	if o.ClientCertificate != nil {
+		p.reg.MustRegister(metrics.NewClientCertificate(o.ClientCertificate))
 	}
 
 	if o.MetricsAddress != "" {
@@ -277,6 +286,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		if err != nil {
 			return nil, err
 		}
+		p.reg.MustRegister(metrics.NewInventoryNodes(p.fencer.InventoryNodes))
 		// The stale VolumeAttachment report shares the fencer's Node and
 		// VolumeAttachment informers (the one cluster-scoped factory).
 		p.stale, err = stale.New(stale.Config{

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/internal/testbed/cluster"
@@ -182,16 +183,27 @@ type running struct {
 }
 
 // startAgent builds and runs an agent for node with configuration cfg
-// until the test ends, and waits until it serves /readyz.
+// until the test ends, and waits until it serves /readyz. Its certificate
+// gauges read the client certificate of a kubeconfig for the node's
+// systemd identity (its API client is the test's).
 func startAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node, cfg string, seeds []string) *running {
 	t.Helper()
 	conf, err := config.Parse([]byte(cfg), node+".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	kubeconfig, err := c.UserKubeconfig("fenced:node:"+node, "fenced:fencers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := New(Options{Config: conf, Client: c.Client(), Version: "v0.0.0-test", NodeName: node, BootID: "boot-" + node,
 		GossipBind: "127.0.0.1", GossipAdvertise: "127.0.0.1", Seeds: seeds, InsecureGossip: true,
 		MetricsAddress: "127.0.0.1:0", KubeletRootDir: t.TempDir(),
+		ClientCertificate: func() ([]byte, error) { return rc.CertData, nil },
 		// Never the host's logind: the agent warns and works on.
 		DialLogind: func() (shutdown.Logind, error) { return nil, errors.New("no logind in this test") },
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -302,11 +314,17 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, fencerScrape = fencer.get(t, "/metrics")
 		return strings.Contains(fencerScrape, metrics.LevelsReadyMetric+`{node="node-observer"} 1`) &&
-			strings.Contains(fencerScrape, `fenced_members{state="alive"} 2`), nil
+			strings.Contains(fencerScrape, `fenced_members{state="alive"} 2`) &&
+			// Of the two Nodes only node-observer has a BMC.
+			strings.Contains(fencerScrape, "\n"+metrics.InventoryNodesMetric+" 1\n") &&
+			strings.Contains(fencerScrape, metrics.AgentReadyMetric+`{role="fencer"} 1`), nil
 	}); err != nil {
 		t.Fatalf("the fencer's monitor round and the ring of two did not show in its /metrics: %v\n%s", err, fencerScrape)
 	}
 	_, observerScrape := observer.get(t, "/metrics")
+	if !strings.Contains(observerScrape, metrics.AgentReadyMetric+`{role="observer"} 1`) {
+		t.Errorf("the ready observer's /metrics lacks %s{role=\"observer\"} 1:\n%s", metrics.AgentReadyMetric, observerScrape)
+	}
 
 	fams := exported(t, observer.p.reg, observerScrape)
 	for name, f := range exported(t, fencer.p.reg, fencerScrape) {

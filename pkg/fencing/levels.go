@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/vocab"
@@ -129,4 +131,23 @@ func (f *Fencer) kubeletRenewBefore(ctx context.Context, node string) time.Time 
 		return known
 	}
 	return renew
+}
+
+// InventoryNodes counts the Nodes the inventory gives at least one fencing
+// level (from the Node informer's cache: none before it has synced). 0
+// means this fencer can fence no node of the cluster: fence devices
+// without a topology, or an inventory keyed by names no Node has (short
+// host names for Nodes registered under their FQDN).
+func (f *Fencer) InventoryNodes() int {
+	nodes, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range nodes {
+		if f.cfg.Inventory.Fenceable(node.Name) {
+			n++
+		}
+	}
+	return n
 }

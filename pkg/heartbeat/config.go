@@ -20,11 +20,14 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// DefaultPort is memberlist's standard port.
-const DefaultPort = 7946
+// DefaultPort is the ring's port, TCP and UDP. Not memberlist's 7946:
+// MetalLB's speakers and Docker Swarm gossip there on the host network of
+// most bare-metal clusters. docs/install.md ("Ports") lists the ports of
+// the components checked, and the chart refuses them.
+const DefaultPort = 8946
 
 // DefaultConfig is the ring's configuration with every default filled in
-// (but no name or key): memberlist's standard port and its LAN profile's
+// (but no name or key): DefaultPort and memberlist's LAN profile's
 // failure-detector timings, under which a dead member is declared after
 // about 6 s in a 10-node ring (SuspicionMult × log10(N) × ProbeInterval,
 // shortened by confirmations). A false suspicion costs one BMC read, never

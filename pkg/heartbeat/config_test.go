@@ -15,8 +15,12 @@ func TestDefaultsAreMemberlistLANProfile(t *testing.T) {
 	}
 	lan := memberlist.DefaultLANConfig()
 	if mc.ProbeInterval != lan.ProbeInterval || mc.ProbeTimeout != lan.ProbeTimeout ||
-		mc.SuspicionMult != lan.SuspicionMult || mc.GossipInterval != lan.GossipInterval || mc.BindPort != lan.BindPort {
+		mc.SuspicionMult != lan.SuspicionMult || mc.GossipInterval != lan.GossipInterval {
 		t.Errorf("defaults drifted from memberlist's LAN profile: %+v", mc)
+	}
+	// The port is not memberlist's: MetalLB and Docker Swarm gossip on it.
+	if mc.BindPort != DefaultPort || mc.BindPort == lan.BindPort {
+		t.Errorf("default port %d, want DefaultPort %d, not memberlist's %d", mc.BindPort, DefaultPort, lan.BindPort)
 	}
 	if mc.Name != "node-a" || mc.Label != "prod" || len(mc.SecretKey) != 32 {
 		t.Errorf("identity not applied: name %q label %q key %d bytes", mc.Name, mc.Label, len(mc.SecretKey))

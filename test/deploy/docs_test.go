@@ -1,8 +1,6 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 
 	"fenced.io/fenced/pkg/config"
 )
@@ -176,66 +172,4 @@ func configFields(t reflect.Type, prefix string) []string {
 		fields = append(fields, path)
 	}
 	return fields
-}
-
-// readmeFencersValues is the Helm values file the README's install shows,
-// the fenced code block that starts with "fencers:".
-func readmeFencersValues(t *testing.T) string {
-	t.Helper()
-	var block strings.Builder
-	in, found := false, false
-	sc := bufio.NewScanner(bytes.NewReader(readFile(t, "README.md")))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case !in && line == "```yaml":
-			in = true
-			block.Reset()
-		case in && line == "```":
-			in = false
-			if strings.HasPrefix(block.String(), "fencers:") {
-				found = true
-			}
-		case in:
-			block.WriteString(line + "\n")
-		}
-		if found {
-			break
-		}
-	}
-	if !found {
-		t.Fatal("README.md shows no ```yaml block starting with fencers: (the Helm values of the install in dry-run)")
-	}
-	return block.String()
-}
-
-// TestREADMEHelmValues: the fencers.yaml the README's install in dry-run
-// shows renders with the chart, and the fencer configuration it makes
-// loads as the agent loads it, in dry-run.
-func TestREADMEHelmValues(t *testing.T) {
-	values := readmeFencersValues(t)
-	helm := helmPath(t)
-	out, err := helmTemplate(t, helm, values)
-	if err != nil {
-		t.Fatalf("helm template with the README's fencers.yaml: %v\n%s", err, values)
-	}
-	objs := comparable(t, out)
-	cm := objs["ConfigMap/fenced-system/fenced-fencer-config"]
-	if cm == nil {
-		t.Fatalf("the README's fencers.yaml renders no fencer ConfigMap")
-	}
-	data, err := yaml.Marshal(get(cm, "data", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadConfig(t, data, "README.md fencers.yaml", "/etc/fenced/bmc", nil)
-	if err != nil {
-		t.Fatalf("the README's fencer configuration does not load: %v", err)
-	}
-	if !cfg.Policy.DryRun {
-		t.Error("the README's install is not in dry-run: want policy.dryRun true")
-	}
-	if len(cfg.BMCs) == 0 {
-		t.Error("the README's fencer configuration has no BMC")
-	}
 }

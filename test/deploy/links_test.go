@@ -23,7 +23,7 @@ var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // nothing points at a place a user who clones it does not have, such as
 // the founders' workspace directory beside the clone —, a link's #anchor
 // into a Markdown file names one of its headings, every alert rule's
-// runbook link does too, and the license exists.
+// runbook_url does too, and the license exists.
 func TestDocumentLinksStayInTheRepository(t *testing.T) {
 	root := repoRoot(t)
 	out, err := exec.Command("git", "-C", root, "ls-files", "*.md").Output()
@@ -54,9 +54,9 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 		}
 	}
 
-	// The alert rules' runbook annotations, in every rule file (the plain
-	// one, the Helm chart's copy, the PrometheusRule component), are links
-	// from the repository's root.
+	// The alert rules' runbook_url annotations, in every rule file (the
+	// plain one, the Helm chart's copy, the PrometheusRule component, the
+	// promtool cases), are runbookDoc's address plus one of its headings.
 	yamls, err := exec.Command("git", "-C", root, "ls-files", "*.yaml").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -69,16 +69,18 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 		}
 		for _, m := range runbookAnnotation.FindAllStringSubmatch(string(text), -1) {
 			runbooks++
-			if !strings.Contains(m[1], "#") {
-				t.Errorf("%s: runbook %s names no section (want FILE#anchor)", f, m[1])
+			anchor, ok := strings.CutPrefix(m[2], runbookBaseURL+"#")
+			if m[1] != "runbook_url" || !ok || anchor == "" {
+				t.Errorf("%s: %s %s; want runbook_url %s#<section>", f, m[1], m[2], runbookBaseURL)
+				continue
 			}
-			if err := anchors.resolve("", m[1]); err != nil {
-				t.Errorf("%s: runbook %s: %v", f, m[1], err)
+			if err := anchors.resolve("", runbookDoc+"#"+anchor); err != nil {
+				t.Errorf("%s: runbook_url %s: %v", f, m[2], err)
 			}
 		}
 	}
 	if runbooks == 0 {
-		t.Error("no runbook annotation found in the repository's YAML files")
+		t.Error("no runbook_url annotation found in the repository's YAML files")
 	}
 
 	if _, err := os.Stat(filepath.Join(root, "LICENSE")); err != nil {
@@ -86,8 +88,9 @@ func TestDocumentLinksStayInTheRepository(t *testing.T) {
 	}
 }
 
-// runbookAnnotation matches an alert rule's runbook annotation.
-var runbookAnnotation = regexp.MustCompile(`(?m)^\s*runbook:\s*"?([^"\s]+)"?\s*$`)
+// runbookAnnotation matches an alert rule's runbook_url annotation, and
+// the non-standard runbook key it replaced.
+var runbookAnnotation = regexp.MustCompile(`(?m)^\s*(runbook_url|runbook):\s*"?([^"\s]+)"?\s*$`)
 
 // anchorCache resolves relative links and their anchors, reading each
 // Markdown file's headings once.

@@ -34,8 +34,12 @@ const (
 	// prometheusRuleFile is generated from rulesFile.
 	prometheusRuleFile = monitoringComp + "/prometheusrule.yaml"
 	// runbookDoc holds one runbook section per alert, the heading the
-	// alert's name; runbook annotations are links from the repository's root.
+	// alert's name.
 	runbookDoc = "docs/operations.md"
+	// runbookBaseURL is runbookDoc's address: every alert's runbook_url
+	// is it plus #<the alert's section>. It is the chart's default
+	// prometheusRule.runbookBaseURL, which replaces it in the chart's rules.
+	runbookBaseURL = "https://github.com/fenced-io/fenced/blob/main/" + runbookDoc
 )
 
 var update = flag.Bool("update", false, "rewrite "+prometheusRuleFile+" from "+rulesFile)
@@ -134,33 +138,43 @@ func TestPrometheusRuleComponent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize base + %s: %v\n%s", monitoringComp, err, stderr)
 	}
-	var found int
-	for _, doc := range splitDocs(t, []byte(out)) {
-		var obj struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-			Spec ruleGroups `json:"spec"`
-		}
+	obj := renderedPrometheusRule(t, out)
+	if obj.Metadata.Name != "fenced" || obj.Metadata.Namespace != namespace {
+		t.Errorf("PrometheusRule %s/%s, want %s/fenced", obj.Metadata.Namespace, obj.Metadata.Name, namespace)
+	}
+	if rules := loadRules(t); !reflect.DeepEqual(obj.Spec, rules) {
+		t.Errorf("rendered PrometheusRule's groups differ from %s:\n%+v\nwant\n%+v", rulesFile, obj.Spec, rules)
+	}
+}
+
+// prometheusRuleObject is the part of a PrometheusRule the tests read.
+type prometheusRuleObject struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec ruleGroups `json:"spec"`
+}
+
+// renderedPrometheusRule returns the one PrometheusRule of a render.
+func renderedPrometheusRule(t *testing.T, render string) prometheusRuleObject {
+	t.Helper()
+	var found []prometheusRuleObject
+	for _, doc := range splitDocs(t, []byte(render)) {
+		var obj prometheusRuleObject
 		if err := yaml.Unmarshal(doc, &obj); err != nil {
 			t.Fatal(err)
 		}
-		if obj.Kind != "PrometheusRule" {
-			continue
-		}
-		found++
-		if obj.Metadata.Name != "fenced" || obj.Metadata.Namespace != namespace {
-			t.Errorf("PrometheusRule %s/%s, want %s/fenced", obj.Metadata.Namespace, obj.Metadata.Name, namespace)
-		}
-		if rules := loadRules(t); !reflect.DeepEqual(obj.Spec, rules) {
-			t.Errorf("rendered PrometheusRule's groups differ from %s:\n%+v\nwant\n%+v", rulesFile, obj.Spec, rules)
+		if obj.Kind == "PrometheusRule" {
+			found = append(found, obj)
 		}
 	}
-	if found != 1 {
-		t.Fatalf("%d PrometheusRules rendered, want 1:\n%s", found, out)
+	if len(found) != 1 {
+		t.Fatalf("%d PrometheusRules rendered, want 1:\n%s", len(found), render)
 	}
+	return found[0]
 }
 
 // githubAnchor is the anchor GitHub gives a Markdown heading.
@@ -171,8 +185,8 @@ func githubAnchor(heading string) string {
 }
 
 // TestAlertRulesShape: every alert has a known severity, a summary, a
-// description and a runbook annotation pointing to its own heading in
-// runbookDoc,
+// description and an absolute runbook_url pointing to its own heading in
+// runbookDoc (runbookBaseURL#anchor; not the non-standard runbook key),
 // and promtool cases in deploy/monitoring/tests where it fires and where it
 // does not.
 func TestAlertRulesShape(t *testing.T) {
@@ -223,14 +237,17 @@ func TestAlertRulesShape(t *testing.T) {
 			if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
 				t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, s)
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if r.Annotations[a] == "" {
 					t.Errorf("%s: no %s annotation", r.Alert, a)
 				}
 			}
-			anchor, ok := strings.CutPrefix(r.Annotations["runbook"], runbookDoc+"#")
+			if _, ok := r.Annotations["runbook"]; ok {
+				t.Errorf("%s: a runbook annotation; the key alerting tools read is runbook_url", r.Alert)
+			}
+			anchor, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookBaseURL+"#")
 			if !ok || anchor != githubAnchor(r.Alert) || !anchors[anchor] {
-				t.Errorf("%s: runbook %q, want %s#%s and a heading %s there", r.Alert, r.Annotations["runbook"], runbookDoc, githubAnchor(r.Alert), r.Alert)
+				t.Errorf("%s: runbook_url %q, want %s#%s and a heading %s in %s", r.Alert, r.Annotations["runbook_url"], runbookBaseURL, githubAnchor(r.Alert), r.Alert, runbookDoc)
 			}
 			switch c := tested[r.Alert]; {
 			case c == nil:
@@ -245,6 +262,108 @@ func TestAlertRulesShape(t *testing.T) {
 	for name := range tested {
 		if !alerts[name] {
 			t.Errorf("%s: promtool cases for an alert %s does not have", name, rulesFile)
+		}
+	}
+}
+
+// Label lists in PromQL: by/on keep the labels named, without/ignoring
+// drop them; an aggregation operator straight before its parenthesis
+// (max(...), or max(...) by (...)) is the form the rules do not use.
+var (
+	labelList      = regexp.MustCompile(`\b(by|on|without|ignoring)\s*\(([^)]*)\)`)
+	bareAggregator = regexp.MustCompile(`\b(sum|min|max|avg|count|group|stddev|stdvar|topk|bottomk|quantile|count_values)\s*\(`)
+)
+
+// TestAlertRulesKeepCluster: several clusters can share one Prometheus, told
+// apart by a cluster label; every aggregation and vector match of the rules
+// keeps that label (by (cluster, ...), on (cluster, ...)), so that an alert
+// fires per cluster instead of merging them (without one, by (cluster)
+// groups as if it were not there). Aggregations are written by (...)
+// before their argument, so that this check sees each one's grouping.
+func TestAlertRulesKeepCluster(t *testing.T) {
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			if m := bareAggregator.FindString(r.Expr); m != "" {
+				t.Errorf("%s: %q: write the aggregation as %s by (cluster, ...) (...)", r.Alert, m, strings.TrimRight(m, " ("))
+			}
+			for _, m := range labelList.FindAllStringSubmatch(r.Expr, -1) {
+				var labels []string
+				for _, l := range strings.Split(m[2], ",") {
+					labels = append(labels, strings.TrimSpace(l))
+				}
+				keeps := m[1] == "by" || m[1] == "on"
+				if slices.Contains(labels, "cluster") != keeps {
+					t.Errorf("%s: %q drops the cluster label: want %s (cluster, ...)", r.Alert, m[0], m[1])
+				}
+			}
+		}
+	}
+}
+
+// TestHelmPrometheusRule: the chart's PrometheusRule goes where
+// prometheusRule.namespace says, carries prometheusRule.labels for the
+// operator's ruleSelector, and its runbook_url annotations start with
+// prometheusRule.runbookBaseURL, whose default is runbookBaseURL; it holds
+// the rule file's groups otherwise unchanged. A base that is not an
+// absolute URL is refused.
+func TestHelmPrometheusRule(t *testing.T) {
+	var values struct {
+		PrometheusRule struct {
+			RunbookBaseURL string `json:"runbookBaseURL"`
+		} `json:"prometheusRule"`
+	}
+	if err := yaml.Unmarshal(readFile(t, chartDir, "values.yaml"), &values); err != nil {
+		t.Fatal(err)
+	}
+	if got := values.PrometheusRule.RunbookBaseURL; got != runbookBaseURL {
+		t.Errorf("values.yaml prometheusRule.runbookBaseURL %q, want %q (the base of %s's runbook_url)", got, runbookBaseURL, rulesFile)
+	}
+
+	helm := helmPath(t)
+	const wiki = "https://wiki.example.com/ops/fenced"
+	for _, tc := range []struct {
+		name, values, namespace, base string
+		labels                        map[string]string
+	}{
+		{"defaults", "prometheusRule:\n  enabled: true\n", namespace, runbookBaseURL, nil},
+		{"every knob", "prometheusRule:\n  enabled: true\n  namespace: monitoring\n  labels:\n    release: prometheus\n  runbookBaseURL: " + wiki + "\n",
+			"monitoring", wiki, map[string]string{"release": "prometheus"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplate(t, helm, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := loadRules(t)
+			for _, g := range want.Groups {
+				for _, r := range g.Rules {
+					r.Annotations["runbook_url"] = strings.Replace(r.Annotations["runbook_url"], runbookBaseURL+"#", tc.base+"#", 1)
+				}
+			}
+			obj := renderedPrometheusRule(t, out)
+			if obj.Metadata.Namespace != tc.namespace {
+				t.Errorf("namespace %q, want %q", obj.Metadata.Namespace, tc.namespace)
+			}
+			for k, v := range tc.labels {
+				if obj.Metadata.Labels[k] != v {
+					t.Errorf("label %s=%q, want %q (labels %v)", k, obj.Metadata.Labels[k], v, obj.Metadata.Labels)
+				}
+			}
+			for _, g := range obj.Spec.Groups {
+				for _, r := range g.Rules {
+					if !strings.HasPrefix(r.Annotations["runbook_url"], tc.base+"#") {
+						t.Errorf("%s: runbook_url %q, want it under %s", r.Alert, r.Annotations["runbook_url"], tc.base)
+					}
+				}
+			}
+			if !reflect.DeepEqual(obj.Spec, want) {
+				t.Errorf("rendered rules differ from %s with the base %s:\n%+v\nwant\n%+v", rulesFile, tc.base, obj.Spec, want)
+			}
+		})
+	}
+	for _, bad := range []string{"docs/operations.md", wiki + "#alerts"} {
+		if _, err := helmTemplate(t, helm, "prometheusRule:\n  enabled: true\n  runbookBaseURL: "+bad+"\n"); err == nil || !strings.Contains(err.Error(), "runbookBaseURL") {
+			t.Errorf("runbookBaseURL %q: %v; want the schema to refuse it", bad, err)
 		}
 	}
 }

@@ -209,7 +209,7 @@ kc -n "$ns" create secret generic fenced-bmc --from-literal=password="$bmc_passw
 		kind: FencedConfiguration
 		clusterName: kind
 		gossip:
-		  port: 7946
+		  port: 8946
 		  keyFile: /etc/fenced/gossip/key
 		policy:
 		  mode: confirm-only

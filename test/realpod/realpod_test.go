@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/realnode"
+	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -44,10 +46,11 @@ const (
 	// archive carries (hack/image).
 	imageRepository = "fenced"
 	imageTag        = "realpod"
-	// realNodeLabel keeps the chart's observers off the hollow machines:
-	// their kubelets would only pretend to run them, and they run their
-	// agents as processes already.
-	realNodeLabel = "fenced.io/test-real-node"
+	// systemdLabel keeps the chart's agents off the hollow machines, as
+	// the README has hosts that run the agent outside the DaemonSets
+	// labelled: their kubelets would only pretend to run the pods, and
+	// they run their agents as processes already.
+	systemdLabel = "fenced.io/agent"
 	// fencerLabel is the chart's fencer node selector: a label a kubelet
 	// cannot set on its own Node (NodeRestriction), so the test sets it.
 	fencerLabel = "node-restriction.kubernetes.io/fenced-fencer"
@@ -56,8 +59,11 @@ const (
 	fenceTimeout    = 2 * time.Minute
 )
 
-// TestAgentsAsPods installs the chart on a cluster of three hollow
-// machines (agents as processes, observers) and one real node, and shows:
+// TestAgentsAsPods installs the chart with the values README.md's install
+// shows — changed only where the README says to change them: the image, and
+// the inventory (here the hollow machines' BMCs) — on a cluster of three
+// hollow machines (agents as processes, observers, in the ring the README's
+// values configure) and one real node, and shows:
 //  1. the observer pod Running and Ready on the real node — its /readyz
 //     answered through the kubelet's probe — without any capability, on a
 //     read-only root, under the runtime's default seccomp profile;
@@ -66,26 +72,46 @@ const (
 //  3. it holds its logind shutdown delay lock through the mounted
 //     /run/dbus, beside the real kubelet's;
 //  4. its metrics answer on the node's address;
-//  5. then, the chart's fencer enabled on that node: the fencer pod takes
-//     over, and when a hollow machine loses power it reads the machine's
-//     BMC and taints it out-of-service, with the evidence on the Node.
+//  5. then, that node labelled a fencer node: the fencer pod takes over
+//     and joins the same ring, in dry-run as installed; gone live as the
+//     README says (dryRun false, helm upgrade), when a hollow machine loses
+//     power it reads the machine's BMC and taints it out-of-service, with
+//     the evidence on the Node.
 func TestAgentsAsPods(t *testing.T) {
 	if testing.Short() {
 		t.Skip(harness.SkipShortMessage)
 	}
+	helm, kubectl := tools(t)
+	readme, err := cluster.ReadmeHelmValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(readme), &values); err != nil {
+		t.Fatal(err)
+	}
+	// The hollow machines' agents join the ring the README's values make.
+	ring, err := observerConfig(helm, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the README's values: cluster %q, gossip port %d", ring.ClusterName, ring.Gossip.Port)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"node-a", "node-b", "node-c"},
-		Fencing:  &harness.Fencing{},
+		Fencing:  &harness.Fencing{ClusterName: ring.ClusterName, GossipPort: ring.Gossip.Port},
 	})
 	image := buildImage(t)
 	node := realnode.Start(ctx, t, h, realnode.Options{
 		Images: []string{image},
 		Logind: true,
-		Labels: map[string]string{realNodeLabel: "true"},
 	})
-	helm, kubectl := tools(t)
 	client := h.Cluster.Client()
+	for _, m := range h.Machines {
+		setLabel(ctx, t, h, m.Name, systemdLabel, "systemd")
+	}
 
+	// The Secrets the README has created, from the harness's key and BMC
+	// passwords; the README's inventory becomes the hollow machines'.
 	gossipKey, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -96,19 +122,13 @@ func TestAgentsAsPods(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	observerValues := fmt.Sprintf(`
-image: {repository: %s, tag: %s, pullPolicy: Never}
-observer:
-  nodeSelector: {%s: "true"}
-  config:
-    apiVersion: fenced.io/v1alpha1
-    kind: FencedConfiguration
-    clusterName: %s
-    gossip: {port: %d, keyFile: /etc/fenced/gossip/key}
-    fencer: {leaseNamespace: %s}
-metrics: {service: {enabled: true}}
-`, imageRepository, imageTag, realNodeLabel, harness.ClusterName, harness.GossipPort, harness.LeaseNamespace)
-	install(t, helm, kubectl, h, observerValues)
+	values["image"] = map[string]any{"repository": imageRepository, "tag": imageTag}
+	fencers := values["fencers"].(map[string]any)
+	// Until the fence-agents image is built here, the fencers run the
+	// same image as the observers (the BMCs need no fence agent).
+	fencers["image"] = map[string]any{"repository": imageRepository, "tag": imageTag}
+	fencers["bmc"] = harnessInventory(ctx, t, h)
+	install(t, helm, kubectl, h, values)
 
 	// 1. Running and Ready through the kubelet's readiness probe.
 	pod := waitPodReady(ctx, t, h, "observer", node)
@@ -151,24 +171,28 @@ metrics: {service: {enabled: true}}
 		}
 	}
 
-	// 5. The fencer as a pod: the chart's fencers on the real node, with
-	// the harness's BMC inventory and passwords as the chart takes them.
-	fencerValues := observerValues + fencerSection(ctx, t, h)
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Labels[fencerLabel] = "true"
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	install(t, helm, kubectl, h, fencerValues)
+	// 5. The fencer as a pod: the real node labelled a fencer node, as
+	// the README labels cp-1; the DaemonSets swap the observer for the
+	// fencer, in the same ring, in dry-run.
+	setLabel(ctx, t, h, node.Name, fencerLabel, "true")
 	fencer := waitPodReady(ctx, t, h, "fencer", node)
 	t.Logf("fencer pod %s Ready on %s", fencer.Name, node.Name)
 	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, alive)
+	waitMetrics(ctx, t, "the fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, "fenced_dry_run 1")
+
+	// Go live as the README says: dryRun false, helm upgrade.
+	fencers["policy"].(map[string]any)["dryRun"] = false
+	install(t, helm, kubectl, h, values)
+	rolled, err := h.WaitPodOn(ctx, harness.LeaseNamespace, "app.kubernetes.io/component=fencer", node.Name, fencer.Name, podReadyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitPodReady(ctx, harness.LeaseNamespace, rolled.Name, node.Name, podReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics(ctx, t, "the live fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, "fenced_dry_run 0")
+	waitMetrics(ctx, t, "the live fencer pod", func() (string, error) { return harness.Scrape(node.Host.Addr) }, alive)
+	t.Logf("gone live: fencer pod %s Ready on %s", rolled.Name, node.Name)
 
 	victim := h.Machine("node-c")
 	lost := time.Now()
@@ -186,18 +210,26 @@ metrics: {service: {enabled: true}}
 // buildImage runs make image into a temporary archive.
 func buildImage(t *testing.T) string {
 	t.Helper()
+	return makeImage(t, "image", "IMAGE_ARCHIVE", "IMAGE_TAG", imageRepository+":"+imageTag)
+}
+
+// makeImage runs the image target for this machine's platform only into a
+// temporary archive (the variable archiveVar), the image named tag (the
+// variable tagVar).
+func makeImage(t *testing.T, target, archiveVar, tagVar, tag string) string {
+	t.Helper()
 	root, err := cluster.RepoFile(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	out := filepath.Join(dir, "fenced-image.tar")
+	out := filepath.Join(dir, "image.tar")
 	// Its own binary path: test/deploy's TestImage may build at the same time.
-	cmd := exec.Command("make", "--no-print-directory", "image", "IMAGE_ARCHIVE="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
-		"IMAGE_TAG="+imageRepository+":"+imageTag)
+	cmd := exec.Command("make", "--no-print-directory", target, archiveVar+"="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
+		tagVar+"="+tag, "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, b)
+		t.Fatalf("make %s: %v\n%s", target, err, b)
 	}
 	return out
 }
@@ -216,29 +248,80 @@ func tools(t *testing.T) (helm, kubectl string) {
 	return helm, filepath.Join(dir, "kubectl")
 }
 
+// render renders the chart with values, as `helm template` does.
+func render(helm string, values map[string]any) ([]byte, error) {
+	chart, err := cluster.RepoFile("deploy/helm/fenced")
+	if err != nil {
+		return nil, err
+	}
+	raw, err := yaml.Marshal(values)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "realpod-values-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	valuesFile := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(valuesFile, raw, 0o644); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(helm, "template", "fenced", chart, "--namespace", harness.LeaseNamespace,
+		"--kube-version", cluster.KubeVersion(), "--values", valuesFile).Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %v\n%s", err, stderrOf(err))
+	}
+	return out, nil
+}
+
+// observerConfig is the observers' configuration the chart makes of values.
+func observerConfig(helm string, values map[string]any) (*config.Config, error) {
+	out, err := render(helm, values)
+	if err != nil {
+		return nil, err
+	}
+	for doc := range strings.SplitSeq(string(out), "\n---\n") {
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil || cm.Kind != "ConfigMap" || cm.Name != "fenced-observer-config" {
+			continue
+		}
+		return config.Parse([]byte(cm.Data["config.yaml"]), "ConfigMap "+cm.Name)
+	}
+	return nil, fmt.Errorf("the chart renders no ConfigMap fenced-observer-config")
+}
+
 // install renders the chart with values and applies it, as
 // `helm template | kubectl apply` does. Server-side and forced: the
 // harness installed the same agent-identity policy from the same file.
-func install(t *testing.T, helm, kubectl string, h *harness.Harness, values string) {
+func install(t *testing.T, helm, kubectl string, h *harness.Harness, values map[string]any) {
 	t.Helper()
-	chart, err := cluster.RepoFile("deploy/helm/fenced")
+	out, err := render(helm, values)
 	if err != nil {
 		t.Fatal(err)
-	}
-	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	render, err := exec.Command(helm, "template", "fenced", chart, "--namespace", harness.LeaseNamespace,
-		"--kube-version", cluster.KubeVersion(), "--values", valuesFile).Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderrOf(err))
 	}
 	apply := exec.Command(kubectl, "--kubeconfig", h.Cluster.Kubeconfig, "apply", "--server-side", "--force-conflicts",
 		"--field-manager", "realpod-test", "-f", "-")
-	apply.Stdin = strings.NewReader(string(render))
+	apply.Stdin = strings.NewReader(string(out))
 	if out, err := apply.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+// setLabel labels a Node, as `kubectl label node` does.
+func setLabel(ctx context.Context, t *testing.T, h *harness.Harness, node, key, value string) {
+	t.Helper()
+	client := h.Cluster.Client()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[key] = value
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -249,10 +332,10 @@ func stderrOf(err error) string {
 	return ""
 }
 
-// fencerSection is the values' fencers section: the harness's own fencer
-// configuration (its BMC inventory) with the paths the chart mounts, and
-// the BMC passwords as the credentials Secret.
-func fencerSection(ctx context.Context, t *testing.T, h *harness.Harness) string {
+// harnessInventory is the fencers' bmc section for the harness's machines:
+// the harness's own fencer configuration's, the password files at the path
+// the chart mounts the credentials Secret, which it creates from them.
+func harnessInventory(ctx context.Context, t *testing.T, h *harness.Harness) map[string]any {
 	t.Helper()
 	raw, err := os.ReadFile(h.FencerConfigFile())
 	if err != nil {
@@ -262,9 +345,9 @@ func fencerSection(ctx context.Context, t *testing.T, h *harness.Harness) string
 	if err := yaml.Unmarshal(raw, &config); err != nil {
 		t.Fatal(err)
 	}
-	config["gossip"].(map[string]any)["keyFile"] = "/etc/fenced/gossip/key"
+	bmc := config["bmc"].(map[string]any)
 	passwords := map[string][]byte{}
-	for _, n := range config["bmc"].(map[string]any)["nodes"].([]any) {
+	for _, n := range bmc["nodes"].([]any) {
 		entry := n.(map[string]any)
 		name := entry["name"].(string)
 		pw, err := os.ReadFile(entry["passwordFile"].(string))
@@ -274,17 +357,28 @@ func fencerSection(ctx context.Context, t *testing.T, h *harness.Harness) string
 		passwords[name] = pw
 		entry["passwordFile"] = "/etc/fenced/bmc/" + name
 	}
+	// Fence devices' secret files (a PDU's community), in the same Secret.
+	devices, _ := config["fenceDevices"].([]any)
+	for _, d := range devices {
+		device := d.(map[string]any)
+		secrets, _ := device["secretOptions"].(map[string]any)
+		for option, file := range secrets {
+			key := device["name"].(string) + "." + option
+			value, err := os.ReadFile(file.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			passwords[key] = value
+			secrets[option] = "/etc/fenced/bmc/" + key
+		}
+	}
 	if _, err := h.Cluster.Client().CoreV1().Secrets(harness.LeaseNamespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "fenced-bmc"},
 		Data:       passwords,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	section, err := yaml.Marshal(map[string]any{"fencers": map[string]any{"enabled": true, "config": config}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(section)
+	return bmc
 }
 
 // waitPodReady waits for the pod of the chart's DaemonSet role on node to be

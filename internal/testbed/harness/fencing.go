@@ -30,6 +30,11 @@ import (
 
 // Fencing runs `fenced agent` on every machine.
 type Fencing struct {
+	// ClusterName and GossipPort are the ring's label and port (default:
+	// the constants ClusterName and GossipPort), for a test whose agents
+	// must join a ring configured elsewhere, e.g. by the chart's values.
+	ClusterName string
+	GossipPort  int
 	// Fencers are the machines whose agents hold the BMC inventory. They
 	// stand for control-plane hosts: labeled control-plane and tainted
 	// NoSchedule, so workloads run on the other machines.
@@ -224,12 +229,19 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if f.MonitorInterval > 0 {
 		fencerSection += ", monitorInterval: " + f.MonitorInterval.String()
 	}
-	gossipSection := fmt.Sprintf("port: %d, keyFile: %s", GossipPort, keyFile)
+	clusterName, gossipPort := ClusterName, GossipPort
+	if f.ClusterName != "" {
+		clusterName = f.ClusterName
+	}
+	if f.GossipPort != 0 {
+		gossipPort = f.GossipPort
+	}
+	gossipSection := fmt.Sprintf("port: %d, keyFile: %s", gossipPort, keyFile)
 	if f.Gossip != "" {
 		gossipSection += ", " + f.Gossip
 	}
 	common := fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: %s\n"+
-		"gossip: {%s}\nfencer: {%s}\n", ClusterName, gossipSection, fencerSection)
+		"gossip: {%s}\nfencer: {%s}\n", clusterName, gossipSection, fencerSection)
 	if f.Policy != "" {
 		common += "policy: " + f.Policy + "\n"
 	}
