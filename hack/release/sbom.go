@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"fenced.io/fenced/hack/image/debian"
 )
 
 // imageSBOMInput is what an image's SBOM is made of.
@@ -22,7 +23,7 @@ type imageSBOMInput struct {
 	Repository, Version string
 	Time                time.Time
 	// DebianLock is the Debian package lock the image was built from
-	// (hack/image's format; only its "deb" lines are read), or "".
+	// (hack/image/debian's format), or "".
 	DebianLock string
 	// BinarySBOMs are the CycloneDX SBOMs of the fenced binaries in the
 	// image (cyclonedx-gomod bin), one per platform.
@@ -144,12 +145,15 @@ func imageSBOM(in imageSBOMInput) ([]byte, error) {
 		}
 	}
 	if in.DebianLock != "" {
-		debs, err := readDebianLock(in.DebianLock)
+		lock, err := debian.ReadLock(in.DebianLock)
 		if err != nil {
 			return nil, err
 		}
-		for _, d := range debs {
-			c := cdxComponent{Type: "library", Name: d.Package, Version: d.Version, PURL: d.purl(),
+		if len(lock.Debs) == 0 {
+			return nil, fmt.Errorf("%s: no packages locked", in.DebianLock)
+		}
+		for _, d := range lock.Debs {
+			c := cdxComponent{Type: "library", Name: d.Package, Version: d.Version, PURL: debPURL(d),
 				Hashes: []cdxHash{{Alg: "SHA-256", Content: d.SHA256}}}
 			c.BOMRef = c.PURL
 			b, err := json.Marshal(c)
@@ -242,42 +246,8 @@ func ociArchiveDigest(archive string) (string, error) {
 	}
 }
 
-// lockedDeb is one "deb ARCH PACKAGE VERSION PATH SHA256 SIZE" line of a
-// Debian package lock (hack/image writes and reads the whole format).
-type lockedDeb struct {
-	Arch, Package, Version, SHA256 string
-}
-
-// purl is the package URL of a Debian package.
-func (d lockedDeb) purl() string {
+// debPURL is the package URL of a locked Debian package.
+func debPURL(d debian.Deb) string {
 	escape := strings.NewReplacer("%", "%25", "+", "%2B", ":", "%3A", "~", "%7E")
 	return fmt.Sprintf("pkg:deb/debian/%s@%s?arch=%s", d.Package, escape.Replace(d.Version), d.Arch)
-}
-
-func readDebianLock(name string) ([]lockedDeb, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var debs []lockedDeb
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		fields := strings.Fields(line)
-		if len(fields) == 0 || fields[0] != "deb" {
-			continue
-		}
-		if len(fields) != 7 {
-			return nil, fmt.Errorf("%s:%d: want deb ARCH PACKAGE VERSION PATH SHA256 SIZE", name, n)
-		}
-		debs = append(debs, lockedDeb{Arch: fields[1], Package: fields[2], Version: fields[3], SHA256: fields[5]})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(debs) == 0 {
-		return nil, fmt.Errorf("%s: no deb lines", name)
-	}
-	return debs, nil
 }
