@@ -16,7 +16,7 @@ ARG VERSION=dev
 ARG REVISION=
 ARG CREATED=0
 # The binary as make image builds it: static, -trimpath, no build ID.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid= -X main.version=${VERSION}" -o /out/fenced ./cmd/fenced
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid= -X fenced.io/fenced/pkg/version.stamped=${VERSION}" -o /out/fenced ./cmd/fenced
 RUN go run ./hack/image -binary /out/fenced -rootfs /rootfs -version "${VERSION}" -revision "${REVISION}" -created "${CREATED}"
 
 FROM scratch

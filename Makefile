@@ -3,8 +3,14 @@
 
 SHELL        := /usr/bin/env bash
 GO           ?= go
-VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS      := -X main.version=$(VERSION)
+# git describe's version, or a v0.0.0 pre-release before the first tag
+# (hack/release/version.sh); stamped into fenced's pkg/version.
+# Computed once per make (not at every use: a commit made meanwhile would
+# change it half-way).
+ifeq ($(origin VERSION),undefined)
+VERSION      := $(shell hack/release/version.sh)
+endif
+LDFLAGS      := -X fenced.io/fenced/pkg/version.stamped=$(VERSION)
 BIN          := bin/fenced
 # Tools are pinned and run through the Go module proxy; nothing is vendored.
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -233,3 +239,62 @@ kind-power-loss: ## (needs Docker and kind) pull a worker's plug on a kind clust
 
 clean: ## remove build output
 	rm -rf bin
+
+# A release, into one folder: bin/release/$(VERSION)/ (docs/release.md says
+# what a maintainer does with it). Not part of make test. The same commit
+# gives the same bytes: binaries built with -trimpath and no build ID,
+# archives and the chart package stamped with the commit's time, SBOMs
+# without a serial number or the time of the run.
+REGISTRY          ?= ghcr.io/fenced-io
+HOMEPAGE          ?= https://github.com/fenced-io/fenced
+RELEASE_URL       ?= $(HOMEPAGE)/releases/download/$(VERSION)
+RELEASE_DIR       ?= bin/release/$(VERSION)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+# The images to build; a target this Makefile lacks is skipped with a message.
+RELEASE_IMAGES    ?= image image-fence-agents
+CYCLONEDX_GOMOD   := github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+# The Helm the chart's tests use (internal/testbed/cluster.HelmModule).
+HELM_MODULE       := helm.sh/helm/v3/cmd/helm@v3.22.0
+RELEASE_WORK      := bin/release-work/$(VERSION)
+# Every file's time: the commit's.
+RELEASE_MTIME     := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+.PHONY: release
+release: ## the release folder bin/release/VERSION: linux amd64/arm64 archives, both images (OCI archives), the chart, SBOMs, SHA256SUMS, the krew manifest
+	@case "$(VERSION)" in *dirty*) echo "warning: the tree has uncommitted changes; $(VERSION) cannot be rebuilt from a commit";; esac
+	rm -rf $(RELEASE_DIR) $(RELEASE_WORK)
+	@mkdir -p $(RELEASE_DIR) $(RELEASE_WORK)
+	$(GO) build -o $(RELEASE_WORK)/release ./hack/release
+	GOBIN=$(CURDIR)/$(RELEASE_WORK) $(GO) install $(CYCLONEDX_GOMOD)
+	@set -e; mtime=$(RELEASE_MTIME); \
+	for platform in $(RELEASE_PLATFORMS); do \
+	  os=$${platform%%/*}; arch=$${platform#*/}; bin=$(RELEASE_WORK)/$$os-$$arch/fenced; \
+	  echo "building fenced for $$platform"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -buildid= $(LDFLAGS)" -o $$bin ./cmd/fenced; \
+	  $(RELEASE_WORK)/release archive -binary $$bin -platform $$platform -version $(VERSION) -mtime $$mtime -out $(RELEASE_DIR) LICENSE README.md; \
+	  GOOS=$$os GOARCH=$$arch $(RELEASE_WORK)/cyclonedx-gomod bin -json -noserial -notimestamp -version $(VERSION) \
+	    -output $(RELEASE_DIR)/fenced-$(VERSION)-$$os-$$arch.cdx.json $$bin; \
+	done
+	@set -e; mtime=$(RELEASE_MTIME); platforms=$$(echo $(RELEASE_PLATFORMS) | tr ' ' ,); \
+	sboms=$$(for p in $(RELEASE_PLATFORMS); do echo $(RELEASE_DIR)/fenced-$(VERSION)-$${p%%/*}-$${p#*/}.cdx.json; done); \
+	for target in $(RELEASE_IMAGES); do \
+	  if ! grep -q "^$$target:" $(firstword $(MAKEFILE_LIST)); then echo "skipping $$target: this Makefile has no such target"; continue; fi; \
+	  case $$target in \
+	    image) name=fenced; lock=; \
+	      $(MAKE) --no-print-directory image VERSION=$(VERSION) IMAGE_ARCHIVE=$(RELEASE_DIR)/$$name-$(VERSION).oci.tar IMAGE_PLATFORMS=$$platforms \
+	        IMAGE_TAG=$(REGISTRY)/$$name:$(VERSION) IMAGE_BINARY=$(RELEASE_WORK)/image/fenced;; \
+	    image-fence-agents) name=fenced-fence-agents; lock=$(or $(FENCE_AGENTS_LOCK),hack/image/fence-agents.lock); \
+	      $(MAKE) --no-print-directory image-fence-agents VERSION=$(VERSION) FENCE_AGENTS_IMAGE_ARCHIVE=$(RELEASE_DIR)/$$name-$(VERSION).oci.tar IMAGE_PLATFORMS=$$platforms \
+	        FENCE_AGENTS_IMAGE_TAG=$(REGISTRY)/$$name:$(VERSION) IMAGE_BINARY=$(RELEASE_WORK)/image/fenced;; \
+	    *) echo "release: unknown image target $$target"; exit 1;; \
+	  esac; \
+	  $(RELEASE_WORK)/release image-sbom -image $(RELEASE_DIR)/$$name-$(VERSION).oci.tar -repository $(REGISTRY)/$$name \
+	    -version $(VERSION) -mtime $$mtime $${lock:+-debian-lock $$lock} -out $(RELEASE_DIR)/$$name-$(VERSION).oci.cdx.json $$sboms; \
+	done
+	@set -e; mtime=$(RELEASE_MTIME); \
+	cp -r deploy/helm/fenced $(RELEASE_WORK)/chart; \
+	$(RELEASE_WORK)/release chart-values -registry $(REGISTRY) $(RELEASE_WORK)/chart/values.yaml; \
+	$(GO) run $(HELM_MODULE) package $(RELEASE_WORK)/chart --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) -d $(RELEASE_DIR); \
+	$(RELEASE_WORK)/release retar -mtime $$mtime $(RELEASE_DIR)/fenced-$(patsubst v%,%,$(VERSION)).tgz
+	$(RELEASE_WORK)/release krew -dir $(RELEASE_DIR) -version $(VERSION) -url $(RELEASE_URL) -homepage $(HOMEPAGE)
+	$(RELEASE_WORK)/release sums -dir $(RELEASE_DIR)
+	@cd $(RELEASE_DIR) && sha256sum -c --quiet SHA256SUMS && echo && echo "$(RELEASE_DIR):" && find . -type f | sort | xargs ls -l | awk '{printf "  %10d  %s\n", $$5, $$9}'

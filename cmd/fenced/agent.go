@@ -12,6 +12,7 @@ import (
 	"fenced.io/fenced/pkg/agent"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/shutdown"
+	"fenced.io/fenced/pkg/version"
 )
 
 // defaultMetricsAddress is where the agent serves /metrics, /healthz and
@@ -112,7 +113,7 @@ func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 		bootID = strings.TrimSpace(string(b))
 	}
 	opts := agent.Options{
-		Config: cfg, Version: version, NodeName: nodeName, BootID: bootID,
+		Config: cfg, Version: version.Version(), NodeName: nodeName, BootID: bootID,
 		GossipBind: f.gossipBind, GossipAdvertise: f.gossipAdvertise, Seeds: f.seeds,
 		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, KubeletRootDir: f.kubeletRootDir,
 		Logger: g.log,

@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+
+	"fenced.io/fenced/pkg/version"
 )
 
 // newManCommand generates the man pages from the command tree, so they
@@ -24,7 +26,7 @@ func newManCommand() *cobra.Command {
 			}
 			root := cmd.Root()
 			root.DisableAutoGenTag = true // same source, same pages
-			header := &doc.GenManHeader{Title: "FENCED", Section: "1", Source: "fenced " + version, Manual: "fenced manual"}
+			header := &doc.GenManHeader{Title: "FENCED", Section: "1", Source: "fenced " + version.Version(), Manual: "fenced manual"}
 			if err := doc.GenManTree(root, header, dir); err != nil {
 				return fmt.Errorf("man pages: %w", err)
 			}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/version"
 )
 
 // globals are the flags every command shares.
@@ -63,6 +63,9 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 	if name == kubectlPluginName {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fenced"}
 	}
+	// --version prints what `fenced version` prints.
+	root.Version = version.String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -145,6 +148,6 @@ func (g *globals) restConfig() (*rest.Config, error) {
 		}
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "fenced/" + strings.TrimPrefix(version, "v")
+	cfg.UserAgent = version.UserAgent()
 	return cfg, nil
 }

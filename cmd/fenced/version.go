@@ -2,22 +2,20 @@ package main
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/spf13/cobra"
-)
 
-// version is set at build time: -ldflags "-X main.version=v0.1.0".
-var version = "dev"
+	"fenced.io/fenced/pkg/version"
+)
 
 func newVersionCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
-		Short:   "Print the fenced version",
+		Short:   "Print the fenced version (the same line as fenced --version)",
 		Example: "  fenced version",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(g.stdout, "fenced %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintln(g.stdout, version.String())
 			return nil
 		},
 	}
