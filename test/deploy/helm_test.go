@@ -501,6 +501,31 @@ func TestDefaultGossipPort(t *testing.T) {
 	}
 }
 
+// TestHelmChartKeepsAnOldPortWhenAllowed: a ring that ran on the old
+// default port 7946, on nodes where neither MetalLB nor Docker Swarm runs,
+// keeps it through an upgrade by listing it in allowKnownPorts (the
+// refusal's message says so), and both DaemonSets and their configurations
+// carry it.
+func TestHelmChartKeepsAnOldPortWhenAllowed(t *testing.T) {
+	helm := helmPath(t)
+	values := "allowKnownPorts: [7946]\ncluster:\n  name: prod\n  gossip: {port: 7946}\n" +
+		"fencers:\n  enabled: true\n  bmc:\n    nodes: [{name: w-1, address: 10.0.0.1, protocol: ipmi, username: u, passwordFile: /etc/fenced/bmc/p}]\n"
+	agents := agentConfigs(t, helm, values)
+	for role, a := range agents {
+		if a.cfg.Gossip.Port != 7946 {
+			t.Errorf("the %s configuration gossips on %d; want 7946", role, a.cfg.Gossip.Port)
+		}
+		for _, p := range a.ds.Spec.Template.Spec.Containers[0].Ports {
+			if strings.HasPrefix(p.Name, "gossip-") && p.ContainerPort != 7946 {
+				t.Errorf("the %s DaemonSet declares %s %d; want 7946", role, p.Name, p.ContainerPort)
+			}
+		}
+	}
+	if len(agents) != 2 {
+		t.Errorf("rendered %d agent DaemonSets; want observers and fencers", len(agents))
+	}
+}
+
 // TestHelmChartRefuses: values that would reach the cluster wrong fail at
 // helm template, with a message that names the field: an inline password
 // (the old chart rendered it into a ConfigMap, in etcd in clear, before the
@@ -524,7 +549,8 @@ func TestHelmChartRefuses(t *testing.T) {
 		{"misspelt cluster name", "cluster:\n  clustername: prod\n", []string{"'clustername' not allowed"}},
 		{"misspelt policy field", inventory + "  policy: {dryrun: true}\n", []string{"/fencers/policy", "'dryrun' not allowed"}},
 		{"lease namespace is the chart's", inventory + "  fencer: {leaseNamespace: elsewhere}\n", []string{"'leaseNamespace' not allowed"}},
-		{"MetalLB's port", "cluster:\n  gossip: {port: 7946}\n", []string{"cluster.gossip.port: 7946", "MetalLB"}},
+		{"MetalLB's port", "cluster:\n  gossip: {port: 7946}\n", []string{"cluster.gossip.port: 7946", "MetalLB", "allowKnownPorts"}},
+		{"only the listed known port is allowed", "allowKnownPorts: [7946]\ncluster:\n  gossip: {port: 9100}\n", []string{"cluster.gossip.port: 9100"}},
 		{"an exporter's port", "cluster:\n  gossip: {port: 9100}\n", []string{"cluster.gossip.port: 9100", "node exporter"}},
 		{"the kubelet's port", "metrics:\n  port: 10250\n", []string{"metrics.port: 10250", "kubelet"}},
 		{"one port twice", "metrics:\n  port: 8946\n", []string{"cluster.gossip.port and metrics.port are both 8946"}},

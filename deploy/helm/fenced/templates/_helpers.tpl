@@ -108,8 +108,11 @@ for the metrics port, which is an exporter's).
 {{- $width = sub (int .to) (int .from) -}}
 {{- end -}}
 {{- end -}}
+{{- range (.root.Values.allowKnownPorts | default list) -}}
+{{- if eq (int .) $port }}{{ $owner = "" }}{{ end -}}
+{{- end -}}
 {{- if $owner -}}
-{{- fail (printf "%s: %d is taken on the nodes' host network by %s; pick a port no component of your nodes uses (docs/install.md, \"Ports\")" .value $port $owner) -}}
+{{- fail (printf "%s: %d is taken on the nodes' host network by %s; pick a port no component of your nodes uses, or list it in allowKnownPorts if none of them runs on your nodes (docs/install.md, \"Ports\")" .value $port $owner) -}}
 {{- end -}}
 {{- end }}
 
