@@ -16,13 +16,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/pdusim"
 )
 
@@ -39,7 +39,7 @@ func TestImage(t *testing.T) {
 	}
 	root := repoRoot(t)
 	const tag = "fenced:image-test"
-	first, second := buildImageTwice(t, "image", "IMAGE_ARCHIVE", "IMAGE_TAG="+tag, "IMAGE_PLATFORMS=linux/amd64,linux/arm64")
+	first, second, _ := buildImageTwice(t, "image", "IMAGE_ARCHIVE", "IMAGE_TAG="+tag, "IMAGE_PLATFORMS=linux/amd64,linux/arm64")
 	if a, b := fileSHA256(t, first), fileSHA256(t, second); a != b {
 		t.Fatalf("two builds of the same source differ: %s and %s", a, b)
 	}
@@ -105,25 +105,19 @@ func TestImage(t *testing.T) {
 
 // buildImageTwice runs the make target twice, each into its own archive
 // (the variable archiveVar) and with its own binaries, and returns the two
-// archives.
-func buildImageTwice(t *testing.T, target, archiveVar string, vars ...string) (first, second string) {
+// archives and the fence-agents lock they were built from
+// (cluster.MakeImage).
+func buildImageTwice(t *testing.T, target, archiveVar string, vars ...string) (first, second, lock string) {
 	t.Helper()
-	root, dir := repoRoot(t), t.TempDir()
+	dir := t.TempDir()
 	build := func(name string) string {
 		t.Helper()
 		out := filepath.Join(dir, name)
-		args := append([]string{"--no-print-directory", target, archiveVar + "=" + out,
-			"IMAGE_BINARY=" + filepath.Join(dir, name+".fenced"), "VERSION=image-test"}, vars...)
-		cmd := exec.Command("make", args...)
-		cmd.Dir = root
-		start := time.Now()
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("make %s: %v\n%s", target, err, b)
-		}
-		t.Logf("make %s: %s", target, time.Since(start).Round(100*time.Millisecond))
+		lock = cluster.MakeImage(t, target, append([]string{archiveVar + "=" + out,
+			"IMAGE_BINARY=" + filepath.Join(dir, name+".fenced"), "VERSION=image-test"}, vars...)...)
 		return out
 	}
-	return build("first.tar"), build("second.tar")
+	return build("first.tar"), build("second.tar"), lock
 }
 
 // readImageIndex reads the OCI archive name: its index names one image
@@ -359,7 +353,7 @@ func TestFenceAgentsImage(t *testing.T) {
 	root := repoRoot(t)
 	const tag = "fenced-fence-agents:image-test"
 	platform := "linux/" + runtime.GOARCH
-	first, second := buildImageTwice(t, "image-fence-agents", "FENCE_AGENTS_IMAGE_ARCHIVE", "FENCE_AGENTS_IMAGE_TAG="+tag, "IMAGE_PLATFORMS="+platform)
+	first, second, lock := buildImageTwice(t, "image-fence-agents", "FENCE_AGENTS_IMAGE_ARCHIVE", "FENCE_AGENTS_IMAGE_TAG="+tag, "IMAGE_PLATFORMS="+platform)
 	if a, b := fileSHA256(t, first), fileSHA256(t, second); a != b {
 		t.Fatalf("two builds of the same source and lock differ: %s and %s", a, b)
 	}
@@ -370,7 +364,7 @@ func TestFenceAgentsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockSum := fileSHA256(t, path(t, "hack/image/fence-agents.lock"))
+	lockSum := fileSHA256(t, lock)
 	if c := cf.Config; c.User != "65532:65532" || !slices.Equal(c.Entrypoint, []string{"/usr/local/bin/fenced"}) ||
 		c.Labels["io.fenced.debian-lock.sha256"] != lockSum || !slices.Contains(c.Env, "PYTHONDONTWRITEBYTECODE=1") {
 		t.Fatalf("config %+v: want user 65532:65532, entrypoint fenced, the lock's digest %s, no Python bytecode written", c, lockSum)

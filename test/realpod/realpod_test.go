@@ -190,19 +190,11 @@ func buildFenceAgentsImage(t *testing.T) string {
 // variable tagVar).
 func makeImage(t *testing.T, target, archiveVar, tagVar, tag string) string {
 	t.Helper()
-	root, err := cluster.RepoFile(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "image.tar")
 	// Its own binary path: test/deploy's TestImage may build at the same time.
-	cmd := exec.Command("make", "--no-print-directory", target, archiveVar+"="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
+	cluster.MakeImage(t, target, archiveVar+"="+out, "IMAGE_BINARY="+filepath.Join(dir, "fenced"),
 		tagVar+"="+tag, "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make %s: %v\n%s", target, err, b)
-	}
 	return out
 }
 
