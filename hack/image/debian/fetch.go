@@ -3,11 +3,13 @@ package debian
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -24,7 +26,7 @@ func Fetch(d Deb, cache string) ([]byte, error) {
 		}
 		_ = os.Remove(name)
 	}
-	b, err := download(Mirror + d.Path)
+	b, err := Download(d.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s (%s): %w", d.Package, d.Version, d.Arch, err)
 	}
@@ -59,18 +61,40 @@ func verify(d Deb, b []byte) error {
 
 var httpClient = &http.Client{Timeout: 5 * time.Minute}
 
-// download GETs url.
-func download(url string) ([]byte, error) {
+// Download GETs path (below a mirror's root, e.g. a Packages index's
+// debian/dists/…) from the first of Mirrors that answers; a mirror that
+// answers with an error status is not tried past.
+func Download(path string) ([]byte, error) {
+	var unreachable []string
+	for _, mirror := range Mirrors {
+		b, err := get(mirror + path)
+		var status statusError
+		if err == nil || errors.As(err, &status) {
+			return b, err
+		}
+		unreachable = append(unreachable, err.Error())
+	}
+	return nil, fmt.Errorf("no mirror answers: %s", strings.Join(unreachable, "; "))
+}
+
+// statusError is a mirror's answer other than 200 OK.
+type statusError struct {
+	url, status string
+}
+
+func (e statusError) Error() string {
+	return fmt.Sprintf("GET %s: %s (a version the mirror no longer holds: regenerate the lock)", e.url, e.status)
+}
+
+// get GETs url.
+func get(url string) ([]byte, error) {
 	resp, err := httpClient.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s (a version the mirror no longer holds: regenerate the lock)", url, resp.Status)
+		return nil, statusError{url, resp.Status}
 	}
 	return io.ReadAll(resp.Body)
 }
-
-// Download is download for the lock program: the Packages indexes.
-func Download(url string) ([]byte, error) { return download(url) }

@@ -32,8 +32,13 @@ import (
 	"strings"
 )
 
-// Mirror is where the lock's paths are fetched from.
-const Mirror = "https://deb.debian.org/"
+// Mirrors are where the lock's paths are fetched from, tried in order
+// while one cannot be reached: Debian's CDN over HTTPS, then over HTTP, the
+// transport apt itself uses by default (a network that lets only apt's
+// traffic out still builds the image). Every file is checked against the
+// lock's SHA-256 whatever the transport; HTTPS only keeps the Packages
+// indexes the lock program reads from being altered on the way.
+var Mirrors = []string{"https://deb.debian.org/", "http://deb.debian.org/"}
 
 // Suite is an archive and distribution the lock is resolved from, e.g.
 // {"debian", "bookworm"} or {"debian-security", "bookworm-security"}.
@@ -44,7 +49,7 @@ type Suite struct {
 // Deb is one locked package file.
 type Deb struct {
 	Arch, Package, Version string
-	// Path is below Mirror.
+	// Path is below a mirror's root.
 	Path   string
 	SHA256 string
 	Size   int64

@@ -19,7 +19,7 @@ type Package struct {
 	SHA256   string
 	Size     int64
 	// Base is the archive the index came from (Suite.Base): Filename is
-	// below Mirror + Base.
+	// below a mirror's root + Base.
 	Base string
 }
 

@@ -41,7 +41,7 @@ func run(lockFile string) error {
 	for _, arch := range lock.Arches {
 		ix := debian.NewIndex()
 		for _, s := range lock.Suites {
-			url := fmt.Sprintf("%s%s/dists/%s/main/binary-%s/Packages.xz", debian.Mirror, s.Base, s.Dist, arch)
+			url := fmt.Sprintf("%s/dists/%s/main/binary-%s/Packages.xz", s.Base, s.Dist, arch)
 			compressed, err := debian.Download(url)
 			if err != nil {
 				return err
