@@ -362,6 +362,26 @@ func (m *Machine) BootID() string {
 	return strings.TrimSpace(string(b))
 }
 
+// RunningBoot returns the boot the machine runs now and its launcher's
+// PID, read so that a boot just switched on is never mistaken for the one
+// before it: known is false while the running launcher has not yet written
+// its boot ID (ask again). A machine that is off runs no boot ("", 0, true).
+func (m *Machine) RunningBoot() (boot string, pid int, known bool) {
+	pid, alive := m.BMC.MachinePID()
+	if !alive {
+		return "", 0, true
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, machine.BootFile))
+	var wrote int
+	if err == nil {
+		_, err = fmt.Sscanf(string(b), "%d %s", &wrote, &boot)
+	}
+	if err != nil || wrote != pid {
+		return "", pid, false
+	}
+	return boot, pid, true
+}
+
 // KubeletLog returns the machine's kubelet log (all boots).
 func (m *Machine) KubeletLog() string {
 	b, _ := os.ReadFile(filepath.Join(m.Dir, "kubelet.log"))

@@ -86,6 +86,13 @@ type Shutdown struct {
 // BootIDFile is the file in Options.Dir that holds the current boot ID.
 const BootIDFile = "boot_id"
 
+// BootFile is the file in Options.Dir that names the current boot's
+// launcher and boot ID: "<pid> <boot ID>". A machine switched on again runs
+// its new launcher a moment before that launcher has written its boot ID;
+// a reader that finds another pid in it than the running launcher's knows
+// the file is still the previous boot's.
+const BootFile = "boot"
+
 // KubeletRootDir is the kubelet's --root-dir on the machine whose
 // Options.Dir is dir. CSI volumes are mounted below it, in the machine's
 // mount namespace.
@@ -143,6 +150,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	if err := writeFileAtomic(filepath.Join(o.Dir, BootIDFile), bootID+"\n"); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(o.Dir, BootFile), fmt.Sprintf("%d %s\n", os.Getpid(), bootID)); err != nil {
 		return err
 	}
 	log.Info("booting")
