@@ -287,7 +287,7 @@ func (h *Harness) statefulSetDown(ctx context.Context, ns, victim, spare string)
 	if err := m.PowerLoss(); err != nil {
 		return sts, s, err
 	}
-	return sts, s, m.WaitPower(ctx, "off", 30*time.Second)
+	return sts, s, m.WaitPower(ctx, "off", scenarioTimeout)
 }
 
 // SharedClaim is two workloads sharing one ReadWriteOnce claim: pod
