@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -37,6 +38,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/internal/testbed/logind"
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 // Options describe one machine. Paths are on the shared host file system.
@@ -300,20 +302,14 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 // waitForDir waits until dir exists: the kubelet creates its plugin
 // registry at start, and the CSI plugin registers by placing a socket there.
 func waitForDir(ctx context.Context, dir string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", dir, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := poll.UntilContext(ctx, 100*time.Millisecond, timeout, func(context.Context) bool {
+		fi, err := os.Stat(dir)
+		return err == nil && fi.IsDir()
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		return fmt.Errorf("%s did not appear within %s", dir, timeout)
 	}
+	return err
 }
 
 // child is one process of a boot.
