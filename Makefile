@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
 
 all: build
 
@@ -102,6 +102,28 @@ test: deps kube-binaries ## the full suite: unit, integration (BMC simulators), 
 	  $(GO) run $(GOTESTSUM) --format testname --format-hide-empty-pkg --jsonfile bin/test.json -- -count=1 -timeout $(TEST_TIMEOUT) ./...; \
 	  rc=$$?; kill $$watcher 2>/dev/null; bin/testsummary bin/test.json; exit $$rc
 	$(MAKE) --no-print-directory fuzz-short
+
+# make test as users and CI runners run it: beside other work. A busy loop
+# pinned with taskset to one core (LOADED_CPU) runs for the whole of
+# LOADED_TARGET (make test; e2e for the scenarios alone); the last line
+# says pass or fail, how long, and how much CPU the hog burnt (a hog that
+# got none proves nothing). The scenarios take longer loaded: hence
+# LOADED_TEST_TIMEOUT. Not part of make test.
+LOADED_CPU          ?= 0
+LOADED_TARGET       ?= test
+LOADED_TEST_TIMEOUT ?= 90m
+test-loaded: ## make test with a CPU hog of one core beside it (a busy loop pinned to LOADED_CPU); says how it did; not part of make test
+	@command -v taskset >/dev/null || { echo "test-loaded: needs taskset (util-linux)"; exit 2; }
+	@taskset -c $(LOADED_CPU) sh -c 'while :; do :; done' & hog=$$!; \
+	  trap 'kill $$hog 2>/dev/null' EXIT; \
+	  echo "test-loaded: a busy loop (pid $$hog) pinned to CPU $(LOADED_CPU) of $$(nproc) beside make $(LOADED_TARGET)"; \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(LOADED_TARGET) TEST_TIMEOUT=$(LOADED_TEST_TIMEOUT); rc=$$?; \
+	  took=$$(( $$(date +%s) - start )); \
+	  burnt=$$(awk -v hz=$$(getconf CLK_TCK) '{ printf "%.0f", ($$14 + $$15) / hz }' /proc/$$hog/stat 2>/dev/null); \
+	  if [ $$rc = 0 ]; then verdict=passed; else verdict="FAILED (exit $$rc)"; fi; \
+	  echo "test-loaded: make $(LOADED_TARGET) $$verdict in $$((took / 60))m$$((took % 60))s beside a one-core hog, which burnt $${burnt:-?} CPU-seconds of them; load average now $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  exit $$rc
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 1m)
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh

@@ -260,12 +260,14 @@ func TestPowerOffFencing(t *testing.T) {
 		m := h.Machine(victim)
 		waitWriter(t, h, sts.PV, victim, 3)
 		bootBefore := m.BootID()
+		hungBoot, err := m.ProcessGroup()
+		must(t, err)
 		must(t, m.Hang())
 		t.Cleanup(func() { _ = m.Resume() })
 
 		// The first fencer to take the Lease waits out the fence delay...
 		holder := waitLeaseHolder(ctx, t, h, victim)
-		_, err := h.WaitEvent(ctx, "default", victim, vocab.EventPoweringOffUnresponsiveNode, "switching it off", podTimeout)
+		_, err = h.WaitEvent(ctx, "default", victim, vocab.EventPoweringOffUnresponsiveNode, "switching it off", podTimeout)
 		must(t, err)
 		// ...and dies before switching: the other one must take over.
 		must(t, h.Machine(holder).KillAgent())
@@ -279,8 +281,8 @@ func TestPowerOffFencing(t *testing.T) {
 		}
 		requirePowerOffs(t, h, 1)
 		requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
-		// The hung writer was killed by the power-off: it never resumes.
-		time.Sleep(2 * time.Second)
+		// The hung writer was killed by the power-off: it can never resume.
+		requireBootGone(t, m, hungBoot)
 		requireSafe(t, h, sts.PV)
 
 		// afterFence: on — the volumes are released, so it is switched on

@@ -16,6 +16,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -94,11 +95,11 @@ func hangAndUnsafeTaint(ctx context.Context, t *testing.T, h *harness.Harness, v
 	m := h.Machine(victim)
 	waitWriter(t, h, sts.PV, victim, 3)
 
-	must(t, m.Hang())
+	must(t, m.Hang()) // returns once every process of the machine is stopped
 	t.Cleanup(func() { _ = m.Resume() })
 	before := writerRecords(t, h, sts.PV, victim)
-	time.Sleep(3 * time.Second)
-	if after := writerRecords(t, h, sts.PV, victim); after > before+1 { // one write may have been in flight
+	time.Sleep(3 * time.Second) // a running writer writes several records in this window
+	if after := writerRecords(t, h, sts.PV, victim); after != before {
 		t.Fatalf("hung machine kept writing: %d records, then %d", before, after)
 	}
 	waitPower(t, m, "on")
@@ -188,7 +189,7 @@ func waitWriter(t *testing.T, h *harness.Harness, pv, node string, n int) {
 // waitPower waits until ipmitool reads the machine's power as want.
 func waitPower(t *testing.T, m *harness.Machine, want string) {
 	t.Helper()
-	must(t, m.WaitPower(context.Background(), want, 30*time.Second))
+	must(t, m.WaitPower(context.Background(), want, podTimeout))
 }
 
 func requireAttachedTo(ctx context.Context, t *testing.T, h *harness.Harness, pv, node string) {
@@ -217,6 +218,18 @@ func requireSafe(t *testing.T, h *harness.Harness, pv string) {
 		ws = append(ws, fmt.Sprintf("%s×%d", w.Node, w.Count))
 	}
 	t.Logf("data safety: %d records, writers in order %s, no overlap", r.Records, strings.Join(ws, " → "))
+}
+
+// requireBootGone waits until every process of the boot whose process
+// group is pgid (Machine.ProcessGroup, taken before the fault) is dead:
+// from then on no writer of that boot — a hung one, say — can write again,
+// so a data-safety check after it is final, not a bet on how long a
+// resumed writer would take to show itself.
+func requireBootGone(t *testing.T, m *harness.Machine, pgid int) {
+	t.Helper()
+	poll.Until(t, podTimeout, fmt.Sprintf("every process of %s's old boot (process group %d) is dead", m.Name, pgid), func() bool {
+		return harness.BootGone(pgid)
+	})
 }
 
 func must(t *testing.T, err error) {

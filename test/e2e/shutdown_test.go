@@ -122,8 +122,7 @@ func bmcRequestsFor(fencer *harness.Machine, node string, since time.Time) []str
 		if !strings.Contains(line, "msg=bmc component=fencer node="+node+" ") {
 			continue
 		}
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if at, err := time.Parse(time.RFC3339Nano, stamp); err != nil || !at.Before(since) {
+		if at, ok := lineTime(line); !ok || !at.Before(since) {
 			out = append(out, line)
 		}
 	}

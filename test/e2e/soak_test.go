@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"fenced.io/fenced/internal/testbed/harness"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/internal/testbed/soak"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/core"
@@ -208,33 +209,29 @@ func newSoakDriver(ctx context.Context, t *testing.T, h *harness.Harness, sched 
 }
 
 // live is the checker's oracle: the machine runs the boot the evidence is
-// about and is not shutting down cleanly. A machine switched on again
-// writes its new boot ID first thing, so a match is looked at twice, 2 s
-// apart, before it counts.
+// about and is not shutting down cleanly. A machine switched on again runs
+// its new launcher a moment before it has written its boot ID: which boot
+// runs is known once the boot file names the running launcher
+// (Machine.RunningBoot), not after a pause guessed long enough.
 func (d *soakDriver) live(node string, ev core.Evidence) (bool, string) {
 	m := d.h.Machine(node)
-	for i := range 2 {
-		if i > 0 {
-			time.Sleep(2 * time.Second)
-		}
-		pid, alive := m.BMC.MachinePID()
-		if !alive {
-			return false, ""
-		}
-		d.mu.Lock()
-		down := d.shuttingDown[node]
-		d.mu.Unlock()
-		if down && ev.Method == vocab.EvidenceCleanShutdown {
-			return false, ""
-		}
-		if boot := m.BootID(); boot != ev.BootID {
-			return false, ""
-		}
-		if i == 1 {
-			return true, fmt.Sprintf("machine process %d runs boot %s (shutting down: %v)", pid, ev.BootID, down)
-		}
+	var boot string
+	var pid int
+	err := poll.UntilContext(d.ctx, 50*time.Millisecond, podTimeout, func(context.Context) bool {
+		var known bool
+		boot, pid, known = m.RunningBoot()
+		return known
+	})
+	if err != nil || boot == "" || boot != ev.BootID {
+		return false, ""
 	}
-	return false, ""
+	d.mu.Lock()
+	down := d.shuttingDown[node]
+	d.mu.Unlock()
+	if down && ev.Method == vocab.EvidenceCleanShutdown {
+		return false, ""
+	}
+	return true, fmt.Sprintf("machine process %d runs boot %s (shutting down: %v)", pid, ev.BootID, down)
 }
 
 // background runs f until stop.

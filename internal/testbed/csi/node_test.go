@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 const testInterval = 10 * time.Millisecond
@@ -145,18 +148,15 @@ func readRecords(t *testing.T, path string) []Record {
 // waitRecords waits until the volume file holds at least n records.
 func waitRecords(t *testing.T, path string, n int) []Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			if recs := readRecords(t, path); len(recs) >= n {
-				return recs
-			}
+	var recs []Record
+	poll.Until(t, time.Minute, fmt.Sprintf("%d records in %s", n, path), func() bool {
+		if _, err := os.Stat(path); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d records in %s after 5s", n, path)
-		}
-		time.Sleep(testInterval)
-	}
+		recs = readRecords(t, path)
+		return len(recs) >= n
+	})
+	return recs
 }
 
 func TestPublishWritesUntilUnpublish(t *testing.T) {

@@ -147,7 +147,13 @@ func (m *Machine) signalAgent(sig syscall.Signal, stopped bool) error {
 // procStat returns a process's state letter (R, S, D, T, Z, ...) and
 // process group from /proc/<pid>/stat.
 func procStat(pid int) (state byte, pgrp int, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	return statFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+}
+
+// statFile reads the state letter and process group from a stat file of
+// /proc (a process's, or one of its threads' under task/).
+func statFile(path string) (state byte, pgrp int, err error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -155,7 +161,7 @@ func procStat(pid int) (state byte, pgrp int, err error) {
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("cannot parse /proc/%d/stat: %q", pid, s)
+		return 0, 0, fmt.Errorf("cannot parse %s: %q", path, s)
 	}
 	pgrp, err = strconv.Atoi(f[2])
 	return f[0][0], pgrp, err

@@ -362,6 +362,26 @@ func (m *Machine) BootID() string {
 	return strings.TrimSpace(string(b))
 }
 
+// RunningBoot returns the boot the machine runs now and its launcher's
+// PID, read so that a boot just switched on is never mistaken for the one
+// before it: known is false while the running launcher has not yet written
+// its boot ID (ask again). A machine that is off runs no boot ("", 0, true).
+func (m *Machine) RunningBoot() (boot string, pid int, known bool) {
+	pid, alive := m.BMC.MachinePID()
+	if !alive {
+		return "", 0, true
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, machine.BootFile))
+	var wrote int
+	if err == nil {
+		_, err = fmt.Sscanf(string(b), "%d %s", &wrote, &boot)
+	}
+	if err != nil || wrote != pid {
+		return "", pid, false
+	}
+	return boot, pid, true
+}
+
 // KubeletLog returns the machine's kubelet log (all boots).
 func (m *Machine) KubeletLog() string {
 	b, _ := os.ReadFile(filepath.Join(m.Dir, "kubelet.log"))
@@ -382,8 +402,41 @@ func (m *Machine) pgid() (int, error) {
 func (m *Machine) PowerLoss() error { return m.signalGroup(syscall.SIGKILL) }
 
 // Hang freezes every process of the machine (SIGSTOP): the BMC reads "on",
-// nothing on the machine answers, its writers stop mid-stream.
-func (m *Machine) Hang() error { return m.signalGroup(syscall.SIGSTOP) }
+// nothing on the machine answers, its writers stop mid-stream. It returns
+// once the kernel shows every process of the machine stopped (state T) or
+// dead — a signal takes effect when its process next runs, which on a
+// loaded machine is not at once — so that a test knows the machine takes
+// no further step.
+func (m *Machine) Hang() error {
+	pgid, err := m.pgid()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(killTimeout)
+	for {
+		running, err := groupRunning(pgid)
+		if err == nil && running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hang of %s: %d process(es) of group %d not stopped %s after SIGSTOP (%v)", m.Name, running, pgid, killTimeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ProcessGroup returns the process group of the machine's running boot
+// (its launcher leads it): BootGone(pgid) says when every process of that
+// boot has died.
+func (m *Machine) ProcessGroup() (int, error) { return m.pgid() }
+
+// BootGone reports whether every process of the boot whose process group
+// is pgid is dead (zombies count as dead): nothing of that boot can write
+// again, even if someone sent it SIGCONT.
+func BootGone(pgid int) bool { return !groupAlive(pgid) }
 
 // Resume thaws a hung machine (SIGCONT): its writers carry on where they
 // stopped — the hazard fencing exists to prevent.

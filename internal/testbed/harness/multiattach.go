@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -287,7 +287,7 @@ func (h *Harness) statefulSetDown(ctx context.Context, ns, victim, spare string)
 	if err := m.PowerLoss(); err != nil {
 		return sts, s, err
 	}
-	return sts, s, m.WaitPower(ctx, "off", 30*time.Second)
+	return sts, s, m.WaitPower(ctx, "off", scenarioTimeout)
 }
 
 // SharedClaim is two workloads sharing one ReadWriteOnce claim: pod
@@ -415,18 +415,18 @@ func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, r
 // other than the one named except is scheduled on node, and returns it.
 func (h *Harness) WaitPodOn(ctx context.Context, ns, selector, node, except string, timeout time.Duration) (*corev1.Pod, error) {
 	var found *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) bool {
 		list, err := h.Cluster.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
-			return false, nil
+			return false
 		}
 		for i, p := range list.Items {
 			if p.Spec.NodeName == node && p.Name != except && p.DeletionTimestamp == nil {
 				found = &list.Items[i]
-				return true, nil
+				return true
 			}
 		}
-		return false, nil
+		return false
 	})
 	if err != nil {
 		return nil, fmt.Errorf("no pod %q in %s on %s after %s; pods: %s", selector, ns, node, timeout, h.describePods(ctx, ns))
@@ -473,18 +473,18 @@ func (h *Harness) attachmentOf(ctx context.Context, pv, node string) (string, er
 // waitVA waits until pv's VolumeAttachment to node satisfies cond.
 func (h *Harness) waitVA(ctx context.Context, pv, node, what string, cond func(*storagev1.VolumeAttachment) bool) (*storagev1.VolumeAttachment, error) {
 	var found *storagev1.VolumeAttachment
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, scenarioTimeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 200*time.Millisecond, scenarioTimeout, func(ctx context.Context) bool {
 		vas, err := h.VolumeAttachments(ctx, pv)
 		if err != nil {
-			return false, nil
+			return false
 		}
 		for i, va := range vas {
 			if va.Spec.NodeName == node && cond(&va) {
 				found = &vas[i]
-				return true, nil
+				return true
 			}
 		}
-		return false, nil
+		return false
 	})
 	if err != nil {
 		return nil, fmt.Errorf("no VolumeAttachment of %s to %s %s after %s", pv, node, what, scenarioTimeout)
@@ -496,9 +496,9 @@ func (h *Harness) waitVA(ctx context.Context, pv, node, what string, cond func(*
 // status.volumesInUse.
 func (h *Harness) waitNotInUse(ctx context.Context, node, pv string) error {
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + csi.DriverName + "^" + pv)
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, scenarioTimeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 500*time.Millisecond, scenarioTimeout, func(ctx context.Context) bool {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && !slices.Contains(n.Status.VolumesInUse, unique), nil
+		return err == nil && !slices.Contains(n.Status.VolumesInUse, unique)
 	})
 	if err != nil {
 		return fmt.Errorf("node %s still lists %s in volumesInUse after %s", node, unique, scenarioTimeout)

@@ -288,20 +288,49 @@ const killTimeout = 10 * time.Second
 // groupAlive reports whether a process of group pgid is alive: neither
 // gone nor a zombie (the launcher stays one until its frozen BMC reaps it).
 func groupAlive(pgid int) bool {
+	alive := false
+	err := eachOfGroup(pgid, func(_ int, state byte) { alive = alive || (state != 'Z' && state != 'X') })
+	return err == nil && alive
+}
+
+// groupRunning counts the threads of group pgid's processes that are alive
+// and not stopped (state T or t). Threads, not processes: a signal stops
+// each thread of a process when that thread next runs, and the process's
+// own state is only its first thread's.
+func groupRunning(pgid int) (int, error) {
+	n := 0
+	err := eachOfGroup(pgid, func(pid int, _ byte) {
+		tasks, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
+		if err != nil {
+			return // gone meanwhile
+		}
+		for _, task := range tasks {
+			state, _, err := statFile(filepath.Join("/proc", strconv.Itoa(pid), "task", task.Name(), "stat"))
+			if err == nil && state != 'Z' && state != 'X' && state != 'T' && state != 't' {
+				n++
+			}
+		}
+	})
+	return n, err
+}
+
+// eachOfGroup calls f with the PID and state of every process of group
+// pgid.
+func eachOfGroup(pgid int, f func(pid int, state byte)) error {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return err
 	}
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
-		if state, group, err := procStat(pid); err == nil && group == pgid && state != 'Z' && state != 'X' {
-			return true
+		if state, group, err := procStat(pid); err == nil && group == pgid {
+			f(pid, state)
 		}
 	}
-	return false
+	return nil
 }
 
 // regainAC is the first outlet coming back on. Called with feedMu held.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -29,8 +29,8 @@ func (h *Harness) Records(pv, node string) int {
 
 // WaitWriter waits until node has written at least n records to pv.
 func (h *Harness) WaitWriter(ctx context.Context, pv, node string, n int, timeout time.Duration) error {
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return h.Records(pv, node) >= n, nil
+	err := poll.UntilContext(ctx, 100*time.Millisecond, timeout, func(context.Context) bool {
+		return h.Records(pv, node) >= n
 	})
 	if err != nil {
 		return fmt.Errorf("%s wrote %d records to %s after %s, want %d", node, h.Records(pv, node), pv, timeout, n)
@@ -141,9 +141,9 @@ func (h *Harness) recoverWith(ctx context.Context, r *Recovery, victim string, t
 		return err
 	}
 	r.NodeBack = time.Since(t0).Round(10 * time.Millisecond)
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 50*time.Millisecond, timeout, func(ctx context.Context) bool {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-		return err == nil && !taint.HasTaint(n), nil
+		return err == nil && !taint.HasTaint(n)
 	})
 	if err != nil {
 		return fmt.Errorf("node %s still tainted %s after it came back", victim, timeout)

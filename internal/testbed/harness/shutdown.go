@@ -7,10 +7,9 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"fenced.io/fenced/internal/testbed/logind"
 	"fenced.io/fenced/internal/testbed/machine"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/shutdown"
 )
 
@@ -71,9 +70,9 @@ func (m *Machine) CSIMounts() ([]string, error) {
 func (m *Machine) WaitPower(ctx context.Context, want string, timeout time.Duration) error {
 	var got string
 	var err error
-	werr := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	werr := poll.UntilContext(ctx, 100*time.Millisecond, timeout, func(context.Context) bool {
 		got, err = m.BMC.ToolPowerState()
-		return got == want, nil
+		return got == want
 	})
 	if werr != nil {
 		return fmt.Errorf("machine %s: BMC reads %q (%v) after %s, want %q", m.Name, got, err, timeout, want)

@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -26,16 +26,16 @@ func (h *Harness) WaitNodeNotReady(ctx context.Context, node string, timeout tim
 
 func (h *Harness) waitNodeCondition(ctx context.Context, node string, want corev1.ConditionStatus, timeout time.Duration) error {
 	var last corev1.ConditionStatus = "absent"
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 250*time.Millisecond, timeout, func(ctx context.Context) bool {
 		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return false, nil // not registered yet, or a transient API error
+			return false // not registered yet, or a transient API error
 		}
 		last = NodeReady(n)
 		if want == corev1.ConditionTrue {
-			return last == corev1.ConditionTrue, nil
+			return last == corev1.ConditionTrue
 		}
-		return last != corev1.ConditionTrue && last != "absent", nil
+		return last != corev1.ConditionTrue && last != "absent"
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: Ready is %s after %s, waiting for %s", node, last, timeout, want)

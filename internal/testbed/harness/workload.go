@@ -12,11 +12,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -118,14 +118,14 @@ func (h *Harness) WaitPodReady(ctx context.Context, ns, name, node string, timeo
 
 func (h *Harness) waitPod(ctx context.Context, ns, name, node string, ready bool, timeout time.Duration) (*corev1.Pod, error) {
 	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.UntilContext(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) bool {
 		p, err := h.Cluster.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false
 		}
 		last = p
 		return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && (node == "" || p.Spec.NodeName == node) &&
-			(!ready || podReady(p)), nil
+			(!ready || podReady(p))
 	})
 	if err != nil {
 		want := "Running"
@@ -150,9 +150,9 @@ func podReady(p *corev1.Pod) bool {
 // WaitPodGone waits until the pod with uid is deleted (a new pod of the same
 // name may exist).
 func (h *Harness) WaitPodGone(ctx context.Context, ns, name string, uid string, timeout time.Duration) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	return poll.UntilContext(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) bool {
 		p, err := h.Cluster.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err != nil || string(p.UID) != uid, nil
+		return err != nil || string(p.UID) != uid
 	})
 }
 
@@ -160,23 +160,30 @@ func (h *Harness) WaitPodGone(ctx context.Context, ns, name string, uid string, 
 // message containing substr, and returns it.
 func (h *Harness) WaitEvent(ctx context.Context, ns, name string, reason vocab.EventReason, substr string, timeout time.Duration) (*corev1.Event, error) {
 	var found *corev1.Event
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		evs, err := h.Cluster.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err != nil {
-			return false, nil
-		}
-		for i, e := range evs.Items {
-			if vocab.EventReason(e.Reason) == reason && strings.Contains(e.Message, substr) {
-				found = &evs.Items[i]
-				return true, nil
-			}
-		}
-		return false, nil
+	err := poll.UntilContext(ctx, 500*time.Millisecond, timeout, func(ctx context.Context) bool {
+		ev, err := h.FindEvent(ctx, ns, name, reason, substr)
+		found = ev
+		return err == nil && ev != nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("no %s event with %q for %s/%s after %s", reason, substr, ns, name, timeout)
 	}
 	return found, nil
+}
+
+// FindEvent returns an Event about object name in ns with reason and a
+// message containing substr, or nil if there is none now.
+func (h *Harness) FindEvent(ctx context.Context, ns, name string, reason vocab.EventReason, substr string) (*corev1.Event, error) {
+	evs, err := h.Cluster.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range evs.Items {
+		if vocab.EventReason(e.Reason) == reason && strings.Contains(e.Message, substr) {
+			return &evs.Items[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // VolumeAttachments returns the VolumeAttachments of persistent volume pv.
@@ -196,17 +203,17 @@ func (h *Harness) VolumeAttachments(ctx context.Context, pv string) ([]storagev1
 
 // WaitNoVolumeAttachment waits until pv has no VolumeAttachment to node.
 func (h *Harness) WaitNoVolumeAttachment(ctx context.Context, pv, node string, timeout time.Duration) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	return poll.UntilContext(ctx, 100*time.Millisecond, timeout, func(ctx context.Context) bool {
 		vas, err := h.VolumeAttachments(ctx, pv)
 		if err != nil {
-			return false, nil
+			return false
 		}
 		for _, va := range vas {
 			if va.Spec.NodeName == node {
-				return false, nil
+				return false
 			}
 		}
-		return true, nil
+		return true
 	})
 }
 

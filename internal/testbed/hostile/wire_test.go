@@ -42,12 +42,12 @@ func TestWireMatchesMemberlist(t *testing.T) {
 	}
 	waitEvent(t, a, 0, "leave", "c")
 	waitEvent(t, a, 0, "leave", "d")
-	time.Sleep(500 * time.Millisecond) // let the dead message about d go out
 
 	gcm, err := newGCM(ringKey)
 	if err != nil {
 		t.Fatal(err)
 	}
+	poll.Until(t, settle, "a member gossips the dead message about d", func() bool { return deadSent(gcm, ring, "d") })
 	f := forger(t, ringKey, ringLabel)
 	seen := map[string]int{}
 	for _, m := range ring {
@@ -77,6 +77,30 @@ func TestWireMatchesMemberlist(t *testing.T) {
 			t.Errorf("no %s message seen", kind)
 		}
 	}
+}
+
+// deadSent reports whether a member of ring sent, over UDP, a dead
+// message about name from another member.
+func deadSent(gcm cipher.AEAD, ring []*member, name string) bool {
+	for _, m := range ring {
+		packets, _ := m.tap.sent()
+		for _, p := range packets {
+			msgs, err := parsePacket(gcm, ringLabel, p)
+			if err != nil {
+				continue // the full comparison reports it
+			}
+			for _, msg := range msgs {
+				if msg[0] != typeDead {
+					continue
+				}
+				d := dec{b: msg[1:]}
+				if o, err := d.object(); err == nil && o.str("Node") == name && o.str("From") != name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // parsePacket takes a member's packet apart into its messages.

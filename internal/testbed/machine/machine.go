@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -37,6 +38,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/internal/testbed/logind"
+	"fenced.io/fenced/internal/testbed/poll"
 )
 
 // Options describe one machine. Paths are on the shared host file system.
@@ -85,6 +87,13 @@ type Shutdown struct {
 
 // BootIDFile is the file in Options.Dir that holds the current boot ID.
 const BootIDFile = "boot_id"
+
+// BootFile is the file in Options.Dir that names the current boot's
+// launcher and boot ID: "<pid> <boot ID>". A machine switched on again runs
+// its new launcher a moment before that launcher has written its boot ID;
+// a reader that finds another pid in it than the running launcher's knows
+// the file is still the previous boot's.
+const BootFile = "boot"
 
 // KubeletRootDir is the kubelet's --root-dir on the machine whose
 // Options.Dir is dir. CSI volumes are mounted below it, in the machine's
@@ -143,6 +152,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	if err := writeFileAtomic(filepath.Join(o.Dir, BootIDFile), bootID+"\n"); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(o.Dir, BootFile), fmt.Sprintf("%d %s\n", os.Getpid(), bootID)); err != nil {
 		return err
 	}
 	log.Info("booting")
@@ -290,20 +302,14 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 // waitForDir waits until dir exists: the kubelet creates its plugin
 // registry at start, and the CSI plugin registers by placing a socket there.
 func waitForDir(ctx context.Context, dir string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", dir, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := poll.UntilContext(ctx, 100*time.Millisecond, timeout, func(context.Context) bool {
+		fi, err := os.Stat(dir)
+		return err == nil && fi.IsDir()
+	})
+	if errors.Is(err, poll.ErrTimeout) {
+		return fmt.Errorf("%s did not appear within %s", dir, timeout)
 	}
+	return err
 }
 
 // child is one process of a boot.

@@ -84,6 +84,10 @@ func TestRestartExtra(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(o.Dir, BootIDFile)); strings.TrimSpace(string(got)) != boot {
 		t.Fatalf("extra process got boot ID %q, machine's is %q", boot, got)
 	}
+	// Run is the launcher here: the boot file names this process.
+	if got, _ := os.ReadFile(filepath.Join(o.Dir, BootFile)); string(got) != strconv.Itoa(os.Getpid())+" "+boot+"\n" {
+		t.Fatalf("boot file %q, want this process's pid %d and boot %s", got, os.Getpid(), boot)
+	}
 
 	// No request: a killed extra process stays down.
 	must(t, syscall.Kill(pid1, syscall.SIGKILL))
