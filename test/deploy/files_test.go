@@ -310,3 +310,26 @@ func TestScriptsParse(t *testing.T) {
 		})
 	}
 }
+
+// TestNoMergeLeftovers: no tracked file holds a merge's conflict markers
+// or is a merge tool's leftover (.orig, .rej). docs/configuration.md once
+// carried both sides of a conflict, and pkg/fencing/core a hold.go.orig.
+func TestNoMergeLeftovers(t *testing.T) {
+	// Built, so that this file does not hold them itself.
+	ours, theirs := strings.Repeat("<", 7)+" ", strings.Repeat(">", 7)+" "
+	for _, name := range strings.Fields(mustRun(t, "git", "-C", repoRoot(t), "ls-files")) {
+		if strings.HasSuffix(name, ".orig") || strings.HasSuffix(name, ".rej") {
+			t.Errorf("%s: a merge tool's leftover is tracked", name)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, ours) || strings.HasPrefix(line, theirs) {
+				t.Errorf("%s:%d: a conflict marker: %q", name, i+1, line)
+			}
+		}
+	}
+}
