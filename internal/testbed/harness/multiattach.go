@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"fenced.io/fenced/internal/testbed/csi"
@@ -199,14 +200,19 @@ func (h *Harness) RollingUpdateRWO(ctx context.Context, ns, from, to string) (St
 	if err := h.WaitWriter(ctx, s.PV, from, 2, scenarioTimeout); err != nil {
 		return s, d, err
 	}
-	// The update: a new template that lands on another node.
+	// The update: a new template that lands on another node, retried on a
+	// conflict: the Deployment controller writes the object too (its
+	// revision annotation).
 	deps := h.Cluster.Client().AppsV1().Deployments(ns)
-	dep, err := deps.Get(ctx, d.Name, metav1.GetOptions{})
-	if err != nil {
-		return s, d, err
-	}
-	dep.Spec.Template.Spec.Affinity = nodeAffinity(to, nil)
-	if _, err := deps.Update(ctx, dep, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep, err := deps.Get(ctx, d.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		dep.Spec.Template.Spec.Affinity = nodeAffinity(to, nil)
+		_, err = deps.Update(ctx, dep, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		return s, d, err
 	}
 	s.HeldBy, s.Holder = from, old.Name
