@@ -200,7 +200,13 @@ func walkImage(t *testing.T, img v1.Image, fn func(h *tar.Header, body []byte)) 
 	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	tr := tar.NewReader(rc)
+	walkTar(t, rc, fn)
+}
+
+// walkTar calls fn with every entry of the tar stream r and its contents.
+func walkTar(t *testing.T, r io.Reader, fn func(h *tar.Header, body []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -292,15 +298,7 @@ func untar(t *testing.T, name, dir string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	walkTar(t, f, func(h *tar.Header, body []byte) {
 		target := filepath.Join(dir, filepath.FromSlash(h.Name))
 		if !strings.HasPrefix(target, filepath.Clean(dir)+string(filepath.Separator)) {
 			t.Fatalf("archive entry %q leaves the directory", h.Name)
@@ -314,15 +312,11 @@ func untar(t *testing.T, name, dir string) {
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(target, b, 0o644); err != nil {
+			if err := os.WriteFile(target, body, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}
+	})
 }
 
 // mustRun runs a command and returns its output; it fails the test if the

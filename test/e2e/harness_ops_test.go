@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/taint"
 )
@@ -188,7 +189,7 @@ func waitLine(t *testing.T, name string, text func() string, from int, timeout t
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s logged no line with %q within %s; its log ends:\n%s", name, what, timeout, lastLines(s, 20))
+			t.Fatalf("%s logged no line with %q within %s; its log ends:\n%s", name, what, timeout, cluster.LastLines(s, 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -299,13 +300,4 @@ lines:
 		out = append(out, l)
 	}
 	return out
-}
-
-// lastLines returns the last n lines of text.
-func lastLines(text string, n int) string {
-	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -79,5 +80,5 @@ func TestFenceAgentsImageFencesThroughPDU(t *testing.T) {
 	}
 	t.Logf("%s's feed cut, its BMC dark with it; tainted %s later by %q on level %d: %s read %s at %s; the fencer's log:\n%s",
 		victim.Name, time.Since(cut).Round(100*time.Millisecond), ev.By, ev.BMC.Level, wantPlug, ev.BMC.Plugs[0].Power,
-		ev.BMC.Plugs[0].At.Format(time.RFC3339Nano), lastLines(logs, 15))
+		ev.BMC.Plugs[0].At.Format(time.RFC3339Nano), cluster.LastLines(logs, 15))
 }

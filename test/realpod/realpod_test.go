@@ -442,7 +442,7 @@ func waitPodReady(ctx context.Context, t *testing.T, h *harness.Harness, role st
 	ready, err := h.WaitPodReady(ctx, harness.LeaseNamespace, pod.Name, node.Name, podReadyTimeout)
 	if err != nil {
 		logs, _ := node.ContainerLog(pod, "fenced")
-		t.Fatalf("%v\nits log:\n%s", err, lastLines(logs, 40))
+		t.Fatalf("%v\nits log:\n%s", err, cluster.LastLines(logs, 40))
 	}
 	return ready
 }
@@ -562,12 +562,4 @@ func waitTainted(ctx context.Context, t *testing.T, h *harness.Harness, node str
 		t.Fatalf("%s is tainted without evidence (%v)", node, err)
 	}
 	return ev
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

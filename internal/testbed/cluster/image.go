@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,7 +56,7 @@ func makeImage(t testing.TB, root, committed, target string, vars ...string) (lo
 	}
 	out, err := run(lock)
 	if err != nil && bytes.Contains(out, []byte(staleLockMessage)) {
-		t.Logf("THE COMMITTED %s IS STALE (run make fence-agents-lock and commit it); building from the mirror's current versions instead:\n%s", FenceAgentsLock, lastLines(out, 5))
+		t.Logf("THE COMMITTED %s IS STALE (run make fence-agents-lock and commit it); building from the mirror's current versions instead:\n%s", FenceAgentsLock, LastLines(string(out), 5))
 		lock = regenerateLock(t, root, committed)
 		out, err = run(lock)
 	}
@@ -85,11 +86,11 @@ func regenerateLock(t testing.TB, root, committed string) string {
 	return lock
 }
 
-// lastLines is the last n lines of b.
-func lastLines(b []byte, n int) []byte {
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+// LastLines is the last n lines of text, for a test's failure message.
+func LastLines(text string, n int) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return bytes.Join(lines, []byte("\n"))
+	return strings.Join(lines, "\n")
 }
