@@ -21,7 +21,7 @@ func newStatusCommand(g *globals) *cobra.Command {
   NAME      the Node
   READY     its Ready condition and for how long ("False 3m")
   GOSSIP    the decision phase (Healthy, Suspect, Confirming, PoweringOff, Fenced,
-            Recovering) that the fencer at --agent reports for the node in its
+            Recovering, Returning) that the fencer at --agent reports for the node in its
             fenced_node_state metric. Agents do not export each member's gossip
             state, only counts (printed under the table), so without --agent, or
             for a node that agent does not track, this shows "-".
