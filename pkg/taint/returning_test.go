@@ -147,7 +147,7 @@ func TestRemoveCleansStaleAnnotations(t *testing.T) {
 // controller answered the swap's cordon change (ForceLift excepted), with
 // fenced's own cordon and nothing else.
 func TestLift(t *testing.T) {
-	cordoned := &core.Returning{By: "fencer-a", Cordoned: true}         // fenced cordoned
+	cordoned := &core.Returning{By: "fencer-a", Cordoned: true}          // fenced cordoned
 	foreign := &core.Returning{By: "fencer-a", UnschedulableTaint: true} // someone else's cordon
 	for _, tc := range []struct {
 		name  string

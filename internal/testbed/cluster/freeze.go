@@ -9,7 +9,9 @@ import (
 // controllers and its informers stand still, as in a long pause of the
 // process (CPU starvation, a stopped VM), while the API server goes on.
 // ThawControllerManager lets it go on from where it stopped.
-func (c *Cluster) FreezeControllerManager() error { return c.signal(ControllerManager, syscall.SIGSTOP) }
+func (c *Cluster) FreezeControllerManager() error {
+	return c.signal(ControllerManager, syscall.SIGSTOP)
+}
 
 // ThawControllerManager undoes FreezeControllerManager (SIGCONT).
 func (c *Cluster) ThawControllerManager() error { return c.signal(ControllerManager, syscall.SIGCONT) }
