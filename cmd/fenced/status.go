@@ -31,7 +31,9 @@ func newStatusCommand(g *globals) *cobra.Command {
             as the agent reads it (bmc.timeout per attempt, bmc.retries), or
             within --bmc-timeout when given.
   TAINT     the out-of-service taint: fenced (applied by fenced), other (by
-            someone else, fenced never removes it), or -
+            someone else, fenced never removes it), returning (fenced took it off
+            and keeps fenced.io/returning until the controller-manager has seen
+            that), or -
   EVIDENCE  what fenced recorded: method and who
   SINCE     how long the taint has been there
 

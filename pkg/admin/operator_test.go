@@ -626,6 +626,26 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// TestStatusReturning: a node whose out-of-service taint fenced took off
+// and whose returning taint is still on says so in the TAINT column.
+func TestStatusReturning(t *testing.T) {
+	e := newEnv(nil, returningNode(false))
+	s, err := e.op.Status(context.Background(), StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Nodes) != 1 || s.Nodes[0].Taint != TaintReturning {
+		t.Fatalf("nodes %+v", s.Nodes)
+	}
+	var table bytes.Buffer
+	if err := s.Write(&table, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), " returning ") {
+		t.Errorf("table:\n%s", table.String())
+	}
+}
+
 func TestStatusWithoutInventoryOrAgent(t *testing.T) {
 	e := newEnv(nil, newNode("n1", corev1.ConditionTrue))
 	s, err := e.op.Status(context.Background(), StatusOptions{AgentURL: "http://127.0.0.1:1"})
