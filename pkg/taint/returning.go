@@ -100,8 +100,9 @@ type Removal struct {
 //     annotations with the taint.
 //
 // On a node without the out-of-service taint but with fenced's record it
-// makes the probe again (the core asks when the cordon change was undone
-// before it was answered).
+// makes the probe again if the cordon change was undone before it was
+// answered (core.Returning.ProbeLost, checked on the Node as read for the
+// write), and writes nothing otherwise.
 //
 // It writes only on a settled cordon (core.Cordon.Settled, checked on the
 // Node as read for the write), else the error wraps ErrCordonUnsettled. A
@@ -131,11 +132,16 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (res R
 		if err != nil {
 			return err
 		}
-		if !oos && !recorded {
-			return t.cleanEvidence(ctx, n)
-		}
 		c := CordonOf(n)
-		if !c.Settled() {
+		switch {
+		case !oos && !recorded:
+			return t.cleanEvidence(ctx, n)
+		case !oos && !before.ProbeLost(c):
+			// Swapped already, and the probe stands (or was answered): a
+			// caller whose view lags. Probing again would only put the
+			// answer off.
+			return nil
+		case !c.Settled():
 			return ErrCordonUnsettled
 		}
 		var prev *core.Returning

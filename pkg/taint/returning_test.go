@@ -62,6 +62,8 @@ func TestRemoveSwaps(t *testing.T) {
 			written: true, oos: true, unschedulable: false, rec: core.Returning{UnschedulableTaint: true}},
 		{name: "the probe again: cordoned again", node: fencedNode(false, mine, core.Cordon{}),
 			written: true, oos: false, unschedulable: true, rec: core.Returning{Cordoned: true}},
+		{name: "swapped already, not answered: nothing (a lagging caller)", node: fencedNode(false, mine, core.Cordon{Unschedulable: true})},
+		{name: "swapped already, answered: nothing (a lagging caller)", node: fencedNode(false, mine, core.Cordon{Unschedulable: true, Taint: true})},
 		{name: "cordoned, not answered yet", node: fencedNode(true, nil, core.Cordon{Unschedulable: true}), err: ErrCordonUnsettled},
 		{name: "uncordoned, not answered yet", node: fencedNode(true, nil, core.Cordon{Taint: true}), err: ErrCordonUnsettled},
 		{name: "nothing of fenced's", node: fencedNode(false, nil, core.Cordon{})},
