@@ -422,18 +422,7 @@ func TestUnfence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, append(tc.extra, tc.node)...)
-			err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: tc.force, Reason: "back"})
-			if tc.wantErr == "" && err != nil {
-				t.Fatalf("Unfence: %v\n%s", err, e.out)
-			}
-			if tc.wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("err = %v, want a refusal containing %q", err, tc.wantErr)
-			}
-			for _, w := range tc.wantOut {
-				if !strings.Contains(squash(e.out.String()), squash(w)) {
-					t.Errorf("output lacks %q:\n%s", w, e.out)
-				}
-			}
+			unfence(t, e, tc.force, tc.wantErr, tc.wantOut)
 			n := e.node(t, "n1")
 			if removed := !taint.HasTaint(n); removed != tc.wantRemove {
 				t.Fatalf("taint removed = %v, want %v", removed, tc.wantRemove)
@@ -456,6 +445,24 @@ func TestUnfence(t *testing.T) {
 				t.Errorf("a refusal wrote %d times", e.writes())
 			}
 		})
+	}
+}
+
+// unfence runs Unfence on node n1 with reason "back" and checks its
+// refusal (wantErr "" for none) and its output.
+func unfence(t *testing.T, e *env, force bool, wantErr string, wantOut []string) {
+	t.Helper()
+	err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: force, Reason: "back"})
+	if wantErr == "" && err != nil {
+		t.Fatalf("Unfence: %v\n%s", err, e.out)
+	}
+	if wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), wantErr)) {
+		t.Fatalf("err = %v, want a refusal containing %q", err, wantErr)
+	}
+	for _, w := range wantOut {
+		if !strings.Contains(squash(e.out.String()), squash(w)) {
+			t.Errorf("output lacks %q:\n%s", w, e.out)
+		}
 	}
 }
 
@@ -492,18 +499,7 @@ func TestUnfenceReturning(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, returningNode(tc.answered))
-			err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: tc.force, Reason: "back"})
-			if tc.wantErr == "" && err != nil {
-				t.Fatalf("Unfence: %v\n%s", err, e.out)
-			}
-			if tc.wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("err = %v, want a refusal containing %q", err, tc.wantErr)
-			}
-			for _, w := range tc.wantOut {
-				if !strings.Contains(squash(e.out.String()), squash(w)) {
-					t.Errorf("output lacks %q:\n%s", w, e.out)
-				}
-			}
+			unfence(t, e, tc.force, tc.wantErr, tc.wantOut)
 			n := e.node(t, "n1")
 			lifted := tc.wantErr == ""
 			if taint.HasReturningTaint(n) == lifted || n.Spec.Unschedulable == lifted {
