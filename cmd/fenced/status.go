@@ -21,7 +21,7 @@ func newStatusCommand(g *globals) *cobra.Command {
   NAME      the Node
   READY     its Ready condition and for how long ("False 3m")
   GOSSIP    the decision phase (Healthy, Suspect, Confirming, PoweringOff, Fenced,
-            Recovering) that the fencer at --agent reports for the node in its
+            Recovering, Returning) that the fencer at --agent reports for the node in its
             fenced_node_state metric. Agents do not export each member's gossip
             state, only counts (printed under the table), so without --agent, or
             for a node that agent does not track, this shows "-".
@@ -31,7 +31,9 @@ func newStatusCommand(g *globals) *cobra.Command {
             as the agent reads it (bmc.timeout per attempt, bmc.retries), or
             within --bmc-timeout when given.
   TAINT     the out-of-service taint: fenced (applied by fenced), other (by
-            someone else, fenced never removes it), or -
+            someone else, fenced never removes it), returning (fenced took it off
+            and keeps fenced.io/returning until the controller-manager has seen
+            that), or -
   EVIDENCE  what fenced recorded: method and who
   SINCE     how long the taint has been there
 

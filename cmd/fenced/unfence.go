@@ -24,7 +24,16 @@ refusal, unless --force, which removes the taint anyway and records that it did
 A taint that fenced did not apply (no fenced.io/applied-by annotation) is never
 touched, with or without --force.
 
-Exit codes: 0 removed (or no taint), 1 refused or failed, 2 usage error.`,
+The taint comes off the way a fencer takes it off: in the same write,
+fenced.io/returning:NoExecute takes its place and fenced cordons the node (unless
+someone else already did). The controller-manager's node lifecycle controller
+answers the cordon with its node.kubernetes.io/unschedulable taint, and that
+answer shows its caches no longer hold the out-of-service taint; a fencer then
+lifts fenced.io/returning and the cordon, usually within a second. Run unfence on
+a node in that state and it lifts them itself once that answer is there; with
+--force at once (recorded), for a cluster without a node lifecycle controller.
+
+Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage error.`,
 		Example: `  fenced unfence worker-3
 
   # the node is back but its old VolumeAttachment is stuck; you have checked it is safe

@@ -422,21 +422,15 @@ func TestUnfence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, append(tc.extra, tc.node)...)
-			err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: tc.force, Reason: "back"})
-			if tc.wantErr == "" && err != nil {
-				t.Fatalf("Unfence: %v\n%s", err, e.out)
-			}
-			if tc.wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("err = %v, want a refusal containing %q", err, tc.wantErr)
-			}
-			for _, w := range tc.wantOut {
-				if !strings.Contains(squash(e.out.String()), squash(w)) {
-					t.Errorf("output lacks %q:\n%s", w, e.out)
-				}
-			}
+			unfence(t, e, tc.force, tc.wantErr, tc.wantOut)
 			n := e.node(t, "n1")
 			if removed := !taint.HasTaint(n); removed != tc.wantRemove {
 				t.Fatalf("taint removed = %v, want %v", removed, tc.wantRemove)
+			}
+			// Removed as a fencer removes it: the returning taint in its
+			// place, the node cordoned for the controller-manager to answer.
+			if tc.wantRemove && (!taint.HasReturningTaint(n) || !n.Spec.Unschedulable || !strings.Contains(e.out.String(), taint.ReturningTaintKey)) {
+				t.Fatalf("removed without the returning taint: %+v\n%s", n.Spec, e.out)
 			}
 			evs := e.events()
 			if tc.wantRemove && !hasEvent(evs, "Normal "+string(vocab.EventOutOfServiceTaintRemoved), "alice", "back") {
@@ -448,6 +442,77 @@ func TestUnfence(t *testing.T) {
 				t.Errorf("forced: event %v log %v; events %q log %q", forcedEvent, forcedLog, evs, e.log)
 			}
 			if !tc.wantRemove && e.writes() != 0 {
+				t.Errorf("a refusal wrote %d times", e.writes())
+			}
+		})
+	}
+}
+
+// unfence runs Unfence on node n1 with reason "back" and checks its
+// refusal (wantErr "" for none) and its output.
+func unfence(t *testing.T, e *env, force bool, wantErr string, wantOut []string) {
+	t.Helper()
+	err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: force, Reason: "back"})
+	if wantErr == "" && err != nil {
+		t.Fatalf("Unfence: %v\n%s", err, e.out)
+	}
+	if wantErr != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), wantErr)) {
+		t.Fatalf("err = %v, want a refusal containing %q", err, wantErr)
+	}
+	for _, w := range wantOut {
+		if !strings.Contains(squash(e.out.String()), squash(w)) {
+			t.Errorf("output lacks %q:\n%s", w, e.out)
+		}
+	}
+}
+
+// returningNode is a node whose out-of-service taint `fenced unfence`
+// (or a fencer) took off: fenced's returning taint and record are on, the
+// node cordoned by fenced; answered says whether the node lifecycle
+// controller has answered that cordon.
+func returningNode(answered bool) *corev1.Node {
+	return newNode("n1", corev1.ConditionTrue, func(n *corev1.Node) {
+		raw, _ := json.Marshal(core.Returning{At: t0.Add(-time.Minute), By: "fenced-unfence/bob", Cordoned: true})
+		n.Annotations = map[string]string{taint.AnnotationReturning: string(raw)}
+		n.Spec.Taints = []corev1.Taint{{Key: taint.ReturningTaintKey, Effect: corev1.TaintEffectNoExecute}}
+		n.Spec.Unschedulable = true
+		if answered {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+		}
+	})
+}
+
+// TestUnfenceReturning: on a node whose out-of-service taint is off,
+// unfence lifts fenced's returning taint once the controller-manager has
+// observed the removal, and before that only with --force, recorded.
+func TestUnfenceReturning(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		answered bool
+		force    bool
+		wantErr  string
+		wantOut  []string
+	}{
+		{"not answered", false, false, "keeps " + taint.ReturningTaintKey, []string{"[FAIL] controller-manager:", "no answer yet"}},
+		{"answered", true, false, "", []string{"[ok  ] controller-manager:", "Lifted"}},
+		{"not answered, forced", false, true, "", []string{"[FAIL] controller-manager:", "Lifted"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, returningNode(tc.answered))
+			unfence(t, e, tc.force, tc.wantErr, tc.wantOut)
+			n := e.node(t, "n1")
+			lifted := tc.wantErr == ""
+			if taint.HasReturningTaint(n) == lifted || n.Spec.Unschedulable == lifted {
+				t.Fatalf("lifted %v, want %v: %+v", !taint.HasReturningTaint(n), lifted, n.Spec)
+			}
+			evs := e.events()
+			if lifted && !hasEvent(evs, "Normal "+string(vocab.EventReturningTaintLifted), "alice", "back") {
+				t.Errorf("events = %q", evs)
+			}
+			if forced := hasEvent(evs, "Warning "+string(vocab.EventUnfenceForced), "alice", "--force", "back"); forced != tc.force {
+				t.Errorf("UnfenceForced Event %v, want %v: %q", forced, tc.force, evs)
+			}
+			if !lifted && e.writes() != 0 {
 				t.Errorf("a refusal wrote %d times", e.writes())
 			}
 		})
@@ -554,6 +619,26 @@ func TestStatus(t *testing.T) {
 	var yml bytes.Buffer
 	if err := s.Write(&yml, "yaml", t0); err != nil || !strings.Contains(yml.String(), "taint: other") {
 		t.Fatalf("yaml (%v):\n%s", err, yml.String())
+	}
+}
+
+// TestStatusReturning: a node whose out-of-service taint fenced took off
+// and whose returning taint is still on says so in the TAINT column.
+func TestStatusReturning(t *testing.T) {
+	e := newEnv(nil, returningNode(false))
+	s, err := e.op.Status(context.Background(), StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Nodes) != 1 || s.Nodes[0].Taint != TaintReturning {
+		t.Fatalf("nodes %+v", s.Nodes)
+	}
+	var table bytes.Buffer
+	if err := s.Write(&table, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), " returning ") {
+		t.Errorf("table:\n%s", table.String())
 	}
 }
 

@@ -25,8 +25,9 @@ const bmcParallel = 16
 
 // Taint column values.
 const (
-	TaintFenced = "fenced" // out-of-service taint applied by fenced
-	TaintOther  = "other"  // out-of-service taint applied by someone else
+	TaintFenced    = "fenced"    // out-of-service taint applied by fenced
+	TaintOther     = "other"     // out-of-service taint applied by someone else
+	TaintReturning = "returning" // out-of-service taint off, fenced.io/returning on until the controller-manager saw that
 )
 
 // StatusOptions are the inputs of Status.
@@ -60,7 +61,7 @@ type NodeStatus struct {
 	PowerErrorKind string `json:"powerErrorKind,omitempty"`
 	PowerError     string `json:"powerError,omitempty"`
 	BMCEndpoint    string `json:"bmcEndpoint,omitempty"`
-	// Taint is TaintFenced, TaintOther or empty; TaintedSince is the
+	// Taint is TaintFenced, TaintOther, TaintReturning or empty; TaintedSince is the
 	// taint's timeAdded.
 	Taint        string     `json:"taint,omitempty"`
 	TaintedSince *time.Time `json:"taintedSince,omitempty"`
@@ -130,6 +131,8 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 		}
 	case taint.HasTaint(n):
 		ns.Taint = TaintOther
+	case n.Annotations[taint.AnnotationReturning] != "":
+		ns.Taint = TaintReturning
 	}
 	return ns
 }

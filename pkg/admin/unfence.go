@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,11 @@ type UnfenceOptions struct {
 // recovery conditions (docs/design.md §2). Force skips them (they are still
 // printed) and records that it did. A taint fenced did not apply is never
 // touched, forced or not. Refusals wrap ErrRefused.
+//
+// It removes the taint as a fencer does (taint.Tainter.Remove): fenced's
+// returning taint takes its place until the controller-manager has
+// observed the removal; a fencer then lifts it, or `fenced unfence` run
+// again on the returning node (unfenceReturning).
 func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	w := o.Out
 	n, err := o.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
@@ -37,6 +43,9 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 		return fmt.Errorf("node %s: %w", opts.Node, err)
 	}
 	if !taint.HasTaint(n) {
+		if _, recorded := n.Annotations[taint.AnnotationReturning]; recorded {
+			return o.unfenceReturning(ctx, n, opts)
+		}
 		fmt.Fprintf(w, "Node %s has no %s taint: nothing to do.\n", n.Name, taint.TaintKey)
 		return nil
 	}
@@ -75,14 +84,17 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	if opts.Force {
 		why = fmt.Sprintf("unfenced by %s with --force, checks skipped (%s): %s", user, skipped, reasonOr(opts.Reason))
 	}
-	removed, err := taint.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder).Remove(ctx, n.Name, why)
-	if errors.Is(err, taint.ErrNotOurs) {
+	res, err := taint.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder).Remove(ctx, n.Name, why)
+	switch {
+	case errors.Is(err, taint.ErrNotOurs):
 		return refused("%v", err) // the taint was replaced by someone else's meanwhile
-	}
-	if err != nil {
+	case errors.Is(err, taint.ErrCordonUnsettled):
+		return refused("node %s keeps its taint for now: %v (its cordon and the %s taint disagree), "+
+			"and its answer to that would be taken for an answer to the removal. Run fenced unfence again in a moment",
+			n.Name, taint.ErrCordonUnsettled, corev1.TaintNodeUnschedulable)
+	case err != nil:
 		return err
-	}
-	if !removed {
+	case !res.OutOfService:
 		fmt.Fprintf(w, "Node %s lost its taint meanwhile: nothing to do.\n", n.Name)
 		return nil
 	}
@@ -95,6 +107,66 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 			user, skipped, reasonOr(opts.Reason))
 	}
 	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.TaintKey, n.Name)
+	fmt.Fprintf(w, "%s:%s takes its place until the controller-manager has observed the removal; a fencer lifts it then (or run fenced unfence %s again).\n",
+		taint.ReturningTaintKey, corev1.TaintEffectNoExecute, n.Name)
+	return nil
+}
+
+// unfenceReturning is Unfence on a node whose out-of-service taint is off
+// and fenced's returning taint on: it lifts the returning taint once the
+// controller-manager has observed the removal (what a fencer does), and
+// at once with Force, recorded.
+func (o *Operator) unfenceReturning(ctx context.Context, n *corev1.Node, opts UnfenceOptions) error {
+	w := o.Out
+	rec, _, recErr := taint.ReturningOf(n)
+	cordon := taint.CordonOf(n)
+	observed := recErr == nil && rec.Observed(cordon)
+	fmt.Fprintf(w, "Node %s: out-of-service taint removed by %s at %s; %s on until the controller-manager has observed that\n",
+		n.Name, rec.By, rec.At.UTC().Format(time.RFC3339), taint.ReturningTaintKey)
+	check := core.RecoveryCheck{Name: "controller-manager", OK: observed,
+		Detail: "its node lifecycle controller answered the cordon change of the removal"}
+	switch {
+	case recErr != nil:
+		check.Detail = fmt.Sprintf("cannot tell: %v", recErr)
+	case !observed && rec.ForeignCordon(cordon):
+		check.Detail = "the node is cordoned by someone else: uncordon it, and the node lifecycle controller's answer to that will do"
+	case !observed:
+		check.Detail = fmt.Sprintf("no answer yet to the cordon change (spec.unschedulable %v, %s taint %v)", cordon.Unschedulable, corev1.TaintNodeUnschedulable, cordon.Taint)
+	}
+	mark := "ok  "
+	if !observed {
+		mark = "FAIL"
+	}
+	fmt.Fprintf(w, "  [%s] %-20s %s\n", mark, check.Name+":", check.Detail)
+	if !observed && !opts.Force {
+		return refused("node %s keeps %s: the controller-manager may still act on the out-of-service taint it no longer has. "+
+			"A fencer lifts it once the controller-manager has observed the removal; --force lifts it now (recorded)", n.Name, taint.ReturningTaintKey)
+	}
+	user := o.identity(ctx)
+	tn := taint.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder)
+	var written *corev1.Node
+	var err error
+	if observed {
+		written, err = tn.Lift(ctx, n.Name, fmt.Sprintf("lifted by %s (fenced unfence): %s", user, reasonOr(opts.Reason)))
+	} else {
+		written, err = tn.ForceLift(ctx, n.Name, fmt.Sprintf("lifted by %s with --force, before the controller-manager observed the removal: %s", user, reasonOr(opts.Reason)))
+	}
+	if errors.Is(err, taint.ErrNotObserved) {
+		return refused("node %s keeps %s: %v (its cordon changed meanwhile)", n.Name, taint.ReturningTaintKey, err)
+	}
+	if err != nil {
+		return err
+	}
+	if written == nil {
+		fmt.Fprintf(w, "Node %s lost its returning taint meanwhile: nothing to do.\n", n.Name)
+		return nil
+	}
+	if !observed {
+		o.log().Warn("unfence forced: returning taint lifted before the controller-manager observed the removal", "node", n.Name, "by", user, "reason", opts.Reason)
+		o.warn(n, vocab.EventUnfenceForced, "%s lifted %s with --force before the controller-manager observed the removal of the out-of-service taint: %s",
+			user, taint.ReturningTaintKey, reasonOr(opts.Reason))
+	}
+	fmt.Fprintf(w, "Lifted %s from node %s.\n", taint.ReturningTaintKey, n.Name)
 	return nil
 }
 

@@ -631,6 +631,10 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 			o.Evidence = &ev
 		}
 	}
+	o.Cordon = taint.CordonOf(n)
+	if r, ok, err := taint.ReturningOf(n); ok && err == nil {
+		o.Returning = &r
+	}
 	return o
 }
 
@@ -707,12 +711,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			return err
 		}
 		applied := written != nil
-		if applied {
-			f.mu.Lock()
-			f.stateOf(name).written = written
-			f.mu.Unlock()
-			f.queue.Add(name) // go on from the written Node at once
-		}
+		f.wrote(name, written)
 		if applied && ev.Method == vocab.EvidenceCleanShutdown {
 			f.mu.Lock()
 			f.cleanFences[name] = f.cfg.Now()
@@ -740,13 +739,39 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		}
 		return err
 	case core.ActRemoveTaint:
-		removed, err := f.cfg.Tainter.Remove(ctx, name, a.Message)
+		res, err := f.cfg.Tainter.Remove(ctx, name, a.Message)
+		if errors.Is(err, taint.ErrCordonUnsettled) {
+			// The node lifecycle controller's answer, when it comes, is
+			// a Node update: the informer queues the node again.
+			f.log.Info("out-of-service taint kept: the node lifecycle controller has not answered the last cordon change yet", "node", name)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if removed {
+		f.wrote(name, res.Node)
+		if res.OutOfService {
 			f.cfg.Metrics.TaintsRemoved.Inc()
-			f.log.Info("out-of-service taint removed", "node", name, "reason", a.Message)
+			f.log.Info("out-of-service taint removed, returning taint in its place", "node", name, "reason", a.Message,
+				"cordoned", res.Node.Spec.Unschedulable, "cordonIsFenced", res.Record.Cordoned)
+		} else if res.Node != nil {
+			f.log.Info("returning: cordon changed again for the controller-manager to answer", "node", name, "cordoned", res.Node.Spec.Unschedulable)
+		}
+	case core.ActLiftReturning:
+		written, err := f.cfg.Tainter.Lift(ctx, name, a.Message)
+		if errors.Is(err, taint.ErrNotObserved) {
+			// The core saw the answer, the Node read for the write does
+			// not (someone changed the cordon since): decided again on
+			// the next Node update.
+			f.log.Info("returning taint kept: the Node read for the write shows no answer of the controller-manager", "node", name)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f.wrote(name, written)
+		if written != nil {
+			f.log.Info("returning taint lifted", "node", name, "reason", a.Message)
 		}
 	case core.ActEvent:
 		if node != nil {
@@ -762,6 +787,19 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		}
 	}
 	return nil
+}
+
+// wrote remembers the Node a write of this fencer returned, and queues
+// the node, so that the core goes on from it at once rather than waiting
+// for the informer (freshest); a nil Node (nothing written) is ignored.
+func (f *Fencer) wrote(name string, n *corev1.Node) {
+	if n == nil {
+		return
+	}
+	f.mu.Lock()
+	f.stateOf(name).written = n
+	f.mu.Unlock()
+	f.queue.Add(name)
 }
 
 // begin marks an operation on node name as running in its state (made

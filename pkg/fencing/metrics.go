@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		NodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: metrics.NodeStateMetric,
-			Help: "1 for the decision phase each node is in (Healthy, Suspect, Confirming, PoweringOff, Fenced, Recovering).",
+			Help: "1 for the decision phase each node is in (Healthy, Suspect, Confirming, PoweringOff, Fenced, Recovering, Returning).",
 		}, []string{"node", "state"}),
 		BMCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_bmc_requests_total",

@@ -22,6 +22,13 @@
 //     are written in one update, so no reader sees one without the other.
 //   - fenced never claims or removes a taint it did not apply: a taint without
 //     AnnotationAppliedBy is left alone (Remove returns ErrNotOurs).
+//   - The out-of-service taint never comes off alone (returning.go): Remove
+//     swaps it for fenced's ReturningTaintKey:NoExecute and changes the
+//     cordon in one update, on a settled cordon only; Lift takes the
+//     returning taint (and a cordon fenced set) off once the node lifecycle
+//     controller has answered that change, re-checked on the Node it
+//     writes. No version of the Node lacks both taints while a
+//     controller-manager may still see the first.
 //   - Every write is a read-modify-write with the resourceVersion just read,
 //     retried from a fresh read on Conflict, so concurrent writers of the
 //     Node (kubelet, node lifecycle controller, other fencers, operators)
@@ -41,9 +48,10 @@
 //
 //	resource      verbs          used by
 //	------------  -------------  ----------------------------------------------
-//	nodes         get, update    Apply, Remove (read, then update taints and
-//	                             annotations); MarkNotReady and ForceDeletePods
-//	                             read the Node (get)
+//	nodes         get, update    Apply, Remove, Lift (read, then update taints,
+//	                             annotations and spec.unschedulable);
+//	                             MarkNotReady and ForceDeletePods read the
+//	                             Node (get)
 //	nodes/status  update         MarkNotReady (Ready condition)
 //	pods          list, delete   ForceDeletePods, all namespaces (list with
 //	                             field selector spec.nodeName; delete with

@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/poll"
+	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -37,6 +39,7 @@ func TestIntegration(t *testing.T) {
 	ctx, c := cluster.StartForTest(t, cluster.Options{})
 
 	t.Run("apply and remove", func(t *testing.T) { integrationRoundTrip(ctx, t, c) })
+	t.Run("the returning taint waits for the controller-manager", func(t *testing.T) { integrationReturning(ctx, t, c) })
 	t.Run("foreign taint", func(t *testing.T) { integrationForeign(ctx, t, c) })
 	t.Run("concurrent label writer", func(t *testing.T) { integrationRace(ctx, t, c) })
 	t.Run("mark not ready", func(t *testing.T) { integrationMarkNotReady(ctx, t, c) })
@@ -120,18 +123,26 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 		t.Errorf("second Apply = %v, %v; want false, nil", applied, err)
 	}
 
-	removed, err := tn.Remove(ctx, "roundtrip", "Ready again with a new boot ID")
-	if err != nil || !removed {
-		t.Fatalf("Remove = %v, %v", removed, err)
+	res, err := tn.Remove(ctx, "roundtrip", "Ready again with a new boot ID")
+	if err != nil || !res.OutOfService {
+		t.Fatalf("Remove = %+v, %v", res, err)
 	}
 	n = getLive(ctx, t, client, "roundtrip")
-	if HasTaint(n) || AppliedByFenced(n) || n.Annotations[AnnotationEvidence] != "" {
-		t.Errorf("after Remove: taints %+v annotations %v", n.Spec.Taints, n.Annotations)
+	if HasTaint(n) || AppliedByFenced(n) || n.Annotations[AnnotationEvidence] != "" || !HasReturningTaint(n) || !n.Spec.Unschedulable {
+		t.Errorf("after Remove: taints %+v annotations %v unschedulable %v", n.Spec.Taints, n.Annotations, n.Spec.Unschedulable)
+	}
+	n = liftWhenObserved(ctx, t, tn, "roundtrip")
+	if HasReturningTaint(n) || n.Spec.Unschedulable || n.Annotations[AnnotationReturning] != "" {
+		t.Errorf("after Lift: taints %+v annotations %v unschedulable %v", n.Spec.Taints, n.Annotations, n.Spec.Unschedulable)
 	}
 
 	// stop waits until the recorder has written its Events.
 	stop()
-	for reason, want := range map[string]string{string(vocab.EventOutOfServiceTaintApplied): string(vocab.EvidenceBMCPowerOff), string(vocab.EventOutOfServiceTaintRemoved): "new boot ID"} {
+	for reason, want := range map[string]string{
+		string(vocab.EventOutOfServiceTaintApplied): string(vocab.EvidenceBMCPowerOff),
+		string(vocab.EventOutOfServiceTaintRemoved): "new boot ID",
+		string(vocab.EventReturningTaintLifted):     "uncordoned",
+	} {
 		evs := nodeEvents(ctx, t, client, "roundtrip", reason)
 		if len(evs) != 1 {
 			t.Errorf("%d %s Events in the API, want 1", len(evs), reason)
@@ -142,6 +153,78 @@ func integrationRoundTrip(ctx context.Context, t *testing.T, c *cluster.Cluster)
 			t.Errorf("%s Event = type %s object %+v source %+v message %q", reason, e.Type, e.InvolvedObject, e.Source, e.Message)
 		}
 	}
+}
+
+// integrationReturning is the way back against the real node lifecycle
+// controller: with the controller-manager stopped (SIGSTOP), the swap
+// lands but nothing answers its cordon, so the returning taint cannot be
+// lifted for as long as it stays stopped; thawed, the controller answers
+// and the lift goes through.
+func integrationReturning(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	client := c.Client()
+	createNode(ctx, t, client, "returning")
+	tn := NewTainter(client, "fencer-a", nil)
+	if applied, err := tn.Apply(ctx, "returning", bmcEvidence()); err != nil || !applied {
+		t.Fatalf("Apply = %v, %v", applied, err)
+	}
+	if err := c.FreezeControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ThawControllerManager() })
+	res, err := tn.Remove(ctx, "returning", "back")
+	if err != nil || !res.OutOfService {
+		t.Fatalf("Remove = %+v, %v", res, err)
+	}
+	if n := getLive(ctx, t, client, "returning"); HasTaint(n) || !HasReturningTaint(n) || CordonOf(n) != (core.Cordon{Unschedulable: true}) {
+		t.Fatalf("after Remove: taints %+v, cordon %+v", n.Spec.Taints, CordonOf(n))
+	}
+	// As long as we look, nothing answers: 3 s is dozens of the node
+	// lifecycle controller's answers when it runs (see below).
+	frozen := time.Now()
+	for time.Since(frozen) < 3*time.Second {
+		if written, err := tn.Lift(ctx, "returning", "observed"); !errors.Is(err, ErrNotObserved) || written != nil {
+			t.Fatalf("Lift with the controller-manager stopped = %v, %v; want ErrNotObserved", written != nil, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.ThawControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	thawed := time.Now()
+	n := liftWhenObserved(ctx, t, tn, "returning")
+	if HasReturningTaint(n) || n.Spec.Unschedulable {
+		t.Fatalf("after Lift: taints %+v, unschedulable %v", n.Spec.Taints, n.Spec.Unschedulable)
+	}
+	t.Logf("the controller-manager answered %s after its thaw", time.Since(thawed).Round(time.Millisecond))
+}
+
+// removeWhenSettled calls Remove until the node lifecycle controller has
+// settled the cordon (an earlier Lift uncordoned the node) and it swaps.
+func removeWhenSettled(ctx context.Context, t *testing.T, tn *Tainter, node string) {
+	t.Helper()
+	poll.Until(t, time.Minute, "Remove finds the cordon of "+node+" settled", func() bool {
+		res, err := tn.Remove(ctx, node, "round done")
+		if err != nil && !errors.Is(err, ErrCordonUnsettled) {
+			t.Fatalf("Remove: %v", err)
+		}
+		return res.OutOfService
+	})
+}
+
+// liftWhenObserved calls Lift until the node lifecycle controller has
+// answered the swap's cordon change and the returning taint comes off.
+func liftWhenObserved(ctx context.Context, t *testing.T, tn *Tainter, node string) *corev1.Node {
+	t.Helper()
+	var written *corev1.Node
+	poll.Until(t, time.Minute, "the node lifecycle controller answers the cordon of "+node, func() bool {
+		var err error
+		written, err = tn.Lift(ctx, node, "observed")
+		if err != nil && !errors.Is(err, ErrNotObserved) {
+			t.Fatalf("Lift: %v", err)
+		}
+		return written != nil
+	})
+	return written
 }
 
 func integrationForeign(ctx context.Context, t *testing.T, c *cluster.Cluster) {
@@ -157,8 +240,8 @@ func integrationForeign(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	if applied, err := tn.Apply(ctx, "foreign", bmcEvidence()); err != nil || applied {
 		t.Errorf("Apply = %v, %v; want false, nil", applied, err)
 	}
-	if removed, err := tn.Remove(ctx, "foreign", "recovered"); removed || !errors.Is(err, ErrNotOurs) {
-		t.Errorf("Remove = %v, %v; want false, ErrNotOurs", removed, err)
+	if res, err := tn.Remove(ctx, "foreign", "recovered"); res.Node != nil || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("Remove = %+v, %v; want nothing, ErrNotOurs", res, err)
 	}
 	after := getLive(ctx, t, client, "foreign")
 	if !HasTaint(after) || AppliedByFenced(after) {
@@ -223,9 +306,8 @@ func integrationRace(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		if applied, err := tn.Apply(ctx, "race", bmcEvidence()); err != nil || !applied {
 			t.Fatalf("round %d: Apply = %v, %v", rounds, applied, err)
 		}
-		if removed, err := tn.Remove(ctx, "race", "round done"); err != nil || !removed {
-			t.Fatalf("round %d: Remove = %v, %v", rounds, removed, err)
-		}
+		removeWhenSettled(ctx, t, tn, "race")
+		liftWhenObserved(ctx, t, tn, "race")
 	}
 	// A last Apply, still racing the labels.
 	if applied, err := tn.Apply(ctx, "race", bmcEvidence()); err != nil || !applied {
@@ -256,7 +338,7 @@ func integrationRace(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	if taints != 1 || !AppliedByFenced(n) || n.Annotations[AnnotationEvidence] == "" {
 		t.Errorf("after the race: %d out-of-service taints, annotations %v", taints, n.Annotations)
 	}
-	t.Logf("%d Apply/Remove rounds against %d concurrent label writes; %d conflicts retried", rounds, len(labels), conflicts.Load())
+	t.Logf("%d Apply/Remove/Lift rounds against %d concurrent label writes; %d conflicts retried", rounds, len(labels), conflicts.Load())
 	if conflicts.Load() == 0 {
 		t.Error("no conflict happened: the race did not exercise the retry path")
 	}
@@ -526,15 +608,16 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		if n, err := tn.ForceDeletePods(ctx, "rbac-full"); err != nil || n != 1 {
 			t.Fatalf("ForceDeletePods = %d, %v", n, err)
 		}
-		if removed, err := tn.Remove(ctx, "rbac-full", "back"); err != nil || !removed {
-			t.Fatalf("Remove = %v, %v", removed, err)
+		if res, err := tn.Remove(ctx, "rbac-full", "back"); err != nil || !res.OutOfService {
+			t.Fatalf("Remove = %+v, %v", res, err)
 		}
+		liftWhenObserved(ctx, t, tn, "rbac-full")
 		// A repeated Event makes client-go patch the first one's count.
 		ref := nodeRef(getLive(ctx, t, admin, "rbac-full"))
 		rec.Event(ref, corev1.EventTypeNormal, "RBACProbeRepeat", "same text")
 		rec.Event(ref, corev1.EventTypeNormal, "RBACProbeRepeat", "same text")
 		stop()
-		for _, reason := range []string{string(vocab.EventOutOfServiceTaintApplied), string(vocab.EventOutOfServiceTaintRemoved)} {
+		for _, reason := range []string{string(vocab.EventOutOfServiceTaintApplied), string(vocab.EventOutOfServiceTaintRemoved), string(vocab.EventReturningTaintLifted)} {
 			if evs := nodeEvents(ctx, t, admin, "rbac-full", reason); len(evs) != 1 {
 				t.Errorf("%d %s Events, want 1", len(evs), reason)
 			}

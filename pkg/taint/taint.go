@@ -200,66 +200,6 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev core.Evidence, ch
 	return done, nil
 }
 
-// Remove removes the out-of-service taint and both annotations from node in
-// one update, conflict-safe, but only if AnnotationAppliedBy is present (the
-// identity in it does not matter: fencers share the job). If the node has the
-// taint without the annotation, nothing is written and the error wraps
-// ErrNotOurs. If it has neither, removed is false and err nil.
-//
-// Leftover annotations without a taint (someone removed the taint by hand)
-// are cleaned up, with removed=false: left behind, they would make a later
-// operator's taint look like fenced's.
-//
-// Whether the node may be unfenced (Ready with a new boot ID, no stale
-// VolumeAttachment) is the caller's decision; reason says why it was made and
-// goes into the Normal Event OutOfServiceTaintRemoved.
-func (t *Tainter) Remove(ctx context.Context, node string, reason string) (removed bool, err error) {
-	var done *corev1.Node
-	var appliedBy string
-	var ev core.Evidence
-	err = t.onConflict(ctx, func(ctx context.Context) error {
-		done, removed = nil, false
-		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !AppliedByFenced(n) {
-			if HasTaint(n) {
-				return ErrNotOurs
-			}
-			return nil
-		}
-		appliedBy = n.Annotations[AnnotationAppliedBy]
-		ev, _, _ = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
-		kept := n.Spec.Taints[:0:0]
-		for _, tn := range n.Spec.Taints {
-			if tn.Key == TaintKey {
-				removed = true
-				continue
-			}
-			kept = append(kept, tn)
-		}
-		n.Spec.Taints = kept
-		delete(n.Annotations, AnnotationAppliedBy)
-		delete(n.Annotations, AnnotationEvidence)
-		done, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("removing %s from node %s: %w", TaintKey, node, err)
-	}
-	if done == nil || !removed {
-		return false, nil
-	}
-	method := ev.Method
-	if method == "" {
-		method = "unknown"
-	}
-	t.recorder.Eventf(nodeRef(done), corev1.EventTypeNormal, string(vocab.EventOutOfServiceTaintRemoved),
-		"Removed %s (applied by %s, method %s): %s", TaintKey, appliedBy, method, reason)
-	return true, nil
-}
-
 // onConflict runs fn, which must read what it modifies, again after each
 // Conflict, with t.backoff, and stops early when ctx is done. When the
 // retries run out it returns the last Conflict.

@@ -269,76 +269,6 @@ func TestApplyMissingNode(t *testing.T) {
 	}
 }
 
-func TestRemoveOurs(t *testing.T) {
-	ctx := context.Background()
-	tnA, cs, rec := newTainter("fencer-a", testNode("n1"))
-	if _, err := tnA.Apply(ctx, "n1", bmcEvidence()); err != nil {
-		t.Fatal(err)
-	}
-	events(rec)
-
-	// Any fencer may remove a fenced taint, not only the one that applied it.
-	tnB := NewTainter(cs, "fencer-b", rec)
-	removed, err := tnB.Remove(ctx, "n1", "node is Ready with a new boot ID")
-	if err != nil || !removed {
-		t.Fatalf("Remove = %v, %v; want true, nil", removed, err)
-	}
-	n := getNode(t, cs, "n1")
-	if HasTaint(n) || AppliedByFenced(n) {
-		t.Errorf("after Remove: taints %+v annotations %v", n.Spec.Taints, n.Annotations)
-	}
-	if _, ok := n.Annotations[AnnotationEvidence]; ok {
-		t.Error("evidence annotation left behind")
-	}
-	if len(n.Spec.Taints) != 1 || n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] != "true" {
-		t.Errorf("other taints/annotations lost: %+v %v", n.Spec.Taints, n.Annotations)
-	}
-	evs := events(rec)
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+string(vocab.EventOutOfServiceTaintRemoved)+" ") ||
-		!strings.Contains(evs[0], "new boot ID") || !strings.Contains(evs[0], "fencer-a") {
-		t.Errorf("events = %q", evs)
-	}
-
-	updates := count(cs, "update", "nodes")
-	removed, err = tnB.Remove(ctx, "n1", "again")
-	if err != nil || removed || count(cs, "update", "nodes") != updates {
-		t.Errorf("second Remove = %v, %v (or it wrote); want false, nil, no write", removed, err)
-	}
-}
-
-func TestRemoveForeign(t *testing.T) {
-	n := testNode("n1")
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoExecute})
-	tn, cs, rec := newTainter("fencer-a", n)
-	removed, err := tn.Remove(context.Background(), "n1", "recovered")
-	if removed || !errors.Is(err, ErrNotOurs) {
-		t.Fatalf("Remove = %v, %v; want false, ErrNotOurs", removed, err)
-	}
-	if !HasTaint(getNode(t, cs, "n1")) || count(cs, "update", "nodes") != 0 || len(events(rec)) != 0 {
-		t.Error("foreign taint touched")
-	}
-}
-
-func TestRemoveCleansStaleAnnotations(t *testing.T) {
-	// Someone removed fenced's taint by hand and left the annotations: they
-	// must go, or a later operator's taint would look like fenced's.
-	n := testNode("n1")
-	n.Annotations[AnnotationAppliedBy] = "fencer-a"
-	n.Annotations[AnnotationEvidence] = `{"method":"bmc-power-off"}`
-	tn, cs, rec := newTainter("fencer-a", n)
-	removed, err := tn.Remove(context.Background(), "n1", "recovered")
-	if err != nil || removed {
-		t.Fatalf("Remove = %v, %v; want false, nil", removed, err)
-	}
-	got := getNode(t, cs, "n1")
-	if AppliedByFenced(got) || got.Annotations[AnnotationEvidence] != "" {
-		t.Errorf("stale annotations kept: %v", got.Annotations)
-	}
-	if len(events(rec)) != 0 {
-		t.Error("Event for a taint that was not there")
-	}
-}
-
 func evidenceEqual(a, b core.Evidence) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
@@ -608,12 +538,12 @@ func TestRemoveConflictRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	conflictOnce(t, cs, "nodes", "", func(n *corev1.Node) { n.Labels["team"] = "storage" })
-	removed, err := tn.Remove(ctx, "n1", "recovered")
-	if err != nil || !removed {
-		t.Fatalf("Remove = %v, %v", removed, err)
+	res, err := tn.Remove(ctx, "n1", "recovered")
+	if err != nil || !res.OutOfService {
+		t.Fatalf("Remove = %+v, %v", res, err)
 	}
 	n := getNode(t, cs, "n1")
-	if n.Labels["team"] != "storage" || HasTaint(n) || AppliedByFenced(n) {
+	if n.Labels["team"] != "storage" || HasTaint(n) || AppliedByFenced(n) || !HasReturningTaint(n) {
 		t.Errorf("after retry: labels %v taints %+v annotations %v", n.Labels, n.Spec.Taints, n.Annotations)
 	}
 }

@@ -50,8 +50,13 @@ const (
 	// ID, so fenced cannot tell it rebooted; the taint stays.
 	EventCannotVerifyReboot EventReason = "CannotVerifyReboot"
 	// EventNodeRecovered: the node is back with a new boot ID; fenced's
-	// taint is off.
+	// taint is off, and the controller-manager has observed that.
 	EventNodeRecovered EventReason = "NodeRecovered"
+	// EventWaitingForControllerManager: the out-of-service taint is off,
+	// and fenced's returning taint stays until the controller-manager has
+	// observed that (a Warning once that takes long), or until the node is
+	// uncordoned (Normal, when someone else cordoned it).
+	EventWaitingForControllerManager EventReason = "WaitingForControllerManager"
 	// EventFencedNodeBackWithSameBootID (safety alarm): a node fenced as
 	// off answers with the boot it had before — the evidence was wrong.
 	EventFencedNodeBackWithSameBootID EventReason = "FencedNodeBackWithSameBootID"
@@ -96,6 +101,13 @@ const (
 	EventExcludedWouldPowerOn      EventReason = "ExcludedWouldPowerOn"
 )
 
+// Lifting fenced's returning taint, held back by dry-run or the pause (an
+// exclusion label does not hold it: it ends a fence).
+const (
+	EventDryRunWouldLiftReturning EventReason = "DryRunWouldLiftReturning"
+	EventPausedWouldLiftReturning EventReason = "PausedWouldLiftReturning"
+)
+
 // The fencer's Events (pkg/fencing).
 const (
 	// EventCannotBeFencedAutomatically: the device monitor found that no
@@ -119,8 +131,13 @@ const (
 	// EventOutOfServiceTaintApplied: fenced put the out-of-service taint
 	// on, with its evidence.
 	EventOutOfServiceTaintApplied EventReason = "OutOfServiceTaintApplied"
-	// EventOutOfServiceTaintRemoved: fenced took its taint off.
+	// EventOutOfServiceTaintRemoved: fenced took its taint off, and put
+	// its returning taint in its place.
 	EventOutOfServiceTaintRemoved EventReason = "OutOfServiceTaintRemoved"
+	// EventReturningTaintLifted: fenced took its returning taint off (and
+	// the cordon it had set), the controller-manager having observed the
+	// removal of the out-of-service taint.
+	EventReturningTaintLifted EventReason = "ReturningTaintLifted"
 )
 
 // The on-call commands' Events (pkg/admin).

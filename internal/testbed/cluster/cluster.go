@@ -114,6 +114,13 @@ type Options struct {
 	APIServerArgs, ControllerManagerArgs, SchedulerArgs []string
 	// NoScheduler leaves kube-scheduler out (tests that bind pods by hand).
 	NoScheduler bool
+	// ControllerManagerVia, if set, is called once the API server is
+	// ready, with the admin client configuration, and returns the URL the
+	// controller manager reaches the API server at instead: a proxy in
+	// between (internal/testbed/watchgate), spoken to in plain HTTP
+	// without credentials. Its own serving (authentication and
+	// authorization delegation) still goes straight to the API server.
+	ControllerManagerVia func(*rest.Config) (string, error)
 	// BindAddress is the address kube-apiserver listens on and advertises
 	// (default 127.0.0.1). Set it to the host side of a test bridge so that
 	// processes in network namespaces reach the API server; it must be an
@@ -402,6 +409,13 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
 		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
 	)
+	if opts.ControllerManagerVia != nil {
+		kubeconfig, err := c.controllerManagerVia(opts.ControllerManagerVia)
+		if err != nil {
+			return c, fmt.Errorf("Options.ControllerManagerVia: %w", err)
+		}
+		kcmArgs = append(kcmArgs, "--kubeconfig="+kubeconfig) // the last one wins
+	}
 	kcm, err := c.start(ControllerManager, filepath.Join(binDir, ControllerManager), append(kcmArgs, opts.ControllerManagerArgs...))
 	if err != nil {
 		return c, err
@@ -438,6 +452,17 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 	opts.Logf("control plane %s up in %.1fs (etcd %.1fs, kube-apiserver %.1fs, controller-manager/scheduler %.1fs); API %s, logs %s",
 		c.Version, time.Since(began).Seconds(), etcdTook.Seconds(), apiTook.Seconds(), time.Since(t0).Seconds(), c.Host, c.LogsDir)
 	return c, nil
+}
+
+// controllerManagerVia asks via where the controller manager is to reach
+// the API server, and writes the kubeconfig that says so.
+func (c *Cluster) controllerManagerVia(via func(*rest.Config) (string, error)) (string, error) {
+	server, err := via(c.RESTConfig())
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, "controller-manager-via.kubeconfig")
+	return path, writeKubeconfig(path, server, nil, kubeconfigUser{name: "via"})
 }
 
 // MustStart is Start for tests that cannot go on without a cluster: it fails

@@ -35,6 +35,7 @@ const (
 	PhasePoweringOff Phase = "PoweringOff" // power-off mode: switching it off under the lease
 	PhaseFenced      Phase = "Fenced"      // tainted with evidence
 	PhaseRecovering  Phase = "Recovering"  // back with a new boot; waiting for old attachments to go
+	PhaseReturning   Phase = "Returning"   // out-of-service taint off, fenced's returning taint on until the controller-manager saw that
 )
 
 // Ready is the status of a Node's Ready condition.
@@ -79,6 +80,13 @@ type NodeObs struct {
 	// (fenced.io/exclude or medik8s' exclude-from-remediation, value
 	// "true"), or "" (hold.go).
 	Excluded string
+	// Returning is fenced's record of the swap that took its
+	// out-of-service taint off, while it is on the Node (returning.go);
+	// nil otherwise.
+	Returning *Returning
+	// Cordon is the node's cordon and the node lifecycle controller's
+	// taint for it: what tells that the controller-manager saw the swap.
+	Cordon Cordon
 }
 
 // MemberObs is what gossip says about the node's agent. Any holder of the
@@ -184,7 +192,8 @@ const (
 	ActApplyTaint      ActionKind = "ApplyTaint"      // taint with Evidence
 	ActMarkNotReady    ActionKind = "MarkNotReady"    // fast path: Ready=False reason PoweredOff
 	ActForceDeletePods ActionKind = "ForceDeletePods" // fast path: pods deleted with grace 0
-	ActRemoveTaint     ActionKind = "RemoveTaint"     // the node is back
+	ActRemoveTaint     ActionKind = "RemoveTaint"     // the node is back: swap the taint for fenced's returning taint (returning.go)
+	ActLiftReturning   ActionKind = "LiftReturning"   // the controller-manager saw the swap: lift the returning taint
 	ActEvent           ActionKind = "Event"           // a Kubernetes Event on the Node
 	ActSafetyAlarm     ActionKind = "SafetyAlarm"     // evidence proved wrong: Event, metric, error log
 	ActRequeue         ActionKind = "Requeue"         // call Step again after After
@@ -198,7 +207,8 @@ type Action struct {
 	// Evidence for ActApplyTaint.
 	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
-	// and ActSafetyAlarm; Message also explains ActRemoveTaint.
+	// and ActSafetyAlarm; Message also explains ActRemoveTaint and
+	// ActLiftReturning.
 	EventType string
 	Reason    vocab.EventReason
 	Message   string
@@ -309,6 +319,8 @@ func (d *decider) step() {
 	switch t.Phase {
 	case PhaseFenced, PhaseRecovering:
 		d.fenced()
+	case PhaseReturning:
+		d.returning()
 	case PhasePoweringOff:
 		d.poweringOff()
 	default:
@@ -318,8 +330,8 @@ func (d *decider) step() {
 
 // followTaint follows the taint annotations, the durable state: it adopts
 // a fence made by another fencer, or by this one before a restart; it
-// notes our own taint's landing; and it starts over when the taint was
-// removed from outside.
+// notes our own taint's landing; it starts over when the taint was
+// removed from outside; and it adopts a returning taint (returning.go).
 func (d *decider) followTaint() {
 	o, t := d.o, d.t
 	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
@@ -344,6 +356,11 @@ func (d *decider) followTaint() {
 		// the node looks like now. (Until the taint has been seen once, an
 		// absent taint is only the informer lagging behind our own write.)
 		d.becomeHealthy("fenced taint removed from outside", voided{})
+	}
+	if o.Node.Returning != nil && !o.Node.TaintedByFenced && t.phase() == PhaseHealthy {
+		// Swapped by this fencer before a restart, by another fencer, or
+		// by `fenced unfence`: the lift is every fencer's job.
+		d.becomeReturning("adopted fenced's returning taint")
 	}
 }
 
@@ -1164,12 +1181,21 @@ func (d *decider) recover(fence *Evidence, bootNow string) {
 		d.becomeFenced("back, not yet Ready on a new boot", nil)
 		return
 	}
+	if !o.Node.Cordon.Settled() {
+		// The swap's witness is the node lifecycle controller's answer
+		// to a change of the cordon; one to an earlier change, still
+		// pending, would be taken for it (returning.go).
+		d.becomeRecovering("back with a new boot: waiting for the node lifecycle controller to settle the cordon before the taint comes off")
+		d.notice("unsettled", "Normal", vocab.EventWaitingForControllerManager,
+			"node is back with a new boot ID; the out-of-service taint comes off once the node lifecycle controller has answered the last change of the node's cordon")
+		return
+	}
 	if !d.do(Action{Kind: ActRemoveTaint, Message: fmt.Sprintf("node is back: Ready with new boot ID %s (fenced at boot %s), no VolumeAttachment left", bootNow, fence.BootID)}) {
 		d.becomeRecovering(fmt.Sprintf("back with a new boot: would remove the taint; held (%s)", d.heldBy(ActRemoveTaint)))
 		return
 	}
-	d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeRecovered, Message: "node is back with a new boot ID; out-of-service taint removed"})
-	d.becomeHealthy("recovered", voided{})
+	d.becomeReturning("back with a new boot: out-of-service taint swapped for the returning taint until the controller-manager has observed that")
+	d.requeue(ReturnPatience)
 }
 
 // finishFence does the rest of the fence, redone until done: after an API

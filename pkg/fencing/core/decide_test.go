@@ -207,8 +207,22 @@ func TestPowerLossIsFencedWithBMCEvidenceAndRecovers(t *testing.T) {
 	o.Node.VolumeAttachments = 0
 	o.Now = o.Now.Add(time.Second)
 	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
-	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
-		t.Fatalf("after the attachment is gone: %s %v", d.Phase, kinds(d.Actions))
+	if d.Phase != PhaseReturning || !has(d.Actions, ActRemoveTaint) || slices.Contains(events(d.Actions), vocab.EventNodeRecovered) {
+		t.Fatalf("after the attachment is gone: %s %v %v", d.Phase, kinds(d.Actions), events(d.Actions))
+	}
+	// The swap landed (returning_test.go goes on from here).
+	o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+	o.Node.Returning = &Returning{At: o.Now, Cordoned: true}
+	o.Node.Cordon = Cordon{Unschedulable: true}
+	o.Now = o.Now.Add(10 * time.Millisecond)
+	if d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); d.Phase != PhaseReturning || has(d.Actions, ActLiftReturning) {
+		t.Fatalf("before the controller-manager answered: %s %v", d.Phase, kinds(d.Actions))
+	}
+	o.Node.Cordon.Taint = true
+	o.Now = o.Now.Add(10 * time.Millisecond)
+	d = tgt.Step(o, testPolicy(vocab.ModeConfirmOnly))
+	if d.Phase != PhaseHealthy || !has(d.Actions, ActLiftReturning) || !slices.Contains(events(d.Actions), vocab.EventNodeRecovered) {
+		t.Fatalf("once the controller-manager answered: %s %v %v", d.Phase, kinds(d.Actions), events(d.Actions))
 	}
 }
 
@@ -534,7 +548,7 @@ func TestBackWithinTheSecondOfTheFenceIsRecognised(t *testing.T) {
 	o.Member.BootID, o.Member.Since = "boot-2", t0.Add(300*time.Millisecond)
 	o.Now = t0.Add(2 * time.Second)
 	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModePowerOff))
-	if d.Phase != PhaseHealthy || !has(d.Actions, ActRemoveTaint) {
+	if d.Phase != PhaseReturning || !has(d.Actions, ActRemoveTaint) {
 		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
 }
@@ -807,10 +821,15 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))
 	rare := rand.New(rand.NewPCG(seed, 3))
+	// The way back from a fence (returning.go) draws from streams of its
+	// own: the node lifecycle controller and operators on the cordon, and
+	// whether the swap and the lift land.
+	cordons := rand.New(rand.NewPCG(seed, 4))
+	api := rand.New(rand.NewPCG(seed, 5))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints, powerOffs, levelTaints := 0, 0, 0
+	taints, powerOffs, levelTaints, swaps, lifts := 0, 0, 0, 0, 0
 	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
 		mode := []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff}[rng.IntN(2)]
@@ -933,6 +952,20 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOff, o.Now, nodeUUID), false
 				o.BMC.Reading.PoweredOffByFenced = true
 			}
+			walkCordon(cordons, &o)
+			switch {
+			case o.Node.TaintedByFenced && cordons.IntN(map[bool]int{true: 20, false: 300}[tgt.Phase == PhaseRecovering]) == 0:
+				// Someone removed the out-of-service taint by hand (an
+				// operator's remedy for a node stuck in Recovering, more
+				// than for any other).
+				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+			case o.Node.TaintedByFenced && o.Node.Cordon.Settled() && cordons.IntN(300) == 0:
+				// Another fencer, or `fenced unfence`, swapped it.
+				swap(&o)
+			case o.Node.Returning != nil && cordons.IntN(200) == 0:
+				// Someone lifted the returning taint by hand.
+				o.Node.Returning = nil
+			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
 			checkTransitions(t, fmt.Sprintf("walk %d step %d", walk, i), before, d)
@@ -970,6 +1003,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 						walk, i, o.Node.Ready, o.Node.KubeletRenew, suspectSince, ag)
 				}
 			}
+			checkReturning(t, fmt.Sprintf("walk %d step %d", walk, i), o, d)
 			switchedOff = has(d.Actions, ActPowerOff)
 			if switchedOff {
 				powerOffs++
@@ -984,11 +1018,18 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.Now.Sub(a.SilentSince) < p.FenceAfter || o.Now.Sub(o.Node.ReadySince) < p.FenceAfter) {
 				t.Fatalf("walk %d step %d: power-off with Ready=%s since %s, agent %+v", walk, i, o.Node.Ready, o.Node.ReadySince, a)
 			}
-			if d.Phase == PhaseFenced && has(d.Actions, ActApplyTaint) && rng.IntN(3) != 0 {
+			switch {
+			case d.Phase == PhaseFenced && has(d.Actions, ActApplyTaint) && rng.IntN(3) != 0:
 				// Model the API: the write lands, or (one in three) fails
 				// and is retried later.
 				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
-			} else if d.Phase == PhaseHealthy {
+			case has(d.Actions, ActRemoveTaint) && api.IntN(3) != 0:
+				swap(&o)
+				swaps++
+			case has(d.Actions, ActLiftReturning) && api.IntN(3) != 0:
+				lift(&o)
+				lifts++
+			case d.Phase == PhaseHealthy && !has(d.Actions, ActLiftReturning):
 				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
 			}
 		}
@@ -1002,10 +1043,58 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 || powerOffs == 0 || levelTaints == 0 {
-		t.Fatalf("the walk reached %d taints (%d on a fencing level) and %d power-offs; it tests nothing", taints, levelTaints, powerOffs)
+	if taints == 0 || powerOffs == 0 || levelTaints == 0 || swaps == 0 || lifts == 0 {
+		t.Fatalf("the walk reached %d taints (%d on a fencing level), %d power-offs, %d swaps and %d lifts; it tests nothing", taints, levelTaints, powerOffs, swaps, lifts)
 	}
-	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d transitions of the table made", taints, levelTaints, powerOffs, len(made))
+	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d swaps, each on a settled cordon, and %d lifts, each after the controller's answer; %d transitions of the table made",
+		taints, levelTaints, powerOffs, swaps, lifts, len(made))
+}
+
+// walkCordon moves the cordon of a walk: the node lifecycle controller
+// answers the cordon (often: it runs beside the fencer), and an operator
+// cordons or uncordons the node (rarely).
+func walkCordon(rng *rand.Rand, o *Observation) {
+	switch rng.IntN(30) {
+	case 0:
+		o.Node.Cordon.Unschedulable = !o.Node.Cordon.Unschedulable
+	case 1, 2, 3, 4, 5, 6, 7, 8, 9, 10:
+		o.Node.Cordon.Taint = o.Node.Cordon.Unschedulable
+	}
+}
+
+// swap is what taint.Tainter.Remove writes, in one update: the
+// out-of-service taint off, the returning record on, the probe made.
+func swap(o *Observation) {
+	unschedulable, mine := Probe(o.Node.Cordon, o.Node.Returning)
+	o.Node.Returning = &Returning{At: o.Now, Cordoned: mine, UnschedulableTaint: o.Node.Cordon.Taint}
+	o.Node.Cordon.Unschedulable = unschedulable
+	o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+}
+
+// lift is what taint.Tainter.Lift writes: the returning record off, and
+// fenced's own cordon.
+func lift(o *Observation) {
+	if o.Node.Returning.Cordoned {
+		o.Node.Cordon.Unschedulable = false
+	}
+	o.Node.Returning = nil
+}
+
+// checkReturning holds a decision to the rules of the way back: the swap
+// only on a settled cordon, with a taint or a record of fenced's to work
+// on; the lift only once the controller-manager answered; never both.
+func checkReturning(t *testing.T, where string, o Observation, d Decision) {
+	t.Helper()
+	swaps, lifts := has(d.Actions, ActRemoveTaint), has(d.Actions, ActLiftReturning)
+	if swaps && (!o.Node.Cordon.Settled() || !o.Node.TaintedByFenced && o.Node.Returning == nil) {
+		t.Fatalf("%s: swap with cordon %+v, tainted %v, record %+v", where, o.Node.Cordon, o.Node.TaintedByFenced, o.Node.Returning)
+	}
+	if lifts && (o.Node.Returning == nil || !o.Node.Returning.Observed(o.Node.Cordon) || o.Node.TaintedByFenced) {
+		t.Fatalf("%s: lift with record %+v, cordon %+v, tainted %v", where, o.Node.Returning, o.Node.Cordon, o.Node.TaintedByFenced)
+	}
+	if swaps && lifts {
+		t.Fatalf("%s: swap and lift in one decision", where)
+	}
 }
 
 // checkTransitions checks a step's phase changes: each is in the table of
@@ -1303,7 +1392,7 @@ func TestBackOnANewBootWithoutReadyTransition(t *testing.T) {
 	o.Node.BootID = "boot-2"
 	o.Member.State = "dead" // even with gossip (forged or stale) saying dead
 	d := (&Target{Name: "node-a"}).Step(o, testPolicy(vocab.ModeConfirmOnly))
-	if !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseHealthy {
+	if !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseReturning {
 		t.Fatalf("phase %s actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 	}
 }

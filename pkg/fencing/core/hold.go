@@ -52,7 +52,7 @@ const (
 // change nothing that a switch is about.)
 func effect(k ActionKind) bool {
 	switch k {
-	case ActApplyTaint, ActRemoveTaint, ActMarkNotReady, ActForceDeletePods, ActAcquireLease, ActPowerOff, ActPowerOn:
+	case ActApplyTaint, ActRemoveTaint, ActLiftReturning, ActMarkNotReady, ActForceDeletePods, ActAcquireLease, ActPowerOff, ActPowerOn:
 		return true
 	}
 	return false
@@ -62,15 +62,16 @@ func effect(k ActionKind) bool {
 // p, or HoldNone. It is the whole rule of the three switches:
 //
 //   - an excluded node is never read, tainted, marked, emptied or switched
-//     on or off — only fenced's own taint may still come off when the node
-//     is back on a new boot (that ends a fence, it does not act on the
-//     node; keeping the taint would keep its workloads away for nothing);
+//     on or off — only fenced's own taints may still come off when the node
+//     is back on a new boot, the out-of-service taint and then the
+//     returning taint (that ends a fence, it does not act on the node;
+//     keeping them would keep its workloads away for nothing);
 //   - while paused, and in dry-run, every effect is held, removing a taint
 //     included: the Nodes stay exactly as they are.
 func HeldBy(k ActionKind, o Observation, p Policy) Hold {
 	excluded := o.Node.Excluded != ""
 	switch {
-	case excluded && (k == ActReadPower || effect(k) && k != ActRemoveTaint):
+	case excluded && (k == ActReadPower || effect(k) && k != ActRemoveTaint && k != ActLiftReturning):
 		return HoldExcluded
 	case !effect(k):
 		return HoldNone
@@ -91,6 +92,8 @@ func Would(k ActionKind) string {
 		return "Taint"
 	case ActRemoveTaint:
 		return "RemoveTaint"
+	case ActLiftReturning:
+		return "LiftReturning"
 	case ActMarkNotReady:
 		return "MarkNotReady"
 	case ActForceDeletePods:
@@ -121,6 +124,8 @@ var heldReasons = map[Hold]map[string]vocab.EventReason{
 		"DeletePods":   vocab.EventDryRunWouldDeletePods,
 		"PowerOff":     vocab.EventDryRunWouldPowerOff,
 		"PowerOn":      vocab.EventDryRunWouldPowerOn,
+
+		"LiftReturning": vocab.EventDryRunWouldLiftReturning,
 	},
 	HoldPaused: {
 		"Taint":        vocab.EventPausedWouldTaint,
@@ -129,6 +134,8 @@ var heldReasons = map[Hold]map[string]vocab.EventReason{
 		"DeletePods":   vocab.EventPausedWouldDeletePods,
 		"PowerOff":     vocab.EventPausedWouldPowerOff,
 		"PowerOn":      vocab.EventPausedWouldPowerOn,
+
+		"LiftReturning": vocab.EventPausedWouldLiftReturning,
 	},
 	HoldExcluded: {
 		"ReadPower":    vocab.EventExcludedWouldReadPower,
@@ -189,7 +196,9 @@ func (d *decider) wouldDo(a Action) string {
 		}
 		return fmt.Sprintf("would taint %s out-of-service", n)
 	case ActRemoveTaint:
-		return fmt.Sprintf("would remove the out-of-service taint from %s: %s", n, a.Message)
+		return fmt.Sprintf("would remove the out-of-service taint from %s, with fenced's returning taint in its place until the controller-manager has observed that: %s", n, a.Message)
+	case ActLiftReturning:
+		return fmt.Sprintf("would lift fenced's returning taint from %s: %s", n, a.Message)
 	case ActMarkNotReady:
 		return fmt.Sprintf("would mark %s NotReady (reason PoweredOff)", n)
 	case ActForceDeletePods:

@@ -310,7 +310,15 @@ func TestExcludedFencedNode(t *testing.T) {
 	if d = tgt.Step(paused, p); len(d.Actions) > 0 {
 		t.Fatalf("back, still paused: %v", kinds(d.Actions))
 	}
-	if d = tgt.Step(back(o), p); !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseHealthy {
+	if d = tgt.Step(back(o), p); !has(d.Actions, ActRemoveTaint) || d.Phase != PhaseReturning {
 		t.Fatalf("back, excluded: %s %v", d.Phase, kinds(d.Actions))
+	}
+	// The lift ends the fence too: the label does not hold it.
+	swapped := back(o)
+	swapped.Node.TaintedByFenced, swapped.Node.Evidence = false, nil
+	swapped.Node.Returning = &Returning{At: swapped.Now, Cordoned: true}
+	swapped.Node.Cordon = Cordon{Unschedulable: true, Taint: true}
+	if d = tgt.Step(swapped, p); !has(d.Actions, ActLiftReturning) || d.Phase != PhaseHealthy {
+		t.Fatalf("returned, excluded: %s %v", d.Phase, kinds(d.Actions))
 	}
 }

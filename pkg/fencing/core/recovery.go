@@ -16,8 +16,9 @@ type RecoveryCheck struct {
 // §2), in the one place both the fencer (decide.go) and `fenced unfence`
 // apply it: the node is Ready, with a boot ID other than the one it had
 // when fenced (the same one means it was never off: the safety alarm),
-// and no VolumeAttachment of it is left (removing the taint while they are
-// cleaned up races with the controllers' caches, kubernetes #142331). It
+// and no VolumeAttachment of it is left (the attach/detach controller is
+// done with the fence). How the taint then comes off, so that no
+// controller acts on it from a lagging cache, is returning.go's. It
 // returns the conditions in the order a person reads them; names are the
 // attachments left, when known, for the detail.
 func Recovery(ready bool, bootNow, bootFenced string, attachmentsLeft int, names ...string) []RecoveryCheck {

@@ -25,8 +25,9 @@ import (
 // allowed is the table of transitions: from a phase, the phases a single
 // become* may move a target to. Staying in a phase is not a transition.
 var allowed = map[Phase][]Phase{
-	// A new suspicion; or a fence adopted from the Node's taint.
-	PhaseHealthy: {PhaseSuspect, PhaseFenced},
+	// A new suspicion; a fence adopted from the Node's taint; a returning
+	// taint adopted.
+	PhaseHealthy: {PhaseSuspect, PhaseFenced, PhaseReturning},
 	// Back (cleared, or the evidence was voided); asking the BMC; the
 	// reading was on and the Lease is already held; fenced on the node's
 	// own clean-shutdown word or on an adopted taint.
@@ -37,11 +38,16 @@ var allowed = map[Phase][]Phase{
 	// Aborted because the node answers; held, cancelled, failed or the
 	// Lease lost; the evidence was voided while still unresponsive; fenced.
 	PhasePoweringOff: {PhaseHealthy, PhaseSuspect, PhaseConfirming, PhaseFenced},
-	// Recovered or unfenced; the taint never landed and the evidence is
-	// derived again (Suspect, Confirming) or voided; back on a new boot.
-	PhaseFenced: {PhaseHealthy, PhaseSuspect, PhaseConfirming, PhaseRecovering},
-	// Recovered or unfenced; no longer responsive, or not Ready yet.
-	PhaseRecovering: {PhaseHealthy, PhaseFenced},
+	// Unfenced from outside; the taint never landed and the evidence is
+	// derived again (Suspect, Confirming) or voided; back on a new boot,
+	// waiting (Recovering) or swapped (Returning).
+	PhaseFenced: {PhaseHealthy, PhaseSuspect, PhaseConfirming, PhaseRecovering, PhaseReturning},
+	// Unfenced from outside; no longer responsive, or not Ready yet;
+	// swapped.
+	PhaseRecovering: {PhaseHealthy, PhaseFenced, PhaseReturning},
+	// Lifted, or the record gone; the out-of-service taint back (the swap
+	// did not land, or a new fence).
+	PhaseReturning: {PhaseHealthy, PhaseFenced},
 }
 
 // Transition is one phase change within a Step.
@@ -202,4 +208,13 @@ func (d *decider) becomeFenced(reason string, f *fence) {
 // goes on until its taint is removed.
 func (d *decider) becomeRecovering(reason string) {
 	d.become(PhaseRecovering, reason)
+}
+
+// becomeReturning: the fence is over, its taint swapped for the returning
+// taint, whose record lives on the Node (returning.go). Nothing of the
+// target survives but its name: a suspicion after the lift starts afresh.
+func (d *decider) becomeReturning(reason string) {
+	d.become(PhaseReturning, reason)
+	t := d.t
+	*t = Target{Name: t.Name, Phase: PhaseReturning, Since: d.o.Now}
 }
