@@ -210,6 +210,10 @@ func (t *Tainter) ApplyIf(ctx context.Context, node string, ev core.Evidence, ch
 // are cleaned up, with removed=false: left behind, they would make a later
 // operator's taint look like fenced's.
 //
+// Evidence in a format newer than this fenced reads (a newer fenced wrote
+// it) is never removed, forced or not: nothing is written and the error is
+// the *EvidenceFormatError (see EvidenceFormat).
+//
 // Whether the node may be unfenced (Ready with a new boot ID, no stale
 // VolumeAttachment) is the caller's decision; reason says why it was made and
 // goes into the Normal Event OutOfServiceTaintRemoved.
@@ -230,7 +234,13 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (remov
 			return nil
 		}
 		appliedBy = n.Annotations[AnnotationAppliedBy]
-		ev, _, _ = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
+		var evErr error
+		ev, _, evErr = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
+		if NewerEvidenceFormat(evErr) > 0 {
+			// A newer fenced fenced it: only a fenced that reads its
+			// evidence may judge the fence over.
+			return evErr
+		}
 		kept := n.Spec.Taints[:0:0]
 		for _, tn := range n.Spec.Taints {
 			if tn.Key == TaintKey {

@@ -810,7 +810,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints, powerOffs, levelTaints := 0, 0, 0
+	taints, powerOffs, levelTaints, newerFences := 0, 0, 0, 0
 	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
 		mode := []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff}[rng.IntN(2)]
@@ -932,6 +932,14 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// fenced's own switch-off is confirmed off.
 				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOff, o.Now, nodeUUID), false
 				o.BMC.Reading.PoweredOffByFenced = true
+			case o.Node.NewerEvidenceFormat > 0 && rare.IntN(20) == 0:
+				// The newer fenced removes its taint.
+				o.Node.TaintedByFenced, o.Node.NewerEvidenceFormat = false, 0
+			case rare.IntN(600) == 0 && !o.Node.TaintedByFenced:
+				// A newer fenced (a rolling upgrade) tainted the node with
+				// evidence this fencer cannot read.
+				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = true, nil, 2
+				newerFences++
 			}
 			before := tgt.Phase
 			d := tgt.Step(o, p)
@@ -941,6 +949,15 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 			if (before == PhaseHealthy || before == "") && d.Phase != PhaseHealthy {
 				suspectSince = o.Now
+			}
+			// A newer fenced's fence: nothing but its Warning, and giving
+			// back a Lease.
+			if o.Node.TaintedByFenced && o.Node.NewerEvidenceFormat > 0 {
+				for _, a := range d.Actions {
+					if a.Kind != ActEvent && a.Kind != ActReleaseLease {
+						t.Fatalf("walk %d step %d: %s on a node fenced by a newer fenced (reason %q)", walk, i, a.Kind, d.Reason)
+					}
+				}
 			}
 			// The switches: nothing they hold goes out.
 			for _, a := range d.Actions {
@@ -989,7 +1006,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// and is retried later.
 				o.Node.TaintedByFenced, o.Node.Evidence = true, tgt.fence.evidence
 			} else if d.Phase == PhaseHealthy {
-				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = false, nil, 0
 			}
 		}
 	}
@@ -1002,10 +1019,10 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 || powerOffs == 0 || levelTaints == 0 {
-		t.Fatalf("the walk reached %d taints (%d on a fencing level) and %d power-offs; it tests nothing", taints, levelTaints, powerOffs)
+	if taints == 0 || powerOffs == 0 || levelTaints == 0 || newerFences == 0 {
+		t.Fatalf("the walk reached %d taints (%d on a fencing level), %d power-offs and %d newer fenced's fences; it tests nothing", taints, levelTaints, powerOffs, newerFences)
 	}
-	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d transitions of the table made", taints, levelTaints, powerOffs, len(made))
+	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d newer fenced's fences left alone; %d transitions of the table made", taints, levelTaints, powerOffs, newerFences, len(made))
 }
 
 // checkTransitions checks a step's phase changes: each is in the table of
