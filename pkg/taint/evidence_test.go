@@ -2,6 +2,7 @@ package taint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,7 +33,9 @@ import (
 // for the level readings); the others are kube.Evidence's literal output
 // (between 82a967a and 37c6145) and hand-written edge cases. Each must
 // decode to the same meaning and, encoded again, give the same bytes with
-// only the version in front: same keys, same order, same omissions.
+// only the version in front: same keys, same order, same omissions. And
+// those bytes, format 1 as written now, read in every earlier fenced as
+// the annotation did.
 func TestEvidenceAnnotationHistory(t *testing.T) {
 	at := func(s string) time.Time {
 		t.Helper()
@@ -130,6 +133,13 @@ func TestEvidenceAnnotationHistory(t *testing.T) {
 				t.Errorf("decoded %+v (bmc %+v), want %+v (bmc %+v)", got, got.BMC, tc.want, tc.want.BMC)
 			}
 			want := `{"v":1,` + tc.annotation[1:]
+			// Every earlier fenced read the annotation with json.Unmarshal
+			// into its evidence type (these JSON tags), ignoring fields it
+			// did not know: it reads format 1 with its version as without.
+			var earlier core.Evidence
+			if err := json.Unmarshal([]byte(want), &earlier); err != nil || !sameEvidence(earlier, tc.want) {
+				t.Errorf("an earlier fenced reads %s as %+v (%v)", want, earlier, err)
+			}
 			for _, ev := range []core.Evidence{tc.want, got} {
 				enc, err := encodeEvidence(ev)
 				if err != nil {

@@ -157,35 +157,43 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("%d taints with evidence; want the victim's one", n)
 	}
 	t.Logf("rollout, each agent back in the ring after: %s", strings.Join(took, ", "))
-	t.Logf("power loss at 0: tainted %.1fs, pod Running on %s %.1fs; power on: untainted %.1fs later; suspicions the rollout caused: %s",
+	t.Logf("power loss at 0: tainted %.1fs, pod Running on %s %.1fs; power on: untainted %.1fs later; Events of the other nodes (the agents' restarts, and cp-1's freeze): %s",
 		secs(tTaint, t0), spare, secs(tRunning, t0), secs(tUntainted, tOn), suspicions(ctx, t, h, victim))
 }
 
 // upgradeAgent replaces the agent of machine name with binary and, if the
-// machine is on, waits until the new agent runs and is back in the ring:
-// it sees every machine that is on alive, and so does every fencer. It
-// returns how long that took.
+// machine is on, waits until the new agent is back in the ring: it runs
+// binary and has started, every other fencer that is on has seen it alive
+// since the upgrade began, and it and every fencer see every machine that
+// is on alive. It returns how long that took.
 func upgradeAgent(t *testing.T, h *harness.Harness, name, binary string) time.Duration {
 	t.Helper()
 	m := h.Machine(name)
+	var fencers []*harness.Machine
+	logFrom := map[string]int{}
+	on := 0
+	for _, mm := range h.Machines {
+		if _, up := mm.BMC.MachinePID(); up {
+			on++
+			logFrom[mm.Name] = len(mm.AgentLog())
+			if mm.Fencer && mm != m {
+				fencers = append(fencers, mm)
+			}
+		}
+	}
 	t0 := time.Now()
 	must(t, m.UpgradeAgent(binary))
-	if _, on := m.BMC.MachinePID(); !on {
+	if _, up := m.BMC.MachinePID(); !up {
 		return 0
 	}
 	requireAgentRuns(t, m, binary)
-	alive := 0
-	for _, mm := range h.Machines {
-		if _, on := mm.BMC.MachinePID(); on {
-			alive++
-		}
+	waitLine(t, m.Name, m.AgentLog, logFrom[m.Name], 2*time.Minute, `msg="agent started"`)
+	for _, f := range fencers {
+		waitLine(t, "fencer "+f.Name, f.AgentLog, logFrom[f.Name], 2*time.Minute, "gossip member", "node="+m.Name+" ", "to=alive")
 	}
-	want := fmt.Sprintf(`fenced_members{state="alive"} %d`, alive)
-	waitMetric(t, m, want, 2*time.Minute)
-	for _, f := range h.Machines {
-		if _, on := f.BMC.MachinePID(); on && f.Fencer {
-			waitMetric(t, f, want, 2*time.Minute)
-		}
+	want := fmt.Sprintf(`fenced_members{state="alive"} %d`, on)
+	for _, mm := range append(fencers, m) {
+		waitMetric(t, mm, want, 2*time.Minute)
 	}
 	return time.Since(t0)
 }
@@ -270,20 +278,21 @@ func requireNothingLeftBehind(ctx context.Context, t *testing.T, h *harness.Harn
 	}
 }
 
-// suspicions counts the NodeSuspected Events of the nodes other than
-// victim: what the agents' restarts alone made the fencers suspect.
+// suspicions counts, by reason, the Events of the nodes other than victim
+// that say a fencer suspected one: what the agents' restarts alone caused.
 func suspicions(ctx context.Context, t *testing.T, h *harness.Harness, victim string) string {
 	t.Helper()
 	evs, err := h.Cluster.Client().CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 	must(t, err)
-	per := map[string]int32{}
+	counts := map[vocab.EventReason]int32{}
 	for _, e := range evs.Items {
-		if vocab.EventReason(e.Reason) == vocab.EventNodeSuspected && e.InvolvedObject.Name != victim {
-			per[e.InvolvedObject.Name] += max(e.Count, 1)
+		switch r := vocab.EventReason(e.Reason); r {
+		case vocab.EventNodeSuspected, vocab.EventNodeUnresponsiveButPoweredOn, vocab.EventNodeResponsive:
+			if e.InvolvedObject.Name != victim {
+				counts[r] += max(e.Count, 1)
+			}
 		}
 	}
-	if len(per) == 0 {
-		return "none"
-	}
-	return fmt.Sprint(per)
+	return fmt.Sprintf("%s %d, %s %d, %s %d", vocab.EventNodeSuspected, counts[vocab.EventNodeSuspected],
+		vocab.EventNodeUnresponsiveButPoweredOn, counts[vocab.EventNodeUnresponsiveButPoweredOn], vocab.EventNodeResponsive, counts[vocab.EventNodeResponsive])
 }
