@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -127,24 +126,10 @@ func TestNodeFencedByANewerFencerIsNotWritten(t *testing.T) {
 // them, but not the fencer's own loop: the test runs each decision.
 func newSyncedFencer(t *testing.T, cfg Config) *Fencer {
 	t.Helper()
-	cluster := informers.NewSharedInformerFactory(cfg.Client, 0)
-	inf, leaseFactories := NewInformers(cfg.Client, cluster, cfg.LeaseNamespace)
-	cfg.Informers = inf
-	f, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factories := append(leaseFactories, cluster)
-	for _, fa := range factories {
-		fa.Start(ctx.Done())
-	}
+	f, ctx, cancel := newFencerWatching(t, cfg, cfg.Client)
 	t.Cleanup(func() {
 		cancel()
-		f.bg.Wait()
-		for _, fa := range factories {
-			fa.Shutdown()
-		}
+		f.bg.Wait() // the BMC calls its decisions started
 	})
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
 		t.Fatal("informers did not sync")
