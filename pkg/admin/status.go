@@ -66,6 +66,9 @@ type NodeStatus struct {
 	TaintedSince *time.Time `json:"taintedSince,omitempty"`
 	// Evidence is what fenced recorded for its taint.
 	Evidence *core.Evidence `json:"evidence,omitempty"`
+	// NewerEvidenceFormat is, instead, the format of evidence a newer
+	// fenced recorded, which this one does not read.
+	NewerEvidenceFormat int `json:"newerEvidenceFormat,omitempty"`
 	BootID   string         `json:"bootID,omitempty"`
 	// Excluded is the label that excludes the node from fencing
 	// (taint.ExcludeLabel or taint.Medik8sExcludeLabel, value "true"): no
@@ -125,9 +128,11 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 	switch {
 	case taint.HasTaint(n) && taint.AppliedByFenced(n):
 		ns.Taint = TaintFenced
-		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+		ev, ok, err := taint.EvidenceOf(n)
+		if ok && err == nil {
 			ns.Evidence = &ev
 		}
+		ns.NewerEvidenceFormat = taint.NewerEvidenceFormat(err)
 	case taint.HasTaint(n):
 		ns.Taint = TaintOther
 	}
@@ -254,6 +259,8 @@ func evidenceCell(n NodeStatus) string {
 	switch {
 	case n.Taint != TaintFenced:
 		return "-"
+	case n.NewerEvidenceFormat > 0:
+		return fmt.Sprintf("format %d (newer fenced)", n.NewerEvidenceFormat)
 	case n.Evidence == nil:
 		return "unreadable"
 	case n.Evidence.By == "":
