@@ -66,10 +66,10 @@ type NodeStatus struct {
 	TaintedSince *time.Time `json:"taintedSince,omitempty"`
 	// Evidence is what fenced recorded for its taint.
 	Evidence *core.Evidence `json:"evidence,omitempty"`
-	// NewerEvidenceFormat is, instead, the format of evidence a newer
-	// fenced recorded, which this one does not read.
-	NewerEvidenceFormat int `json:"newerEvidenceFormat,omitempty"`
 	BootID   string         `json:"bootID,omitempty"`
+	// NewerEvidenceFormat is, instead of Evidence, the format of evidence
+	// a newer fenced recorded, which this one does not read.
+	NewerEvidenceFormat int `json:"newerEvidenceFormat,omitempty"`
 	// Excluded is the label that excludes the node from fencing
 	// (taint.ExcludeLabel or taint.Medik8sExcludeLabel, value "true"): no
 	// fencer reads its power, taints it or switches it. Empty otherwise.

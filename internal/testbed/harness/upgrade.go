@@ -42,7 +42,7 @@ func FencedAt(commit string) (string, error) {
 	defer fencedAtMu.Unlock()
 	hash, err := git("", "rev-parse", "--verify", commit+"^{commit}")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("commit %s is not in this repository (a shallow clone? git fetch --unshallow): %w", commit, err)
 	}
 	cache, err := cluster.CacheDir()
 	if err != nil {
