@@ -120,6 +120,14 @@ func newNode(name string, ready corev1.ConditionStatus, mods ...func(*corev1.Nod
 	return n
 }
 
+// fencedByNewer puts fenced's taint on a node, with evidence in format 2,
+// which this fenced does not read.
+func fencedByNewer(n *corev1.Node) {
+	foreignTaint(n)
+	n.Annotations = map[string]string{taint.AnnotationAppliedBy: "fencer-9",
+		taint.AnnotationEvidence: `{"v":2,"method":"bmc-power-off","by":"fencer-9","at":"2026-03-01T02:50:00Z","bootID":"boot-a"}`}
+}
+
 // fencedWith puts fenced's taint on a node, with evidence for boot.
 func fencedWith(boot string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
@@ -418,6 +426,10 @@ func TestUnfence(t *testing.T) {
 			"", []string{"[ok  ] new boot ID:", "boot-b (fenced at boot boot-a)", "[ok  ] volume attachments: none", "Removed"}, true},
 		{"forced", newNode("n1", corev1.ConditionTrue, fencedWith(bootA)), []runtime.Object{va("csi-123", "n1")}, true,
 			"", []string{"[FAIL] new boot ID:", "Removed"}, true},
+		{"fenced by a newer fenced", newNode("n1", corev1.ConditionTrue, fencedByNewer, rebooted), nil, false,
+			"fenced by a newer fenced (evidence format 2", nil, false},
+		{"fenced by a newer fenced, forced", newNode("n1", corev1.ConditionTrue, fencedByNewer, rebooted), nil, true,
+			"--force does not change that", nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -639,6 +651,26 @@ func TestStatusReturning(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), " returning ") {
 		t.Errorf("table:\n%s", table.String())
+	}
+}
+
+// TestStatusNewerEvidence: a node fenced by a newer fenced shows its
+// evidence's format, in the table and in JSON.
+func TestStatusNewerEvidence(t *testing.T) {
+	e := newEnv(nil, newNode("n1", corev1.ConditionUnknown, fencedByNewer))
+	s, err := e.op.Status(context.Background(), StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table, js bytes.Buffer
+	if err := s.Write(&table, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(&js, "json", t0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "format 2 (newer fenced)") || !strings.Contains(js.String(), `"newerEvidenceFormat": 2`) {
+		t.Errorf("table:\n%s\njson:\n%s", table.String(), js.String())
 	}
 }
 

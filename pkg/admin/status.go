@@ -68,6 +68,9 @@ type NodeStatus struct {
 	// Evidence is what fenced recorded for its taint.
 	Evidence *core.Evidence `json:"evidence,omitempty"`
 	BootID   string         `json:"bootID,omitempty"`
+	// NewerEvidenceFormat is, instead of Evidence, the format of evidence
+	// a newer fenced recorded, which this one does not read.
+	NewerEvidenceFormat int `json:"newerEvidenceFormat,omitempty"`
 	// Excluded is the label that excludes the node from fencing
 	// (taint.ExcludeLabel or taint.Medik8sExcludeLabel, value "true"): no
 	// fencer reads its power, taints it or switches it. Empty otherwise.
@@ -126,9 +129,11 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 	switch {
 	case taint.HasTaint(n) && taint.AppliedByFenced(n):
 		ns.Taint = TaintFenced
-		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+		ev, ok, err := taint.EvidenceOf(n)
+		if ok && err == nil {
 			ns.Evidence = &ev
 		}
+		ns.NewerEvidenceFormat = taint.NewerEvidenceFormat(err)
 	case taint.HasTaint(n):
 		ns.Taint = TaintOther
 	case n.Annotations[taint.AnnotationReturning] != "":
@@ -257,6 +262,8 @@ func evidenceCell(n NodeStatus) string {
 	switch {
 	case n.Taint != TaintFenced:
 		return "-"
+	case n.NewerEvidenceFormat > 0:
+		return fmt.Sprintf("format %d (newer fenced)", n.NewerEvidenceFormat)
 	case n.Evidence == nil:
 		return "unreadable"
 	case n.Evidence.By == "":

@@ -30,7 +30,8 @@ type UnfenceOptions struct {
 // evidence recorded and no VolumeAttachment of it is left — the fencer's own
 // recovery conditions (docs/design.md §2). Force skips them (they are still
 // printed) and records that it did. A taint fenced did not apply is never
-// touched, forced or not. Refusals wrap ErrRefused.
+// touched, forced or not, nor one whose evidence a newer fenced wrote in a
+// format this one does not read. Refusals wrap ErrRefused.
 //
 // It removes the taint as a fencer does (taint.Tainter.Remove): fenced's
 // returning taint takes its place until the controller-manager has
@@ -54,6 +55,12 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 			"Whoever applied it removes it: kubectl taint nodes %s %s-", taint.TaintKey, n.Name, taint.AnnotationAppliedBy, n.Name, taint.TaintKey)
 	}
 	ev, _, evErr := taint.EvidenceOf(n)
+	if f := taint.NewerEvidenceFormat(evErr); f > 0 {
+		// Not a failed check --force could skip: this fenced cannot tell
+		// what the evidence says, so it is not its to judge.
+		return refused("node %s was fenced by a newer fenced (evidence format %d; this fenced reads formats up to %d): "+
+			"unfence it with that fenced's CLI, or upgrade this one; --force does not change that", n.Name, f, taint.EvidenceFormat)
+	}
 	fmt.Fprintf(w, "Node %s: fenced by %s", n.Name, n.Annotations[taint.AnnotationAppliedBy])
 	if evErr == nil {
 		fmt.Fprintf(w, " (%s)", ev.Summary())

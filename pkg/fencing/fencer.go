@@ -490,7 +490,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 	o.Cluster.Nodes = len(all)
 	o.Cluster.GossipAlive = f.cfg.Members.Alive()
 	o.Cluster.Paused, o.Cluster.PauseReason = f.paused()
-	excluded := 0
+	excluded, newer := 0, 0
 	for _, n := range all {
 		if taint.ExcludedBy(n) != "" {
 			excluded++
@@ -502,9 +502,12 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 			o.Cluster.Unhealthy++
 		}
 		if fenced {
-			if ev, ok, err := taint.EvidenceOf(n); ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown &&
-				now.Sub(ev.At) < f.cfg.Policy.StormWindow {
+			ev, ok, err := taint.EvidenceOf(n)
+			if ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown && now.Sub(ev.At) < f.cfg.Policy.StormWindow {
 				cleanFences[n.Name] = true
+			}
+			if taint.NewerEvidenceFormat(err) > 0 {
+				newer++
 			}
 		}
 		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
@@ -513,6 +516,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		}
 	}
 	f.cfg.Metrics.NodesExcluded.Set(float64(excluded))
+	f.cfg.Metrics.NodesNewerEvidence.Set(float64(newer))
 	leases, err := f.leases.List(labels.Everything())
 	if err != nil {
 		return o, node, err
@@ -627,9 +631,11 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 	_, o.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
 	if taint.HasTaint(n) && taint.AppliedByFenced(n) {
 		o.TaintedByFenced = true
-		if ev, ok, err := taint.EvidenceOf(n); ok && err == nil {
+		ev, ok, err := taint.EvidenceOf(n)
+		if ok && err == nil {
 			o.Evidence = &ev
 		}
+		o.NewerEvidenceFormat = taint.NewerEvidenceFormat(err)
 	}
 	o.Cordon = taint.CordonOf(n)
 	if r, ok, err := taint.ReturningOf(n); ok && err == nil {
@@ -774,6 +780,11 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.log.Info("returning taint lifted", "node", name, "reason", a.Message)
 		}
 	case core.ActEvent:
+		if a.Reason == vocab.EventEvidenceFromNewerFenced {
+			// An operator's job, not a passing state: said loudly, once
+			// per node (the core's notice).
+			f.log.Warn(a.Message, "node", name)
+		}
 		if node != nil {
 			f.cfg.Recorder.Event(node, a.EventType, string(a.Reason), a.Message)
 		}

@@ -27,6 +27,21 @@ func startFencer(t *testing.T, cfg Config) *Fencer {
 // the API server.
 func startFencerWatching(t *testing.T, cfg Config, watched kubernetes.Interface) *Fencer {
 	t.Helper()
+	f, ctx, cancel := newFencerWatching(t, cfg, watched)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return f
+}
+
+// newFencerWatching builds a fencer on informers of watched and starts the
+// informers, not the fencer; they stop when the test ends or ctx is
+// cancelled.
+func newFencerWatching(t *testing.T, cfg Config, watched kubernetes.Interface) (*Fencer, context.Context, context.CancelFunc) {
+	t.Helper()
 	cluster := informers.NewSharedInformerFactory(watched, 0)
 	inf, leaseFactories := NewInformers(watched, cluster, cfg.LeaseNamespace)
 	cfg.Informers = inf
@@ -39,16 +54,13 @@ func startFencerWatching(t *testing.T, cfg Config, watched kubernetes.Interface)
 	for _, fa := range factories {
 		fa.Start(ctx.Done())
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
 		for _, fa := range factories {
 			fa.Shutdown()
 		}
 	})
-	return f
+	return f, ctx, cancel
 }
 
 // TestKubeletShuttingDown reads the kubelet's graceful-shutdown report from

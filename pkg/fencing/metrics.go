@@ -49,6 +49,10 @@ type Metrics struct {
 	// NodesExcluded is the number of Nodes with an exclusion label
 	// (fenced_nodes_excluded).
 	NodesExcluded prometheus.Gauge
+	// NodesNewerEvidence is the number of fenced Nodes whose evidence a
+	// newer fenced wrote, in a format this fencer does not read: it leaves
+	// them alone (fenced_nodes_evidence_newer_format).
+	NodesNewerEvidence prometheus.Gauge
 	// PowerReadsInFlight is the number of power reads running now
 	// (fenced_power_reads_in_flight), at most
 	// fencer.maxConcurrentPowerReads.
@@ -119,6 +123,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NodesExcludedMetric,
 			Help: "Nodes labelled fenced.io/exclude=true or remediation.medik8s.io/exclude-from-remediation=true: never read, tainted or switched by fenced.",
 		}),
+		NodesNewerEvidence: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_nodes_evidence_newer_format",
+			Help: "Fenced Nodes whose evidence annotation a newer fenced wrote, in a format this fencer does not read: it leaves them alone (no recovery, no re-fence). Upgrade this fencer.",
+		}),
 		PowerReadsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenced_power_reads_in_flight",
 			Help: "Power reads (a node's fencing levels, in order) running now; at most fencer.maxConcurrentPowerReads.",
@@ -129,7 +137,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
-		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.PowerReadsInFlight, m.PowerReadsWaiting)
+		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting)
 	return m
 }
 

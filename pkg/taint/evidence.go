@@ -2,7 +2,9 @@ package taint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,14 +31,70 @@ func checkEvidence(ev core.Evidence, n *corev1.Node) error {
 	return nil
 }
 
-// encodeEvidence is the value of AnnotationEvidence for ev.
+// EvidenceFormat is the version of AnnotationEvidence's format this
+// fenced writes, in the annotation's "v" field, and the newest it reads.
+//
+// Format 1 is the format of core.Evidence's JSON tags. Every fenced before
+// the field existed wrote format 1 without it: an annotation with no "v" is
+// format 1. Its shape grew over time only by optional fields that an older
+// reader may ignore without misreading the rest (the BMC reading's sentAt
+// and kubeletLeaseRenewedAt; a fencing level's level, plugs, device and
+// plug), so all of it is one format (TestEvidenceAnnotationHistory holds
+// every shape ever written).
+//
+// The rule (docs/design.md, "The evidence annotation"): a change an older
+// fencer could misread — a field whose meaning changes, one it must not
+// ignore, one whose absence it would read as something else — is a new
+// format, with this constant raised. A fencer meets a format newer than it
+// reads (a newer fenced wrote it, during a rolling upgrade or after a
+// rollback): EvidenceOf returns an *EvidenceFormatError, and the fencer
+// leaves that node alone. Whatever a future format holds, it is a JSON
+// object with an integer "v": that is the one thing every reader can read.
+const EvidenceFormat = 1
+
+// evidenceAnnotation is AnnotationEvidence's value: the format version,
+// then the evidence.
+type evidenceAnnotation struct {
+	V int `json:"v"`
+	core.Evidence
+}
+
+// encodeEvidence is the value of AnnotationEvidence for ev, in the format
+// EvidenceFormat.
 func encodeEvidence(ev core.Evidence) (string, error) {
-	raw, err := json.Marshal(ev)
+	raw, err := json.Marshal(evidenceAnnotation{V: EvidenceFormat, Evidence: ev})
 	return string(raw), err
 }
 
-// EvidenceOf parses the node's AnnotationEvidence. ok is false when the node
-// has no such annotation; err is set when it has one that does not parse.
+// EvidenceFormatError is EvidenceOf's error for an annotation written in a
+// format newer than this fenced reads: a newer fenced fenced the node. The
+// annotation is not read any further; what it says is that newer fenced's
+// business, and this one must neither remove nor rewrite it.
+type EvidenceFormatError struct {
+	Node string
+	// Format is the annotation's "v".
+	Format int
+}
+
+func (e *EvidenceFormatError) Error() string {
+	return fmt.Sprintf("node %s: annotation %s was written by a newer fenced (format %d; this one reads formats up to %d): upgrade this fenced",
+		e.Node, AnnotationEvidence, e.Format, EvidenceFormat)
+}
+
+// NewerEvidenceFormat returns the format of the annotation err is about
+// when err is (or wraps) an *EvidenceFormatError, else 0.
+func NewerEvidenceFormat(err error) int {
+	var fe *EvidenceFormatError
+	if errors.As(err, &fe) {
+		return fe.Format
+	}
+	return 0
+}
+
+// EvidenceOf parses the node's AnnotationEvidence, in any format up to
+// EvidenceFormat (one without "v" is format 1). ok is false when the node
+// has no such annotation; err is set when it has one that does not parse,
+// and is an *EvidenceFormatError when it is in a newer format.
 // What it says is not checked: anyone who may update Nodes can write it.
 func EvidenceOf(n *corev1.Node) (ev core.Evidence, ok bool, err error) {
 	if n == nil {
@@ -46,8 +104,31 @@ func EvidenceOf(n *corev1.Node) (ev core.Evidence, ok bool, err error) {
 	if !ok {
 		return core.Evidence{}, false, nil
 	}
-	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
+	bad := func(err error) (core.Evidence, bool, error) {
 		return core.Evidence{}, true, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationEvidence, err)
 	}
-	return ev, true, nil
+	// The version first, alone: a newer format may hold anything else,
+	// also fields of the same names with other types.
+	var head struct {
+		V json.RawMessage `json:"v"`
+	}
+	if err := json.Unmarshal([]byte(raw), &head); err != nil {
+		return bad(err)
+	}
+	format := 1
+	if head.V != nil {
+		v, err := strconv.Atoi(string(head.V))
+		if err != nil || v < 1 {
+			return bad(fmt.Errorf("format version %s is not a whole number from 1", head.V))
+		}
+		format = v
+	}
+	if format > EvidenceFormat {
+		return core.Evidence{}, true, &EvidenceFormatError{Node: n.Name, Format: format}
+	}
+	var a evidenceAnnotation
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		return bad(err)
+	}
+	return a.Evidence, true, nil
 }

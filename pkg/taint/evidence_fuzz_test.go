@@ -78,10 +78,24 @@ func sameEvidence(a, b core.Evidence) bool {
 	if a.BMC == nil {
 		return true
 	}
-	x, y := *a.BMC, *b.BMC
-	return x.Power == y.Power && x.Endpoint == y.Endpoint && x.SystemGUID == y.SystemGUID &&
-		x.PoweredOffByFenced == y.PoweredOffByFenced && sameTime(x.At, y.At) &&
-		sameTime(x.SentAt, y.SentAt) && sameTime(x.KubeletLeaseRenewedAt, y.KubeletLeaseRenewedAt)
+	return sameReading(*a.BMC, *b.BMC)
+}
+
+// sameReading compares two readings as sameEvidence does, a fencing
+// level's plugs included.
+func sameReading(x, y core.Reading) bool {
+	if x.Power != y.Power || x.Endpoint != y.Endpoint || x.SystemGUID != y.SystemGUID ||
+		x.PoweredOffByFenced != y.PoweredOffByFenced || !sameTime(x.At, y.At) ||
+		!sameTime(x.SentAt, y.SentAt) || !sameTime(x.KubeletLeaseRenewedAt, y.KubeletLeaseRenewedAt) ||
+		x.Device != y.Device || x.Plug != y.Plug || x.Level != y.Level || len(x.Plugs) != len(y.Plugs) {
+		return false
+	}
+	for i := range x.Plugs {
+		if !sameReading(x.Plugs[i], y.Plugs[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTime: the same instant with the same offset.

@@ -112,6 +112,10 @@ type Removal struct {
 // up: left behind, they would make a later operator's taint look like
 // fenced's.
 //
+// Evidence in a format newer than this fenced reads (a newer fenced wrote
+// it) is never removed, with its taint or without: nothing is written and
+// the error is the *EvidenceFormatError (see EvidenceFormat).
+//
 // Whether the node may be unfenced (Ready with a new boot ID, no stale
 // VolumeAttachment) is the caller's decision; reason says why it was made
 // and goes into the Normal Event OutOfServiceTaintRemoved.
@@ -149,7 +153,13 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (res R
 			prev = &before
 		}
 		appliedBy = n.Annotations[AnnotationAppliedBy]
-		ev, _, _ = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
+		var evErr error
+		ev, _, evErr = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
+		if NewerEvidenceFormat(evErr) > 0 {
+			// A newer fenced fenced it: only a fenced that reads its
+			// evidence may judge the fence over.
+			return evErr
+		}
 		unschedulable, mine := core.Probe(c, prev)
 		rec := core.Returning{At: t.now(), By: t.identity, Cordoned: mine, UnschedulableTaint: c.Taint}
 		raw, err := json.Marshal(rec)
@@ -194,6 +204,9 @@ func (t *Tainter) cleanEvidence(ctx context.Context, n *corev1.Node) error {
 	_, ev := n.Annotations[AnnotationEvidence]
 	if !by && !ev {
 		return nil
+	}
+	if _, _, err := EvidenceOf(n); NewerEvidenceFormat(err) > 0 {
+		return err // a newer fenced's annotation: its business, not ours
 	}
 	delete(n.Annotations, AnnotationAppliedBy)
 	delete(n.Annotations, AnnotationEvidence)

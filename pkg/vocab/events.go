@@ -71,6 +71,10 @@ const (
 	// EventPowerReadingContradicted (safety alarm): a power device read off
 	// a node that was alive after the reading in the same boot.
 	EventPowerReadingContradicted EventReason = "PowerReadingContradicted"
+	// EventEvidenceFromNewerFenced: the node is fenced with evidence in a
+	// format newer than this fencer reads (a newer fenced wrote it); this
+	// fencer leaves the node alone until it is upgraded.
+	EventEvidenceFromNewerFenced EventReason = "EvidenceFromNewerFenced"
 )
 
 // The core's Events of an action the operator's switches hold back

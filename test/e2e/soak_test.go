@@ -12,17 +12,13 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/internal/testbed/soak"
-	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -244,30 +240,7 @@ func (d *soakDriver) stop() {
 	d.bg.Wait()
 }
 
-func (d *soakDriver) startInformers() {
-	client := d.h.Cluster.Client()
-	nodes := informers.NewSharedInformerFactory(client, 0)
-	_, err := nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { d.checker.ObserveNode(o.(*corev1.Node)) },
-		UpdateFunc: func(_, o any) { d.checker.ObserveNode(o.(*corev1.Node)) },
-	})
-	must(d.t, err)
-	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(harness.LeaseNamespace))
-	_, err = leases.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(o, n any) {
-			if l := n.(*coordinationv1.Lease); strings.HasPrefix(l.Name, fencing.LeasePrefix) {
-				d.checker.ObserveLeaseChange(o.(*coordinationv1.Lease), l)
-			}
-		},
-	})
-	must(d.t, err)
-	stop := make(chan struct{})
-	d.t.Cleanup(func() { close(stop) })
-	nodes.Start(stop)
-	leases.Start(stop)
-	nodes.WaitForCacheSync(stop)
-	leases.WaitForCacheSync(stop)
-}
+func (d *soakDriver) startInformers() { watchInvariants(d.t, d.h, d.checker) }
 
 // inject starts faults until the deadline (or maxFaults, if not 0) and
 // returns once every one of them has recovered.

@@ -73,7 +73,11 @@ func (m *Machine) KillAgent() error {
 // else on the machine keep running. The launcher does the restart, so on a
 // hung machine (Hang) nothing happens until Resume, and RestartAgent gives
 // up after 30 s. See machine.RestartRequestFile for the launcher's side.
-func (m *Machine) RestartAgent() error {
+func (m *Machine) RestartAgent() error { return m.restartAgent(syscall.SIGKILL) }
+
+// restartAgent is RestartAgent with the agent stopped by stop: SIGKILL for
+// a crash, SIGTERM for a stop as the kubelet or systemd does it.
+func (m *Machine) restartAgent(stop syscall.Signal) error {
 	launcher, err := m.pgid() // the launcher leads the machine's group
 	if err != nil {
 		return err
@@ -86,7 +90,7 @@ func (m *Machine) RestartAgent() error {
 	}
 	if running {
 		// The launcher restarts it when it reaps it.
-		if err := syscall.Kill(old, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := syscall.Kill(old, stop); err != nil && !errors.Is(err, syscall.ESRCH) {
 			_ = os.Remove(request)
 			return err
 		}

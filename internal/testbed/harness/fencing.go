@@ -71,6 +71,11 @@ type Fencing struct {
 	// Gossip is added to every agent's gossip section in YAML flow style,
 	// e.g. "profile: fast" (default: nothing, the built-in profile).
 	Gossip string
+	// AgentBinary is the fenced binary every agent starts from (default:
+	// cmd/fenced of this tree, CurrentFenced), e.g. an earlier release's
+	// (FencedAt) for an upgrade; Machine.UpgradeAgent replaces it on one
+	// machine.
+	AgentBinary string
 }
 
 // IPMILanDevice is the name of machine's fence_ipmilan device
@@ -324,8 +329,9 @@ func (h *Harness) GossipKey() ([]byte, error) {
 	return base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
 }
 
-// agentArgv is the agent a machine runs at boot.
-func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
+// agentArgv is the agent a machine runs at boot: binary, started through
+// the machine's agent link (upgrade.go).
+func (h *Harness) agentArgv(m *Machine, config, binary string) ([]string, error) {
 	group := agentGroup
 	if m.Fencer {
 		group = fencerGroup
@@ -334,11 +340,10 @@ func (h *Harness) agentArgv(m *Machine, config string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	fenced, err := buildOnce("fenced.io/fenced/cmd/fenced")
-	if err != nil {
+	if err := m.linkAgent(binary); err != nil {
 		return nil, err
 	}
-	return []string{fenced, "agent",
+	return []string{m.agentLink(), "agent",
 		"--config=" + config,
 		"--kubeconfig=" + kubeconfig,
 		"--node-name=" + m.Name,

@@ -328,8 +328,12 @@ func (h *Harness) powerOnFirstTime(m *Machine, launcher string, extra func(*Mach
 // prepareFencing sets up RBAC and configurations and returns the extra
 // processes with each machine's agent added.
 func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Machine) [][]string) (func(*Machine) [][]string, error) {
-	if _, err := buildOnce("fenced.io/fenced/cmd/fenced"); err != nil {
-		return nil, err
+	binary := f.AgentBinary
+	if binary == "" {
+		var err error
+		if binary, err = CurrentFenced(); err != nil {
+			return nil, err
+		}
 	}
 	if err := h.setupFencing(ctx, f); err != nil {
 		return nil, err
@@ -347,7 +351,7 @@ func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Ma
 		if m.Fencer {
 			config = fencer
 		}
-		argv, err := h.agentArgv(m, config)
+		argv, err := h.agentArgv(m, config, binary)
 		if err != nil {
 			h.t.Fatalf("harness: agent of %s: %v", m.Name, err)
 		}

@@ -537,7 +537,7 @@ func (h *Harness) Kubectl(ctx context.Context, args ...string) (string, error) {
 // admin, the way an operator would run it, and returns its stdout, its
 // stderr and its exit code. err is set only when it could not run.
 func (h *Harness) Fenced(ctx context.Context, args ...string) (stdout, stderr string, code int, err error) {
-	bin, err := buildOnce("fenced.io/fenced/cmd/fenced")
+	bin, err := CurrentFenced()
 	if err != nil {
 		return "", "", -1, err
 	}

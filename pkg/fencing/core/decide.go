@@ -61,6 +61,11 @@ type NodeObs struct {
 	// annotation; Evidence is what the annotation records.
 	TaintedByFenced bool
 	Evidence        *Evidence
+	// NewerEvidenceFormat is, when not 0, the format of an evidence
+	// annotation written by a newer fenced, which this one cannot read
+	// (Evidence is nil then): evidence present but unreadable. The core
+	// leaves such a node alone (leaveToNewerFenced).
+	NewerEvidenceFormat int
 	// VolumeAttachments of this node that still exist.
 	VolumeAttachments int
 	// ShuttingDown: the kubelet reports a graceful node shutdown in
@@ -315,6 +320,10 @@ func (d *decider) step() {
 		d.becomeHealthy("node object gone", voided{})
 		return
 	}
+	if o.Node.TaintedByFenced && o.Node.NewerEvidenceFormat > 0 {
+		d.leaveToNewerFenced()
+		return
+	}
 	d.followTaint()
 	switch t.Phase {
 	case PhaseFenced, PhaseRecovering:
@@ -334,7 +343,7 @@ func (d *decider) step() {
 // removed from outside; and it adopts a returning taint (returning.go).
 func (d *decider) followTaint() {
 	o, t := d.o, d.t
-	if o.Node.TaintedByFenced && t.Phase != PhaseFenced && t.Phase != PhaseRecovering {
+	if o.Node.TaintedByFenced && (t.Phase != PhaseFenced && t.Phase != PhaseRecovering || t.fence.unreadable) {
 		ev := o.Node.Evidence
 		if ev == nil {
 			ev = &Evidence{Method: unknownMethod}
@@ -362,6 +371,28 @@ func (d *decider) followTaint() {
 		// by `fenced unfence`: the lift is every fencer's job.
 		d.becomeReturning("adopted fenced's returning taint")
 	}
+}
+
+// leaveToNewerFenced handles a node fenced by a newer fenced, whose
+// evidence this one cannot read (a rolling upgrade under way, or rolled
+// back). The fence is that fenced's: nothing here may judge it over (no
+// recovery, no taint removal), redo it (no Ready=False, no pod deletion,
+// no power action) or fence again. The target waits in Fenced, the taint
+// seen, so that once the newer fenced has removed the taint it starts over
+// from Healthy (followTaint); and once the annotation is readable (an
+// upgrade of this fencer reads it anew) it adopts the fence as any other.
+func (d *decider) leaveToNewerFenced() {
+	o, t := d.o, d.t
+	if o.Cluster.LeaseHeld {
+		d.do(Action{Kind: ActReleaseLease})
+	}
+	why := fmt.Sprintf("evidence written by a newer fenced (format %d); leaving node %s alone — upgrade this fencer",
+		o.Node.NewerEvidenceFormat, t.Name)
+	if t.Phase != PhaseFenced || !t.fence.unreadable {
+		d.becomeFenced(why, &fence{taintSeen: true, unreadable: true})
+	}
+	d.reason = why
+	d.notice(fmt.Sprintf("newer-evidence-%d", o.Node.NewerEvidenceFormat), "Warning", vocab.EventEvidenceFromNewerFenced, why)
 }
 
 // unresponsive reports whether either channel says the node is gone. A

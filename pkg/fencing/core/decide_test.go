@@ -826,10 +826,12 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	// whether the swap and the lift land.
 	cordons := rand.New(rand.NewPCG(seed, 4))
 	api := rand.New(rand.NewPCG(seed, 5))
+	// A newer fenced's fences (a rolling upgrade, newer_test.go) too.
+	newer := rand.New(rand.NewPCG(seed, 6))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints, powerOffs, levelTaints, swaps, lifts := 0, 0, 0, 0, 0
+	taints, powerOffs, levelTaints, swaps, lifts, newerFences := 0, 0, 0, 0, 0, 0
 	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
 		mode := []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff}[rng.IntN(2)]
@@ -952,13 +954,23 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOff, o.Now, nodeUUID), false
 				o.BMC.Reading.PoweredOffByFenced = true
 			}
+			switch {
+			case o.Node.NewerEvidenceFormat > 0 && newer.IntN(20) == 0:
+				// The newer fenced removes its taint.
+				o.Node.TaintedByFenced, o.Node.NewerEvidenceFormat = false, 0
+			case newer.IntN(600) == 0 && !o.Node.TaintedByFenced:
+				// A newer fenced (a rolling upgrade) tainted the node with
+				// evidence this fencer cannot read.
+				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = true, nil, 2
+				newerFences++
+			}
 			walkCordon(cordons, &o)
 			switch {
 			case o.Node.TaintedByFenced && cordons.IntN(map[bool]int{true: 20, false: 300}[tgt.Phase == PhaseRecovering]) == 0:
 				// Someone removed the out-of-service taint by hand (an
 				// operator's remedy for a node stuck in Recovering, more
 				// than for any other).
-				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = false, nil, 0
 			case o.Node.TaintedByFenced && o.Node.Cordon.Settled() && cordons.IntN(300) == 0:
 				// Another fencer, or `fenced unfence`, swapped it.
 				swap(&o)
@@ -974,6 +986,15 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 			if (before == PhaseHealthy || before == "") && d.Phase != PhaseHealthy {
 				suspectSince = o.Now
+			}
+			// A newer fenced's fence: nothing but its Warning, and giving
+			// back a Lease.
+			if o.Node.TaintedByFenced && o.Node.NewerEvidenceFormat > 0 {
+				for _, a := range d.Actions {
+					if a.Kind != ActEvent && a.Kind != ActReleaseLease {
+						t.Fatalf("walk %d step %d: %s on a node fenced by a newer fenced (reason %q)", walk, i, a.Kind, d.Reason)
+					}
+				}
 			}
 			// The switches: nothing they hold goes out.
 			for _, a := range d.Actions {
@@ -1030,7 +1051,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				lift(&o)
 				lifts++
 			case d.Phase == PhaseHealthy && !has(d.Actions, ActLiftReturning):
-				o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = false, nil, 0
 			}
 		}
 	}
@@ -1043,11 +1064,11 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 || powerOffs == 0 || levelTaints == 0 || swaps == 0 || lifts == 0 {
-		t.Fatalf("the walk reached %d taints (%d on a fencing level), %d power-offs, %d swaps and %d lifts; it tests nothing", taints, levelTaints, powerOffs, swaps, lifts)
+	if taints == 0 || powerOffs == 0 || levelTaints == 0 || swaps == 0 || lifts == 0 || newerFences == 0 {
+		t.Fatalf("the walk reached %d taints (%d on a fencing level), %d power-offs, %d swaps, %d lifts and %d newer fenced's fences; it tests nothing", taints, levelTaints, powerOffs, swaps, lifts, newerFences)
 	}
-	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d swaps, each on a settled cordon, and %d lifts, each after the controller's answer; %d transitions of the table made",
-		taints, levelTaints, powerOffs, swaps, lifts, len(made))
+	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d swaps, each on a settled cordon, and %d lifts, each after the controller's answer; %d newer fenced's fences left alone; %d transitions of the table made",
+		taints, levelTaints, powerOffs, swaps, lifts, newerFences, len(made))
 }
 
 // walkCordon moves the cordon of a walk: the node lifecycle controller
@@ -1068,7 +1089,7 @@ func swap(o *Observation) {
 	unschedulable, mine := Probe(o.Node.Cordon, o.Node.Returning)
 	o.Node.Returning = &Returning{At: o.Now, Cordoned: mine, UnschedulableTaint: o.Node.Cordon.Taint}
 	o.Node.Cordon.Unschedulable = unschedulable
-	o.Node.TaintedByFenced, o.Node.Evidence = false, nil
+	o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = false, nil, 0
 }
 
 // lift is what taint.Tainter.Lift writes: the returning record off, and
@@ -1094,6 +1115,9 @@ func checkReturning(t *testing.T, where string, o Observation, d Decision) {
 	}
 	if swaps && lifts {
 		t.Fatalf("%s: swap and lift in one decision", where)
+	}
+	if swaps && o.Node.NewerEvidenceFormat > 0 {
+		t.Fatalf("%s: swap of a newer fenced's fence (evidence format %d)", where, o.Node.NewerEvidenceFormat)
 	}
 }
 

@@ -107,6 +107,9 @@ type fence struct {
 	alarmed bool
 	// poweredOnSent: ActPowerOn went out (afterFence: on).
 	poweredOnSent bool
+	// unreadable: the fence is a newer fenced's, its evidence in a format
+	// this one does not read (leaveToNewerFenced); evidence is nil.
+	unreadable bool
 }
 
 // reports dedupes what the core tells people about one suspicion.
