@@ -25,6 +25,11 @@ const dataDir = "..data"
 // and right after it for one that goes through the names' own symlinks, as
 // with the kubelet.
 func Write(dir string, files map[string][]byte, mode fs.FileMode) error {
+	for name := range files {
+		if strings.HasPrefix(name, ".") || strings.ContainsRune(name, '/') {
+			return fmt.Errorf("secretvolume: %q is not a key name", name)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -36,9 +41,6 @@ func Write(dir string, files map[string][]byte, mode fs.FileMode) error {
 		return err
 	}
 	for name, content := range files {
-		if strings.HasPrefix(name, ".") || strings.ContainsRune(name, '/') {
-			return fmt.Errorf("secretvolume: %q is not a key name", name)
-		}
 		p := filepath.Join(ts, name)
 		if err := os.WriteFile(p, content, 0o600); err != nil {
 			return err
