@@ -175,7 +175,8 @@ const keyRetention = 30 * time.Second
 // retainKeys returns the keys of the keyring current that configured no
 // longer holds but that an alive member (peers: name → Meta.Keys) still
 // encrypts with, each for at most keyRetention after it left the
-// configuration, and when to look again (0: no key is retained). left
+// configuration, and when to look again (0: no key is retained); the
+// keyring stays within MaxKeys, so that the Meta's Keys does too. left
 // records when each key (by fingerprint) left: retainKeys adds the keys
 // leaving now and forgets those gone or configured again.
 func retainKeys(current [][]byte, configured KeySet, left map[string]time.Time, peers map[string]string, now time.Time) (keep [][]byte, recheck time.Duration) {
@@ -194,7 +195,7 @@ func retainKeys(current [][]byte, configured KeySet, left map[string]time.Time, 
 			since, left[fp] = now, now
 		}
 		remaining := keyRetention - now.Sub(since)
-		if !inUse[fp] || remaining <= 0 {
+		if !inUse[fp] || remaining <= 0 || len(keep)+len(configured.keys()) >= MaxKeys {
 			continue
 		}
 		stillLeaving[fp] = true

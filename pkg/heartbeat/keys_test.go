@@ -182,6 +182,8 @@ func TestRetainKeys(t *testing.T) {
 			leftNow: map[string]time.Time{}},
 		{name: "a member that only decrypts it does not keep it", current: [][]byte{next, old}, set: step3,
 			peers: map[string]string{"d": fn + ",-" + fo}, leftNow: map[string]time.Time{}},
+		{name: "four keys configured: none kept beyond them", current: [][]byte{next, old, k(3, 32), k(4, 32), k(5, 32)},
+			set: KeySet{Primary: next, Secondary: [][]byte{k(3, 32), k(4, 32), k(5, 32)}}, peers: map[string]string{"d": fo}, leftNow: map[string]time.Time{}},
 		{name: "configured again: not leaving, forgotten", current: [][]byte{next, old}, set: KeySet{Primary: next, Secondary: [][]byte{old}},
 			left: map[string]time.Time{fo: now.Add(-time.Second)}, peers: map[string]string{"d": fo}, leftNow: map[string]time.Time{}},
 	}
