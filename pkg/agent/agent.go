@@ -402,16 +402,7 @@ func (p *parts) run(ctx context.Context) error {
 
 	p.ownKey.start(ctx)
 	// After the key: the answer is written on the key's Lease.
-	gracefulCtx, stopGraceful := context.WithCancel(ctx)
-	gracefulDone := make(chan struct{})
-	go func() {
-		defer close(gracefulDone)
-		p.graceful.run(gracefulCtx)
-	}()
-	defer func() {
-		stopGraceful()
-		<-gracefulDone
-	}()
+	defer background(ctx, p.graceful.run)()
 
 	if o.InsecureGossip {
 		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
@@ -430,16 +421,7 @@ func (p *parts) run(ctx context.Context) error {
 	if p.keys != nil {
 		log.Info("gossip keys", "source", p.keys.src.String(), "keys", p.keys.applied.String(), "encrypt", p.ring.Keyring().Encrypt)
 		// Stopped before the ring is left (the defer above runs after).
-		keysCtx, stopKeys := context.WithCancel(ctx)
-		keysDone := make(chan struct{})
-		go func() {
-			defer close(keysDone)
-			p.keys.run(keysCtx)
-		}()
-		defer func() {
-			stopKeys()
-			<-keysDone
-		}()
+		defer background(ctx, p.keys.run)()
 	}
 	p.joined.Store(true)
 	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
@@ -448,6 +430,22 @@ func (p *parts) run(ctx context.Context) error {
 		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
 	}
 	return p.supervise(ctx)
+}
+
+// background runs f in a goroutine with a context of its own, derived
+// from ctx; the function it returns cancels that context and waits for f
+// to return.
+func background(ctx context.Context, f func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // supervise runs the shutdown watcher and the fencer, keeps systemd

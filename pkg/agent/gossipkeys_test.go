@@ -3,16 +3,23 @@ package agent
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/ipmisim"
+	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/internal/testbed/secretvolume"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/heartbeat"
@@ -252,5 +259,87 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAgentsRotateGossipKeys: two real agents against a real API server,
+// each reading its own copy of the key Secret (gossip.keyDir, written as
+// the kubelet writes a Secret volume), rotate through the three steps —
+// the switch on one of them first — by their files alone, with no
+// restart: /metrics follows every step, the early switch waits for the
+// other agent, and the ring of two stays whole.
+func TestAgentsRotateGossipKeys(t *testing.T) {
+	ctx, c := cluster.StartForTest(t, cluster.Options{NoScheduler: true})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultLeaseNamespace}}
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := gossipKey(1, 32)
+	next, _ := gossipKey(2, 32)
+	fOld, fNext := heartbeat.Fingerprint(old), heartbeat.Fingerprint(next)
+	files := func(keys map[string][]byte) map[string][]byte {
+		out := map[string][]byte{}
+		for name, k := range keys {
+			out[name] = []byte(base64.StdEncoding.EncodeToString(k) + "\n")
+		}
+		return out
+	}
+	names := []string{"node-a", "node-b"}
+	dirs, agents := map[string]string{}, map[string]*running{}
+	var seeds []string
+	for _, name := range names {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
+		if _, err := c.Client().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dirs[name] = filepath.Join(t.TempDir(), "gossip")
+		must(t, secretvolume.Write(dirs[name], files(map[string][]byte{"key": old}), 0o440))
+		port, err := ipmisim.FreePort("udp", "127.0.0.1")
+		must(t, err)
+		agents[name] = startAgent(ctx, t, c, name, fmt.Sprintf("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: test\n"+
+			"gossip: {port: %d, keyDir: %s, profile: fast}\n", port, dirs[name]), seeds)
+		seeds = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+	}
+	waitKeys := func(name string, want string) {
+		t.Helper()
+		poll.Until(t, time.Minute, name+" serves "+strings.ReplaceAll(want, "\n", "; "), func() bool {
+			_, text := agents[name].get(t, "/metrics")
+			for _, l := range strings.Split(strings.TrimSpace(want), "\n") {
+				if !strings.Contains(text, l+"\n") {
+					return false
+				}
+			}
+			return strings.Count(text, "\nfenced_gossip_keys{") == strings.Count(want, "fenced_gossip_keys{") &&
+				strings.Contains(text, `fenced_members{state="alive"} 2`)
+		})
+	}
+	for _, n := range names {
+		waitKeys(n, `fenced_gossip_keys{fingerprint="`+fOld+`",use="encrypt"} 1`+"\nfenced_gossip_keys_as_configured 1")
+	}
+	steps := []struct {
+		name string
+		keys map[string][]byte
+		want string
+	}{
+		{"node-a", map[string][]byte{"key": next, "previous": old}, // the switch, before node-b holds the key
+			`fenced_gossip_keys{fingerprint="` + fNext + `",use="decrypt"} 1` + "\n" + `fenced_gossip_keys{fingerprint="` + fOld + `",use="encrypt"} 1` + "\nfenced_gossip_keys_as_configured 0"},
+		{"node-b", map[string][]byte{"key": old, "next": next},
+			`fenced_gossip_keys{fingerprint="` + fNext + `",use="decrypt"} 1` + "\n" + `fenced_gossip_keys{fingerprint="` + fOld + `",use="encrypt"} 1` + "\nfenced_gossip_keys_as_configured 1"},
+		{"node-a", nil, // node-b holds the new key now: node-a switches
+			`fenced_gossip_keys{fingerprint="` + fNext + `",use="encrypt"} 1` + "\n" + `fenced_gossip_keys{fingerprint="` + fOld + `",use="decrypt"} 1` + "\nfenced_gossip_keys_as_configured 1"},
+		{"node-b", map[string][]byte{"key": next, "previous": old},
+			`fenced_gossip_keys{fingerprint="` + fNext + `",use="encrypt"} 1` + "\n" + `fenced_gossip_keys{fingerprint="` + fOld + `",use="decrypt"} 1` + "\nfenced_gossip_keys_as_configured 1"},
+		{"node-a", map[string][]byte{"key": next}, `fenced_gossip_keys{fingerprint="` + fNext + `",use="encrypt"} 1` + "\nfenced_gossip_keys_as_configured 1"},
+		{"node-b", map[string][]byte{"key": next}, `fenced_gossip_keys{fingerprint="` + fNext + `",use="encrypt"} 1` + "\nfenced_gossip_keys_as_configured 1"},
+	}
+	for _, s := range steps {
+		if s.keys != nil {
+			must(t, secretvolume.Write(dirs[s.name], files(s.keys), 0o440))
+		}
+		waitKeys(s.name, s.want)
+	}
+	for _, n := range names {
+		waitKeys(n, `fenced_gossip_keys{fingerprint="`+fNext+`",use="encrypt"} 1`+"\nfenced_gossip_keys_as_configured 1")
 	}
 }
