@@ -16,9 +16,11 @@ var ErrInsecure = errors.New("heartbeat: gossip is not encrypted (--insecure-gos
 
 // SetKeys makes keys the ring's gossip keys from now on, in place: the
 // memberlist keyring gains the new keys and loses those keys no longer
-// holds at once, and its primary encrypts as soon as every alive member
-// can decrypt it (keys.go, planKeys) — until then another key of keys
-// that all of them hold does. It logs what changed, by fingerprint.
+// holds (but for one a member still encrypts with, kept to decrypt for
+// at most keyRetention: retainKeys), and keys' primary encrypts as soon
+// as every alive member can decrypt it (planKeys) — until then another
+// key of keys that all of them hold does. It logs what changed, by
+// fingerprint.
 // keys must share a key with the ones in use for the ring to stay whole
 // while the other agents read theirs: the rotation is add, switch,
 // remove (docs/operations.md, "Rotate the gossip key").
@@ -34,7 +36,7 @@ func (r *Ring) SetKeys(keys KeySet) error {
 	r.keysWanted = keys
 	r.keysMu.Unlock()
 	if !prev.Equal(keys) {
-		r.log.Info("gossip keys set", "keys", keys.String(), "before", prev.String())
+		r.log.Debug("gossip keys set", "keys", keys.String(), "before", prev.String())
 	}
 	r.reconcileKeys()
 	return nil
@@ -123,7 +125,11 @@ func (r *Ring) reconcileKeys() {
 	leaving, recheck := retainKeys(current, want, r.keysLeft, peers, time.Now())
 	if recheck > 0 {
 		// The bound runs out with no member change to wake the loop.
-		time.AfterFunc(recheck, r.wakeKeys)
+		if r.keysRecheck == nil {
+			r.keysRecheck = time.AfterFunc(recheck, r.wakeKeys)
+		} else {
+			r.keysRecheck.Reset(recheck)
+		}
 	}
 	add, use, remove := keyringSteps(current, append(want.keys(), leaving...), plan.encrypt)
 	if err := r.applyKeyring(add, use, remove, plan.encrypt); err != nil {

@@ -228,6 +228,7 @@ type Ring struct {
 	keysLeft       map[string]time.Time
 	keysAdvertised string
 	keysWaitLog    string
+	keysRecheck    *time.Timer // wakes keysLoop when a kept key's bound runs out
 	// keysState is what Keyring returns.
 	keysState atomic.Pointer[KeyringState]
 
