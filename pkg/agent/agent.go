@@ -11,16 +11,13 @@ package agent
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -85,9 +82,12 @@ type Options struct {
 
 // Agent is a checked agent, ready to run.
 type Agent struct {
-	o   Options
-	key []byte
-	inv *device.Inventory // nil for an observer
+	o Options
+	// keySource and keys are the gossip keys' files and what they held
+	// at start (both zero with --insecure-gossip).
+	keySource keySource
+	keys      heartbeat.KeySet
+	inv       *device.Inventory // nil for an observer
 }
 
 // New checks everything that can be checked before touching the network —
@@ -103,10 +103,10 @@ func New(o Options) (*Agent, error) {
 	}
 	var err error
 	if !o.InsecureGossip {
-		if o.Config.Gossip.KeyFile == "" {
-			return nil, errors.New("no gossip key: set gossip.keyFile in the configuration, or pass --insecure-gossip (anyone on the network could then join the ring)")
+		if a.keySource, err = keySourceOf(o.Config.Gossip); err != nil {
+			return nil, err
 		}
-		if a.key, err = readKey(o.Config.Gossip.KeyFile, componentLog(o.Logger, componentAgent)); err != nil {
+		if a.keys, err = a.keySource.load(componentLog(o.Logger, componentAgent)); err != nil {
 			return nil, err
 		}
 	}
@@ -116,28 +116,6 @@ func New(o Options) (*Agent, error) {
 		}
 	}
 	return a, nil
-}
-
-// readKey reads a base64 gossip key of 16, 24 or 32 bytes from a file
-// that passes config.CheckSecretFile (refused when group or others may
-// write it, a warning when others may read it).
-func readKey(path string, log *slog.Logger) ([]byte, error) {
-	raw, err := readSecretFile(path, log)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("gossip key: %w (create it with `head -c 32 /dev/urandom | base64 > %s && chmod 600 %s`)", err, path, path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("gossip key: %w", err)
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
-	if err != nil {
-		return nil, fmt.Errorf("gossip key %s: not base64: %w", path, err)
-	}
-	switch len(key) {
-	case 16, 24, 32:
-		return key, nil
-	}
-	return nil, fmt.Errorf("gossip key %s: %d bytes; want 16, 24 or 32 (head -c 32 /dev/urandom | base64)", path, len(key))
 }
 
 // Run builds the agent's parts, then runs and supervises them until ctx
@@ -181,7 +159,10 @@ type parts struct {
 	signingKey *identity.Key
 	ownKey     *ownKey
 
-	ring     *heartbeat.Ring
+	ring *heartbeat.Ring
+	// keys reads the gossip key files again and changes the ring's keys
+	// (nil with --insecure-gossip).
+	keys     *keyReloader
 	watcher  *shutdown.Watcher // nil when shutdown.announce is off
 	graceful *gracefulWatch
 	fencer   *fencing.Fencer // nil on an observer
@@ -240,7 +221,7 @@ func (a *Agent) build() (_ *parts, err error) {
 
 	hb := heartbeat.Config{
 		NodeName: o.NodeName, BindAddr: o.GossipBind, BindPort: o.Config.Gossip.Port,
-		ClusterName: o.Config.ClusterName, SecretKey: a.key, Insecure: o.InsecureGossip,
+		ClusterName: o.Config.ClusterName, SecretKey: a.keys.Primary, SecondaryKeys: a.keys.Secondary, Insecure: o.InsecureGossip,
 		ProbeInterval: o.Config.Gossip.ProbeInterval, ProbeTimeout: o.Config.Gossip.ProbeTimeout,
 		SuspicionMult: o.Config.Gossip.SuspicionMult, GossipInterval: o.Config.Gossip.GossipInterval,
 	}
@@ -257,6 +238,10 @@ func (a *Agent) build() (_ *parts, err error) {
 		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
 	p.ownKey = newOwnKey(o, p.signingKey, p.ring, keyPublished, p.log)
+	if !o.InsecureGossip {
+		p.keys = newKeyReloader(a.keySource, p.ring, a.keys, componentLog(o.Logger, componentRing))
+		p.reg.MustRegister(gossipKeysCollector{keyring: p.ring.Keyring, filesOK: p.keys.filesOK.Load})
+	}
 	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused))
 
 	if o.Config.Shutdown.Announce {
@@ -417,16 +402,7 @@ func (p *parts) run(ctx context.Context) error {
 
 	p.ownKey.start(ctx)
 	// After the key: the answer is written on the key's Lease.
-	gracefulCtx, stopGraceful := context.WithCancel(ctx)
-	gracefulDone := make(chan struct{})
-	go func() {
-		defer close(gracefulDone)
-		p.graceful.run(gracefulCtx)
-	}()
-	defer func() {
-		stopGraceful()
-		<-gracefulDone
-	}()
+	defer background(ctx, p.graceful.run)()
 
 	if o.InsecureGossip {
 		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
@@ -442,6 +418,11 @@ func (p *parts) run(ctx context.Context) error {
 			log.Warn("leaving the gossip ring", "err", err)
 		}
 	}()
+	if p.keys != nil {
+		log.Info("gossip keys", "source", p.keys.src.String(), "keys", p.keys.applied.String(), "encrypt", p.ring.Keyring().Encrypt)
+		// Stopped before the ring is left (the defer above runs after).
+		defer background(ctx, p.keys.run)()
+	}
 	p.joined.Store(true)
 	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
 		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "fenceDevices", len(o.Config.Devices), "version", o.Version)
@@ -449,6 +430,22 @@ func (p *parts) run(ctx context.Context) error {
 		log.Info("clean-shutdown announcements are off (shutdown.announce: false): fencers will need the BMC to confirm this node off")
 	}
 	return p.supervise(ctx)
+}
+
+// background runs f in a goroutine with a context of its own, derived
+// from ctx; the function it returns cancels that context and waits for f
+// to return.
+func background(ctx context.Context, f func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // supervise runs the shutdown watcher and the fencer, keeps systemd

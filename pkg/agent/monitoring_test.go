@@ -183,7 +183,8 @@ type running struct {
 }
 
 // startAgent builds and runs an agent for node with configuration cfg
-// until the test ends, and waits until it serves /readyz. Its certificate
+// until the test ends, and waits until it serves /readyz. Its gossip is
+// encrypted when cfg names keys, else not. Its certificate
 // gauges read the client certificate of a kubeconfig for the node's
 // systemd identity (its API client is the test's).
 func startAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node, cfg string, seeds []string) *running {
@@ -201,7 +202,8 @@ func startAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node, cfg
 		t.Fatal(err)
 	}
 	a, err := New(Options{Config: conf, Client: c.Client(), Version: "v0.0.0-test", NodeName: node, BootID: "boot-" + node,
-		GossipBind: "127.0.0.1", GossipAdvertise: "127.0.0.1", Seeds: seeds, InsecureGossip: true,
+		GossipBind: "127.0.0.1", GossipAdvertise: "127.0.0.1", Seeds: seeds,
+		InsecureGossip: conf.Gossip.KeyFile == "" && conf.Gossip.KeyDir == "",
 		MetricsAddress: "127.0.0.1:0", KubeletRootDir: t.TempDir(),
 		ClientCertificate: func() ([]byte, error) { return rc.CertData, nil },
 		// Never the host's logind: the agent warns and works on.

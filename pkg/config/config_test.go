@@ -283,6 +283,8 @@ func TestSectionErrors(t *testing.T) {
 		"gossip: {probeTimeout: 2s}":                "gossip: probeTimeout: 2s must be shorter than probeInterval 1s (profile lan)",
 		"gossip: {profile: fast, probeTimeout: 1s}": "gossip: probeTimeout: 1s must be shorter than probeInterval 300ms (profile fast)",
 		"gossip: {profil: fast}":                    `unknown field "profil"`,
+		"gossip: {keyFile: /k, keyDir: /d}":         "gossip: keyDir: set keyFile or keyDir, not both",
+		"gossip: {keyFiles: [/k]}":                  `unknown field "keyFiles"`,
 		"fencer: {leaseNamespace: Fenced_System}":   "fencer: leaseNamespace: not a namespace name",
 		"fencer: {leaseDuration: 1s}":               "fencer: leaseDuration: 1s is out of range",
 		"fencer: {maxConcurrentPowerReads: -1}":     "fencer: maxConcurrentPowerReads: -1 is out of range",
@@ -314,6 +316,8 @@ func TestGossipProfiles(t *testing.T) {
 		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast,
 			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}}},
 		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"a key directory", "gossip: {keyDir: /etc/fenced/gossip}", Gossip{Port: heartbeat.DefaultPort, KeyDir: "/etc/fenced/gossip",
+			Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,8 +35,10 @@ type Config struct {
 // Gossip is the resolved gossip section. Zero durations and multipliers
 // mean memberlist's LAN defaults (pkg/heartbeat documents them).
 type Gossip struct {
-	Port    int
+	Port int
+	// KeyFile or KeyDir (at most one is set) hold the ring's keys.
 	KeyFile string
+	KeyDir  string
 	// Profile is the profile the timings started from; the explicit
 	// fields of the section are applied over it.
 	Profile GossipProfile

@@ -40,6 +40,7 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 	r := Gossip{
 		Port:    first(g.Port, heartbeat.DefaultPort),
 		KeyFile: g.KeyFile,
+		KeyDir:  g.KeyDir,
 		Profile: profile,
 		GossipTimings: GossipTimings{
 			ProbeInterval:  first(duration(g.ProbeInterval, 0), base.ProbeInterval),
@@ -47,6 +48,9 @@ func resolveGossip(fe *fieldErrors, g GossipSpec) Gossip {
 			SuspicionMult:  orInt(g.SuspicionMult, base.SuspicionMult),
 			GossipInterval: first(duration(g.GossipInterval, 0), base.GossipInterval),
 		},
+	}
+	if r.KeyFile != "" && r.KeyDir != "" {
+		fe.add("gossip", "keyDir", "set keyFile or keyDir, not both (keyDir's file \"key\" is the primary key)")
 	}
 	if r.Port < 1 || r.Port > 65535 {
 		fe.add("gossip", "port", "%d is not a port (1-65535)", r.Port)

@@ -73,9 +73,16 @@ type GossipSpec struct {
 	// Port for gossip, UDP and TCP.
 	Port int `json:"port,omitempty"`
 	// KeyFile holds the ring's encryption key, base64 of 16, 24 or 32
-	// bytes (e.g. `head -c 32 /dev/urandom | base64`). Required unless the
-	// agent runs with --insecure-gossip.
+	// bytes (e.g. `head -c 32 /dev/urandom | base64`). This or KeyDir is
+	// required unless the agent runs with --insecure-gossip.
 	KeyFile string `json:"keyFile,omitempty"`
+	// KeyDir holds the ring's keys, one per file, each like KeyFile: the
+	// file named "key" encrypts, every other file (names starting with a
+	// dot aside, such as a Secret volume's ..data) only decrypts — the keys
+	// of a rotation. The agent reads it again every few seconds and
+	// changes its keys in place: a Kubernetes Secret mounted as a
+	// directory. Not with KeyFile.
+	KeyDir string `json:"keyDir,omitempty"`
 	// Profile picks the failure detector's timings: lan (memberlist's
 	// LAN profile, the default) or fast. The four fields below override
 	// the profile's values one by one.

@@ -69,8 +69,11 @@ type Config struct {
 	// ring are dropped even when they share a network and a key.
 	ClusterName string
 	// SecretKey encrypts and authenticates gossip (AES-GCM; 16, 24 or 32
-	// bytes). Required unless Insecure is set.
+	// bytes): the primary key. Required unless Insecure is set.
 	SecretKey []byte
+	// SecondaryKeys decrypt only: the keys of a rotation under way
+	// (keys.go). Ring.SetKeys replaces both at run time.
+	SecondaryKeys [][]byte
 	// Insecure allows gossip without encryption (--insecure-gossip):
 	// anyone on the network could then pose as a member.
 	Insecure bool
@@ -87,20 +90,21 @@ func (c Config) MemberlistConfig() (*memberlist.Config, error) {
 	if c.NodeName == "" {
 		return nil, errors.New("heartbeat: node name is required")
 	}
-	if !c.Insecure {
-		switch len(c.SecretKey) {
-		case 16, 24, 32:
-		case 0:
-			return nil, errors.New("heartbeat: no gossip encryption key: provide one (16, 24 or 32 bytes) or pass --insecure-gossip")
-		default:
-			return nil, fmt.Errorf("heartbeat: gossip key is %d bytes; want 16, 24 or 32", len(c.SecretKey))
-		}
-	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = c.NodeName
 	mc.Label = c.ClusterName
 	if !c.Insecure {
-		mc.SecretKey = c.SecretKey
+		keys := c.Keys()
+		if err := keys.Validate(); err != nil {
+			return nil, err
+		}
+		// A Keyring, not SecretKey: the ring changes its keys in place
+		// (Ring.SetKeys), and memberlist reads them from it per packet.
+		kr, err := memberlist.NewKeyring(keys.Secondary, keys.Primary)
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat: gossip keys: %w", err)
+		}
+		mc.Keyring = kr
 	}
 	if c.BindAddr != "" {
 		mc.BindAddr = c.BindAddr
@@ -117,6 +121,11 @@ func (c Config) MemberlistConfig() (*memberlist.Config, error) {
 		return nil, fmt.Errorf("heartbeat: probe timeout %s must be shorter than the probe interval %s", mc.ProbeTimeout, mc.ProbeInterval)
 	}
 	return mc, nil
+}
+
+// Keys is the KeySet of SecretKey and SecondaryKeys.
+func (c Config) Keys() KeySet {
+	return KeySet{Primary: c.SecretKey, Secondary: c.SecondaryKeys}
 }
 
 func orDefault[T comparable](v, def T) T {

@@ -22,8 +22,8 @@ func TestDefaultsAreMemberlistLANProfile(t *testing.T) {
 	if mc.BindPort != DefaultPort || mc.BindPort == lan.BindPort {
 		t.Errorf("default port %d, want DefaultPort %d, not memberlist's %d", mc.BindPort, DefaultPort, lan.BindPort)
 	}
-	if mc.Name != "node-a" || mc.Label != "prod" || len(mc.SecretKey) != 32 {
-		t.Errorf("identity not applied: name %q label %q key %d bytes", mc.Name, mc.Label, len(mc.SecretKey))
+	if mc.Name != "node-a" || mc.Label != "prod" || mc.Keyring == nil || len(mc.Keyring.GetPrimaryKey()) != 32 {
+		t.Errorf("identity not applied: name %q label %q keyring %v", mc.Name, mc.Label, mc.Keyring)
 	}
 }
 
@@ -56,7 +56,7 @@ func TestOverridesAndValidation(t *testing.T) {
 			if tc.cfg.ProbeInterval != 0 && (mc.ProbeInterval != tc.cfg.ProbeInterval || mc.SuspicionMult != tc.cfg.SuspicionMult || mc.BindPort != tc.cfg.BindPort) {
 				t.Errorf("overrides not applied: %+v", mc)
 			}
-			if tc.cfg.Insecure && mc.SecretKey != nil {
+			if tc.cfg.Insecure && (mc.SecretKey != nil || mc.Keyring != nil) {
 				t.Error("insecure config carries a key")
 			}
 		})

@@ -221,6 +221,9 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.Memb
 	if known && prev == cur {
 		return
 	}
+	if name != r.self {
+		r.wakeKeys()
+	}
 	if onChange != nil {
 		// With r.mu released: the handler may read the view.
 		onChange(cur)

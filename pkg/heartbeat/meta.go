@@ -16,8 +16,8 @@ import (
 //
 // Versions only ever add fields: a field keeps its name and meaning for
 // good, so an agent can read the fields it knows from a newer agent's Meta
-// during a rolling upgrade and ignore the rest.
-const MetaVersion = 1
+// during a rolling upgrade and ignore the rest. Version 2 adds Keys.
+const MetaVersion = 2
 
 // MaxMetaSize is the largest encoded Meta memberlist carries: its node
 // metadata limit.
@@ -52,6 +52,14 @@ type Meta struct {
 	State vocab.Announcement `json:"state,omitempty"`
 	// Agent is the fenced version string.
 	Agent string `json:"agent,omitempty"`
+	// Keys are the fingerprints (Fingerprint) of the gossip keys this
+	// member can decrypt, the one it encrypts with first, separated by
+	// commas: other members encrypt with a new key only once every member
+	// holds it (keys.go). Empty for a member without encryption or of an
+	// earlier version. Not signed: it decides no more than which of its
+	// own keys a member encrypts with, and a forgery costs at worst the
+	// gossip a split would, suspicions and power reads, never a taint.
+	Keys string `json:"keys,omitempty"`
 	// Seq and Sig sign Node, BootID and State with the agent's own key
 	// (identity.KindState): the announcement is the node's own word only
 	// when Sig verifies against the key its node published. Seq grows with
@@ -143,6 +151,7 @@ func (m Meta) fieldsFit() error {
 		field{"meta role", len(m.Role), maxWordLen},
 		field{"meta state", len(m.State), maxWordLen},
 		field{"meta agent", len(m.Agent), maxAgentLen},
+		field{"meta keys", len(m.Keys), maxKeysText},
 		field{"meta signature", len(m.Sig), maxSigText},
 	)
 }

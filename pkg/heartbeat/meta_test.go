@@ -31,6 +31,10 @@ func TestMetaEncodeLimits(t *testing.T) {
 		{"typical", Meta{Version: 1, Node: strings.Repeat("n", 63), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: vocab.AnnounceShuttingDown, Agent: "v1.2.3-rc.1+abcdef"}, ""},
 		// A Kubernetes node name can be 253 characters: it still fits.
 		{"longest node name", Meta{Version: 1, Node: strings.Repeat("n", 253), BootID: strings.Repeat("b", 36), Role: RoleObserver, State: vocab.AnnounceShuttingDown, Agent: strings.Repeat("v", 64)}, ""},
+		// Signed, with a rotation's keys at their most: MaxKeys, one leaving.
+		{"signed, with every key", Meta{Version: MetaVersion, Node: strings.Repeat("n", 63), BootID: strings.Repeat("b", 36), Role: RoleObserver,
+			State: vocab.AnnounceShutdownComplete, Agent: "v1.2.3-rc.1+abcdef", Seq: 1 << 62, Sig: strings.Repeat("A", 88),
+			Keys: keysText([][]byte{k(1, 32), k(2, 32), k(3, 32), k(4, 32)}, [][]byte{k(4, 32)})}, ""},
 		{"too large", Meta{Version: 1, Node: "a", Agent: strings.Repeat("v", MaxMetaSize)}, "the limit is 512"},
 		{"no version", Meta{Node: "a"}, "no version"},
 	}

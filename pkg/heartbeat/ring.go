@@ -216,6 +216,22 @@ type Ring struct {
 	// waking the join loop.
 	lonely chan struct{}
 
+	// keyring is memberlist's (nil without encryption), changed in place
+	// by reconcileKeys alone; keysWake wakes keysLoop on member changes.
+	keyring  *memberlist.Keyring
+	keysWake chan struct{}
+	// keysMu guards the configured keys, when each key that left them
+	// did (retainKeys), what the Meta last advertised and the last plan
+	// logged; it serialises reconcileKeys.
+	keysMu         sync.Mutex
+	keysWanted     KeySet
+	keysLeft       map[string]time.Time
+	keysAdvertised string
+	keysWaitLog    string
+	keysRecheck    *time.Timer // wakes keysLoop when a kept key's bound runs out
+	// keysState is what Keyring returns.
+	keysState atomic.Pointer[KeyringState]
+
 	// lifeMu orders Join, Leave and Shutdown: memberlist panics on a
 	// Leave after Shutdown.
 	lifeMu sync.Mutex
@@ -238,6 +254,7 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		challenges:  make(map[string]chan Proof),
 		proving:     make(map[string]int),
 		lonely:      make(chan struct{}, 1),
+		keysWake:    make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
 }
@@ -253,6 +270,9 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	if opts.Memberlist != nil {
 		opts.Memberlist(mc)
 	}
+	if mc.Keyring != nil {
+		opts.Meta.Keys = keysText(mc.Keyring.GetKeys(), nil)
+	}
 	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName, opts.Key, 1)
 	if err != nil {
 		return nil, err
@@ -265,6 +285,11 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	r.port, r.seeds, r.challengerAddrs = mc.BindPort, opts.Seeds, opts.ChallengerAddrs
 	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
 	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
+	if mc.Keyring != nil {
+		r.keyring, r.keysWanted, r.keysAdvertised = mc.Keyring, cfg.Keys(), meta.Keys
+		r.keysLeft = map[string]time.Time{}
+		r.storeKeyringState(nil, true)
+	}
 	d := (*delegate)(r)
 	mc.Events = d
 	mc.Alive = d
@@ -308,6 +333,9 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 	}
 	r.ml.Store(ml)
 	r.lifeMu.Unlock()
+	if r.keyring != nil {
+		go r.keysLoop()
+	}
 
 	if r.seeds != nil {
 		first := make(chan struct{})

@@ -27,7 +27,7 @@ func TestMembersJoinThroughSeedsAndSeeEachOther(t *testing.T) {
 			t.Errorf("%s: members not sorted by name: %v", names[i], members)
 		}
 		for j, m := range members {
-			want := Meta{Version: MetaVersion, Node: names[j], BootID: "boot-" + names[j], Role: RoleObserver, State: vocab.AnnounceRunning, Agent: "test"}
+			want := Meta{Version: MetaVersion, Node: names[j], BootID: "boot-" + names[j], Role: RoleObserver, State: vocab.AnnounceRunning, Agent: "test", Keys: Fingerprint(testKey)}
 			if m.Name != names[j] || m.State != vocab.MemberAlive || m.Meta != want {
 				t.Errorf("%s sees %+v, want %s alive with %+v", names[i], m, names[j], want)
 			}

@@ -33,13 +33,13 @@ var schemaSections = map[string]reflect.Type{
 }
 
 // chartManaged are the fields the chart writes itself, so the values may
-// not: the gossip key's path (where it mounts the Secret) and the lease
+// not: the gossip keys' path (where it mounts the Secret) and the lease
 // namespace (the release namespace, where its Role is). refused are the
 // fields the file format has only to refuse with a better message: an
 // inline password.
 var (
 	chartManaged = map[reflect.Type][]string{
-		reflect.TypeFor[config.GossipSpec](): {"keyFile"},
+		reflect.TypeFor[config.GossipSpec](): {"keyFile", "keyDir"},
 		reflect.TypeFor[config.FencerSpec](): {"leaseNamespace"},
 	}
 	refused = map[string]bool{"password": true}

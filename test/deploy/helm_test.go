@@ -70,7 +70,7 @@ func allOptions(t *testing.T) string {
 	// The release namespace is the lease namespace.
 	delete(fencerConfig["fencer"].(map[string]any), "leaseNamespace")
 	gossip := fencerConfig["gossip"].(map[string]any)
-	delete(gossip, "keyFile")
+	delete(gossip, "keyDir")
 	values := map[string]any{
 		"global":           map[string]any{"imagePullSecrets": []any{"global-pull"}},
 		"image":            map[string]any{"repository": "registry.example/fenced", "tag": "v9.9.9"},

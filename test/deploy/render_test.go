@@ -512,14 +512,19 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 		ports["gossip-tcp"].Protocol != corev1.ProtocolTCP || ports["gossip-udp"].Protocol != corev1.ProtocolUDP {
 		errorf("gossip.port %d, but the container declares %+v", cfg.Gossip.Port, c.Ports)
 	}
-	keyFile := cfg.Gossip.KeyFile
+	// The gossip keys: a mounted Secret's key (keyFile), or the Secret
+	// mounted whole (keyDir), whose key "key" is the primary.
+	field, keyFile := "gossip.keyFile", cfg.Gossip.KeyFile
+	if cfg.Gossip.KeyDir != "" {
+		field, keyFile = "gossip.keyDir", cfg.Gossip.KeyDir+"/key"
+	}
 	if km, kv, ok := mountOf(keyFile); !ok || kv.Secret == nil || filepath.Dir(keyFile) != km.MountPath {
-		errorf("gossip.keyFile %q is not a file of a mounted Secret", keyFile)
+		errorf("%s %q is not a mounted Secret's", field, keyFile)
 	} else if s, ok := r.secrets[kv.Secret.SecretName]; ok {
 		key := filepath.Base(keyFile)
 		if _, in := s.StringData[key]; !in {
 			if _, in := s.Data[key]; !in {
-				errorf("Secret %s has no key %s (gossip.keyFile)", s.Name, key)
+				errorf("Secret %s has no key %s (%s)", s.Name, key, field)
 			}
 		}
 	}

@@ -110,12 +110,8 @@ func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.H
 	must(t, err)
 	tSuspected := time.Now()
 	t.Logf("suspected: %s", ev.Message)
-	n := waitTaint(ctx, t, h, victim, true)
+	requireBMCOffEvidence(t, waitTaint(ctx, t, h, victim, true), bootBefore)
 	tTaint := time.Now()
-	evidence, ok, err := taint.EvidenceOf(n)
-	if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
-		t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
-	}
 	_, tVAGone, tRunning := requireMoved(ctx, t, h, sts, oldPodUID, victim, spare)
 	requireSafe(t, h, sts.PV)
 	t.Logf("timeline (power loss at 0): suspected %.1fs, tainted %.1fs, old VolumeAttachment gone %.1fs, pod Running on %s %.1fs",
@@ -130,6 +126,16 @@ func powerLossFencedAndRecovered(ctx context.Context, t *testing.T, h *harness.H
 	}
 	_, err = h.WaitEvent(ctx, "default", victim, "NodeRecovered", "", podTimeout)
 	must(t, err)
+}
+
+// requireBMCOffEvidence fails unless fenced's taint on n carries
+// bmc-power-off evidence read off on bootBefore, the boot that lost power.
+func requireBMCOffEvidence(t *testing.T, n *corev1.Node, bootBefore string) {
+	t.Helper()
+	evidence, ok, err := taint.EvidenceOf(n)
+	if err != nil || !ok || evidence.Method != vocab.EvidenceBMCPowerOff || evidence.BMC == nil || evidence.BMC.Power != "off" || evidence.BootID != bootBefore {
+		t.Fatalf("evidence %+v (ok %v, err %v), boot before %s", evidence, ok, err, bootBefore)
+	}
 }
 
 // waitTaint waits until node has (or no longer has) fenced's out-of-service taint.

@@ -210,7 +210,7 @@ kc -n "$ns" create secret generic fenced-bmc --from-literal=password="$bmc_passw
 		clusterName: kind
 		gossip:
 		  port: 8946
-		  keyFile: /etc/fenced/gossip/key
+		  keyDir: /etc/fenced/gossip
 		policy:
 		  mode: confirm-only
 		bmc:

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"fenced.io/fenced/internal/testbed/machine"
+	"fenced.io/fenced/internal/testbed/secretvolume"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
@@ -76,6 +77,16 @@ type Fencing struct {
 	// (FencedAt) for an upgrade; Machine.UpgradeAgent replaces it on one
 	// machine.
 	AgentBinary string
+
+	// GossipKeyDirs gives each machine's agent its own copy of the gossip
+	// keys (gossip.keyDir, GossipKeyDir), written as the kubelet writes a
+	// Secret volume (internal/testbed/secretvolume), as each node holds
+	// its own copy of the Secret: SetGossipKeys updates one machine's
+	// copy, as a Secret's update reaches each kubelet at its own time.
+	// Each machine then reads a configuration of its own
+	// (MachineConfigFile). Without it every agent reads one
+	// gossip.keyFile.
+	GossipKeyDirs bool
 }
 
 // IPMILanDevice is the name of machine's fence_ipmilan device
@@ -230,6 +241,15 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return "", "", err
 	}
+	keySource := "keyFile: " + keyFile
+	if f.GossipKeyDirs {
+		keySource = "keyDir: " + machineKeyDir
+		for _, m := range h.Machines {
+			if err := h.SetGossipKeys(m, map[string][]byte{"key": key}); err != nil {
+				return "", "", err
+			}
+		}
+	}
 	fencerSection := "leaseNamespace: " + LeaseNamespace
 	if f.MonitorInterval > 0 {
 		fencerSection += ", monitorInterval: " + f.MonitorInterval.String()
@@ -241,7 +261,7 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if f.GossipPort != 0 {
 		gossipPort = f.GossipPort
 	}
-	gossipSection := fmt.Sprintf("port: %d, keyFile: %s", gossipPort, keyFile)
+	gossipSection := fmt.Sprintf("port: %d, %s", gossipPort, keySource)
 	if f.Gossip != "" {
 		gossipSection += ", " + f.Gossip
 	}
@@ -271,7 +291,50 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 		h.writeTopology(&inv, f, dir)
 	}
 	fencer = h.FencerConfigFile()
-	return observer, fencer, os.WriteFile(fencer, []byte(common+inv.String()), 0o600)
+	if err := os.WriteFile(fencer, []byte(common+inv.String()), 0o600); err != nil {
+		return "", "", err
+	}
+	if f.GossipKeyDirs {
+		for _, m := range h.Machines {
+			text := common
+			if m.Fencer {
+				text += inv.String()
+			}
+			text = strings.ReplaceAll(text, machineKeyDir, h.GossipKeyDir(m))
+			if err := os.WriteFile(h.MachineConfigFile(m), []byte(text), 0o600); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	return observer, fencer, nil
+}
+
+// machineKeyDir stands for GossipKeyDir(machine) in the configurations
+// that MachineConfigFile's are made from.
+const machineKeyDir = "MACHINE-KEY-DIR"
+
+// GossipKeyDir is machine m's copy of the gossip keys (Fencing.GossipKeyDirs).
+func (h *Harness) GossipKeyDir(m *Machine) string {
+	return filepath.Join(h.Dir, "fenced", "gossip-keys", m.Name)
+}
+
+// MachineConfigFile is the configuration machine m's agent reads with
+// Fencing.GossipKeyDirs: the observers' or FencerConfigFile's, with m's
+// own key directory.
+func (h *Harness) MachineConfigFile(m *Machine) string {
+	return filepath.Join(h.Dir, "fenced", m.Name+".yaml")
+}
+
+// SetGossipKeys makes machine m's copy of the gossip keys hold keys, file
+// name → key ("key" is the primary, the rest secondaries), swapped in at
+// once as the kubelet updates a Secret volume, mode 0440 as the
+// deployment mounts it. m's agent reads it within a few seconds.
+func (h *Harness) SetGossipKeys(m *Machine, keys map[string][]byte) error {
+	files := make(map[string][]byte, len(keys))
+	for name, k := range keys {
+		files[name] = []byte(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	return secretvolume.Write(h.GossipKeyDir(m), files, 0o440)
 }
 
 // FencerConfigFile is the configuration file the fencers' agents read. A
@@ -319,8 +382,8 @@ func (h *Harness) writeTopology(w *strings.Builder, f *Fencing, dir string) {
 	w.WriteString("topology: " + f.Topology + "\n")
 }
 
-// GossipKey is the ring's shared key, which every agent holds: what a
-// compromised worker would have (for the hostile-member scenarios).
+// GossipKey is the ring's shared key, which every agent holds at start:
+// what a compromised worker would have (for the hostile-member scenarios).
 func (h *Harness) GossipKey() ([]byte, error) {
 	raw, err := os.ReadFile(filepath.Join(h.Dir, "fenced", "gossip.key"))
 	if err != nil {

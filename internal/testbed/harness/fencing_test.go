@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -103,5 +104,69 @@ func TestFencingConfigTopology(t *testing.T) {
 				t.Errorf("monitorInterval %v, want %s", got, c.f.MonitorInterval)
 			}
 		})
+	}
+}
+
+// TestFencingConfigGossipKeyDirs: with GossipKeyDirs every machine reads a
+// configuration of its own naming its own key directory, which holds the
+// harness's key as the Secret's "key", written as the kubelet does; the
+// fencer's keeps the inventory, an observer's has none.
+func TestFencingConfigGossipKeyDirs(t *testing.T) {
+	h := configHarness(t, 0)
+	h.Machines[0].Fencer = true
+	if _, _, err := h.writeFencingConfigs(&Fencing{GossipKeyDirs: true}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := h.GossipKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range h.Machines {
+		file := h.MachineConfigFile(m)
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(text, file)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, text)
+		}
+		if cfg.Gossip.KeyDir != h.GossipKeyDir(m) || cfg.Gossip.KeyFile != "" {
+			t.Errorf("%s: gossip %+v, want keyDir %s", m.Name, cfg.Gossip, h.GossipKeyDir(m))
+		}
+		if got := len(cfg.BMCs) > 0; got != m.Fencer {
+			t.Errorf("%s: inventory %v, fencer %v", m.Name, got, m.Fencer)
+		}
+		link, err := os.Readlink(filepath.Join(h.GossipKeyDir(m), "key"))
+		if err != nil || link != "..data/key" {
+			t.Errorf("%s: key is not a Secret volume's symlink: %q, %v", m.Name, link, err)
+		}
+		content, err := os.ReadFile(filepath.Join(h.GossipKeyDir(m), "key"))
+		if err != nil || strings.TrimSpace(string(content)) != base64.StdEncoding.EncodeToString(key) {
+			t.Errorf("%s: key file %q, %v", m.Name, content, err)
+		}
+	}
+	// A machine's copy changes alone.
+	if err := h.SetGossipKeys(h.Machines[1], map[string][]byte{"key": key, "next": make([]byte, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range h.Machines {
+		entries, err := os.ReadDir(h.GossipKeyDir(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), ".") {
+				names = append(names, e.Name())
+			}
+		}
+		want := []string{"key"}
+		if i == 1 {
+			want = []string{"key", "next"}
+		}
+		if !reflect.DeepEqual(names, want) {
+			t.Errorf("%s's keys: %v, want %v", m.Name, names, want)
+		}
 	}
 }

@@ -351,6 +351,9 @@ func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Ma
 		if m.Fencer {
 			config = fencer
 		}
+		if f.GossipKeyDirs {
+			config = h.MachineConfigFile(m)
+		}
 		argv, err := h.agentArgv(m, config, binary)
 		if err != nil {
 			h.t.Fatalf("harness: agent of %s: %v", m.Name, err)

@@ -130,7 +130,9 @@ section of the values. One place, so that both DaemonSets form one ring.
 {{- $c := dict "apiVersion" "fenced.io/v1alpha1" "kind" "FencedConfiguration" -}}
 {{- with $v.name }}{{ $_ := set $c "clusterName" . }}{{ end -}}
 {{- $g := deepCopy $v.gossip -}}
-{{- $_ := set $g "keyFile" "/etc/fenced/gossip/key" -}}
+{{- /* The Secret cluster.gossipKeySecret, mounted whole: its key "key"
+encrypts, any other key only decrypts (a rotation). */ -}}
+{{- $_ := set $g "keyDir" "/etc/fenced/gossip" -}}
 {{- $_ := set $c "gossip" $g -}}
 {{- with $v.shutdown }}{{ $_ := set $c "shutdown" (deepCopy .) }}{{ end -}}
 {{- /* Every agent publishes its key Lease in the lease namespace, which the
