@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
 
 all: build
 
@@ -130,6 +130,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 1m)
 
 fuzz-short: ## run every fuzz target for 5s each (part of make test)
 	FUZZTIME=5s GO=$(GO) ./hack/fuzz.sh
+
+# The core scenarios on every supported Kubernetes version
+# (cluster.SupportedKubeVersions), one harness at a time: each version's
+# binaries are built from the module proxy first (~8 min cold each).
+# E2E_MATRIX_VERSIONS picks others; the table goes to bin/e2e-matrix/matrix.md.
+E2E_MATRIX_VERSIONS ?=
+e2e-matrix: deps ## the core scenarios on each supported Kubernetes version (~25 min a version warm); table in bin/e2e-matrix/matrix.md
+	$(GO) run ./hack/e2ematrix $(if $(E2E_MATRIX_VERSIONS),-versions $(E2E_MATRIX_VERSIONS))
 
 e2e: deps kube-binaries ## only the end-to-end scenarios on the local cluster harness, verbose
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/

@@ -3,8 +3,8 @@
 # kube-scheduler, kubemark, kubelet, kube-proxy and kubectl at a pinned version from the Go module
 # proxy, and cache them by version outside the repository.
 #
-# Usage: hack/kube-binaries.sh            (KUBE_VERSION defaults to v1.34.4)
-#        KUBE_VERSION=v1.36.3 hack/kube-binaries.sh
+# Usage: hack/kube-binaries.sh            (KUBE_VERSION defaults to v1.37.2)
+#        KUBE_VERSION=v1.35.4 hack/kube-binaries.sh
 #
 # Progress goes to stderr, one line per step with the elapsed seconds; the
 # last line of stdout is the directory that holds the binaries, so
@@ -18,7 +18,7 @@
 # go.mod stays untouched.
 #
 # Environment:
-#   KUBE_VERSION       release to build (vMAJOR.MINOR.PATCH[-pre]), default v1.34.4
+#   KUBE_VERSION       release to build (vMAJOR.MINOR.PATCH[-pre]), default v1.37.2
 #   FENCED_CACHE_DIR   cache root, default ${XDG_CACHE_HOME:-$HOME/.cache}/fenced
 set -euo pipefail
 
@@ -30,16 +30,18 @@ set -euo pipefail
 # (test/realpod); they share nearly all their packages with kubemark, so
 # they cost little more than a link each.
 readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubelet kube-proxy kubectl)
-# Our hollow kubelet (internal/testbed/hollow-kubelet/main.go), cached under a name that
-# carries a hash of its source, so that editing it rebuilds just that binary.
+# Our hollow kubelet (internal/testbed/hollow-kubelet: main.go and one
+# kube_v1.MINOR.go per release whose APIs changed), cached under a name that
+# carries a hash of its sources (every .go file of the directory, in byte
+# order), so that editing it rebuilds just that binary.
 # internal/testbed/cluster computes the same name.
-HOLLOW_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/testbed/hollow-kubelet/main.go"
-readonly HOLLOW_SRC
-HOLLOW="hollow-kubelet-$(sha256sum "$HOLLOW_SRC" | cut -c1-12)"
+HOLLOW_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/testbed/hollow-kubelet"
+readonly HOLLOW_DIR
+HOLLOW="hollow-kubelet-$(cd "$HOLLOW_DIR" && LC_ALL=C && cat ./*.go | sha256sum | cut -c1-12)"
 readonly HOLLOW
 readonly BINARIES=("${UPSTREAM[@]}" "$HOLLOW")
 
-KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 CACHE_ROOT="${FENCED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fenced}"
 
 start_ns=$(date +%s%N)
@@ -180,10 +182,22 @@ import (
 )
 EOF
 mkdir -p cmd/hollow-kubelet
-# The source carries //go:build ignore so that fenced's own module (go vet,
-# go mod tidy) never sees its k8s.io/kubernetes imports; here it is a
-# normal main package.
-sed '/^\/\/go:build /d' "$HOLLOW_SRC" >cmd/hollow-kubelet/main.go
+# The sources carry //go:build ignore so that fenced's own module (go vet,
+# go mod tidy) never sees their k8s.io/kubernetes imports; here they are a
+# normal main package: main.go and the newest kube_v1.MINOR.go not newer
+# than this release.
+compat=""
+for ((m = minor; m >= 0; m--)); do
+	if [[ -f "$HOLLOW_DIR/kube_v1.$m.go" ]]; then
+		compat="$HOLLOW_DIR/kube_v1.$m.go"
+		break
+	fi
+done
+[[ -n "$compat" ]] || die "the hollow kubelet has no kube_v1.MINOR.go for v1.$minor or earlier (oldest: $(cd "$HOLLOW_DIR" && ls kube_v1.*.go | sort -V | head -n1))"
+for src in "$HOLLOW_DIR/main.go" "$compat"; do
+	sed '/^\/\/go:build /d' "$src" >"cmd/hollow-kubelet/$(basename "$src")"
+done
+step "hollow kubelet: main.go with $(basename "$compat")"
 step "wrote throwaway module with ${#staging[@]} staging replaces"
 
 step "go mod tidy (downloads the dependency graph on a cold module cache)"

@@ -16,6 +16,7 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/procstat"
+	"fenced.io/fenced/internal/testbed/soak"
 )
 
 // The recovery benchmark is what `make bench` runs (FENCED_BENCH=1); it is
@@ -23,7 +24,20 @@ import (
 // default timings, how fast a StatefulSet with an RWO volume recovers from
 // its machine losing power — with fenced, several times, and once without.
 
-const benchRounds = 5
+// benchRounds is how many power losses a benchmark measures: 5, or
+// FENCED_BENCH_ROUNDS (make e2e-matrix takes 3 per Kubernetes version).
+func benchRounds(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("FENCED_BENCH_ROUNDS")
+	if s == "" {
+		return 5
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("FENCED_BENCH_ROUNDS=%q: want a number of rounds, 1 or more", s)
+	}
+	return n
+}
 
 func requireBench(t *testing.T) {
 	if os.Getenv("FENCED_BENCH") == "" {
@@ -42,7 +56,7 @@ func TestRecoveryBenchmark(t *testing.T) {
 	})
 	steadyState(ctx, t, h, audit.log)
 
-	report(t, powerLossRounds(ctx, t, h, "bench", benchRounds))
+	report(t, powerLossRounds(ctx, t, h, "bench", benchRounds(t)))
 }
 
 // powerLossRounds pulls the plug of w-1 and w-2 in turn, rounds times,
@@ -78,7 +92,7 @@ func TestRecoveryBenchmarkBMCDark(t *testing.T) {
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, Topology: "{defaults: [[bmc], [pdu-a, pdu-b]]}"},
 	})
 	var runs []harness.Recovery
-	for i := range benchRounds {
+	for i := range benchRounds(t) {
 		victim, spare := "w-1", "w-2"
 		if i%2 == 1 {
 			victim, spare = spare, victim
@@ -165,6 +179,36 @@ func report(t *testing.T, runs []harness.Recovery) {
 	table := header() + row(fmt.Sprintf("fenced (%d runs)", len(runs)), runs)
 	t.Logf("recovery after power loss:\n%s", table)
 	fmt.Printf("\nrecovery after power loss, confirm-only mode, %d runs, times from the power loss:\n%s\n", len(runs), table)
+	if path := os.Getenv("FENCED_FIGURES"); path != "" {
+		must(t, writeFigures(path, runs))
+	}
+}
+
+// writeFigures writes the medians of runs to path as JSON
+// (soak.RecoveryFigures), for make e2e-matrix's table.
+func writeFigures(path string, runs []harness.Recovery) error {
+	median := func(get func(harness.Recovery) time.Duration) float64 {
+		var v soak.Durations
+		for _, r := range runs {
+			if d := get(r); d > 0 {
+				v = append(v, d)
+			}
+		}
+		if len(v) < len(runs) {
+			return 0 // not every run got there
+		}
+		return v.P50().Seconds()
+	}
+	raw, err := json.Marshal(soak.RecoveryFigures{
+		Runs:           len(runs),
+		Tainted:        median(func(r harness.Recovery) time.Duration { return r.Tainted }),
+		VolumeReleased: median(func(r harness.Recovery) time.Duration { return r.VolumeReleased }),
+		PodRunning:     median(func(r harness.Recovery) time.Duration { return r.PodRunning }),
+	})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
 }
 
 // auditSetup makes the API server log every request of fenced's agents,

@@ -20,33 +20,50 @@ import (
 	"time"
 )
 
+// SupportedKubeVersions are the Kubernetes releases fenced is tested on,
+// the latest patch of each supported minor, oldest first: make e2e-matrix
+// runs the core scenarios on each (README's table).
+var SupportedKubeVersions = []string{"v1.34.4", "v1.35.4", "v1.36.3", "v1.37.2"}
+
 // DefaultKubeVersion is the Kubernetes release the harness runs unless
-// KUBE_VERSION or Options.KubeVersion says otherwise. Keep it in step with the
-// default in hack/kube-binaries.sh.
-const DefaultKubeVersion = "v1.34.4"
+// KUBE_VERSION or Options.KubeVersion says otherwise: the newest supported.
+// Keep it in step with the default in hack/kube-binaries.sh.
+const DefaultKubeVersion = "v1.37.2"
 
 // Binaries are the upstream Kubernetes programs hack/kube-binaries.sh builds
 // and caches. It also builds our hollow kubelet, see HollowKubeletName.
 var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark", "kubelet", "kube-proxy", "kubectl"}
 
-// HollowKubeletSource is the hollow kubelet's source, from the repository's
-// top; hack/kube-binaries.sh builds it inside the Kubernetes tree.
-const HollowKubeletSource = "internal/testbed/hollow-kubelet/main.go"
+// HollowKubeletSource is the hollow kubelet's source directory, from the
+// repository's top; hack/kube-binaries.sh builds it inside the Kubernetes
+// tree (main.go with the kube_v1.MINOR.go for the release).
+const HollowKubeletSource = "internal/testbed/hollow-kubelet"
 
 // HollowKubeletName returns the cached file name of the hollow kubelet built
-// from internal/testbed/hollow-kubelet/main.go: "hollow-kubelet-" and the first 12 hex
-// digits of the source's SHA-256, as hack/kube-binaries.sh names it.
+// from HollowKubeletSource: "hollow-kubelet-" and the first 12 hex digits of
+// the SHA-256 of its .go files one after the other in byte order, as
+// hack/kube-binaries.sh names it.
 func HollowKubeletName() (string, error) {
-	path, err := RepoFile(HollowKubeletSource)
+	dir, err := RepoFile(HollowKubeletSource)
 	if err != nil {
 		return "", err
 	}
-	src, err := os.ReadFile(path)
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(src)
-	return "hollow-kubelet-" + hex.EncodeToString(sum[:])[:12], nil
+	if len(files) == 0 {
+		return "", fmt.Errorf("no .go files in %s", dir)
+	}
+	sum := sha256.New()
+	for _, f := range files { // Glob sorts, as the shell's glob in the C locale
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		sum.Write(src)
+	}
+	return "hollow-kubelet-" + hex.EncodeToString(sum.Sum(nil))[:12], nil
 }
 
 // KubeVersion returns the release to use: $KUBE_VERSION if set, else

@@ -4,6 +4,9 @@
 // fake container runtime, fake cAdvisor) with five changes the fenced test
 // harness needs. hack/kube-binaries.sh builds it inside the throwaway module
 // that requires k8s.io/kubernetes; it is not part of fenced's own module.
+// What changed between Kubernetes releases lives in one file per release
+// that changed it, kube_v1.MINOR.go: the script builds main.go with the
+// newest of them not newer than the release it builds.
 //
 //  1. Controller-managed attach/detach is on (kubemark hard-codes it off, and
 //     a kubelet that attaches CSI volumes itself is refused since v1.34):
@@ -37,13 +40,10 @@ import (
 	"syscall"
 	"time"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
-	"go.opentelemetry.io/otel/trace/noop"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
@@ -52,33 +52,33 @@ import (
 	"k8s.io/kubernetes/pkg/kubemark"
 )
 
-// machineInfo adds the machine's identity to the fake cAdvisor.
+// machineInfo adds the machine's identity to the fake cAdvisor; its
+// MachineInfo method, whose signature changed, is in kube_v1.*.go.
 type machineInfo struct {
 	cadvisortest.Fake
 	bootID, systemUUID string
 }
 
-func (m *machineInfo) MachineInfo() (*cadvisorapi.MachineInfo, error) {
-	info, err := m.Fake.MachineInfo()
-	if err != nil {
-		return nil, err
-	}
-	info.BootID, info.SystemUUID = m.bootID, m.systemUUID
-	return info, nil
-}
-
 // honestProbes is kubemark's fake probe manager, but a container is Ready
 // (and Started) only while it runs: what the real probe manager reports for
-// a container without probes, which is all a hollow node runs.
+// a container without probes, which is all a hollow node runs. Its
+// UpdatePodStatus, whose signature changed, is in kube_v1.*.go and calls
+// honest.
 type honestProbes struct{ probetest.FakeManager }
 
-func (honestProbes) UpdatePodStatus(_ *v1.Pod, status *v1.PodStatus) {
+// honest marks each container of status Ready and Started exactly while it
+// runs.
+func honest(status *v1.PodStatus) {
 	for i := range status.ContainerStatuses {
 		c := &status.ContainerStatuses[i]
 		running := c.State.Running != nil
 		c.Ready, c.Started = running, &running
 	}
 }
+
+// runtimeTimeout is how long the kubelet waits for the fake runtime's
+// socket, as kubemark's hollow node does.
+const runtimeTimeout = 15 * time.Second
 
 func main() {
 	klog.InitFlags(nil)
@@ -137,14 +137,12 @@ func main() {
 		klog.Fatal(err)
 	}
 	defer rt.Stop()
-	logger := klog.Background()
-	rs, err := remote.NewRemoteRuntimeService(endpoint, 15*time.Second, noop.NewTracerProvider(), &logger)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rs, err := newRuntimeService(klog.NewContext(ctx, klog.Background()), endpoint)
 	if err != nil {
 		klog.Fatal(err)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	cadvisor := &machineInfo{Fake: cadvisortest.Fake{NodeName: *name}, bootID: *bootID, systemUUID: *systemUUID}
 	hk := kubemark.NewHollowKubelet(f, c, client, heartbeat, cadvisor, rt.ImageService, rs, cm.NewStubContainerManager())
 	hk.KubeletDeps.ProbeManager = honestProbes{}
