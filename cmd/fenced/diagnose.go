@@ -22,10 +22,11 @@ func newDiagnoseCommand(g *globals) *cobra.Command {
 		Use:   "diagnose [POD | pvc/NAME | node/NAME]",
 		Short: "Explain every Multi-Attach error, and cure the ones that are safe to cure (--fix)",
 		Long: `Explain why pods cannot attach their volumes ("Multi-Attach error for volume ...
-Volume is already exclusively attached to one node and can't be attached to another").
+Volume is already exclusively attached to one node and can't be attached to another";
+since Kubernetes v1.37 "Waiting for detach for volume ...").
 
 diagnose finds the pods that cannot attach: those with a FailedAttachVolume
-"Multi-Attach error" Event, and those not running whose ReadWriteOnce volume has
+Event of either wording, and those not running whose ReadWriteOnce volume has
 a VolumeAttachment on another node (or an attach/detach error, or whose
 ReadWriteOncePod claim another pod holds). For each it names the volume, the node
 that holds it, the cause, the objects that prove it (with ages and conditions),

@@ -23,8 +23,27 @@ import (
 const RecreatePatch = `{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`
 
 // multiAttachVolume finds the volume in the attach/detach controller's
-// message: `Multi-Attach error for volume "pvc-…" Volume is already …`.
-var multiAttachVolume = regexp.MustCompile(`Multi-Attach error for volume "([^"]+)"`)
+// FailedAttachVolume Event when another node holds the volume. Its words
+// changed in Kubernetes v1.37: `Multi-Attach error for volume "pvc-…"
+// Volume is already …` until v1.36, `Waiting for detach for volume
+// "pvc-…" Volume is already …` since.
+var multiAttachVolume = regexp.MustCompile(`(?:Multi-Attach error|Waiting for detach) for volume "([^"]+)"`)
+
+// MultiAttachVolume reports whether message is the attach/detach
+// controller's "another node holds the volume" (Multi-Attach error), and
+// of which volume, in the words of any supported Kubernetes version.
+func MultiAttachVolume(message string) (volume string, ok bool) {
+	m := multiAttachVolume.FindStringSubmatch(message)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+func isMultiAttach(message string) bool {
+	_, ok := MultiAttachVolume(message)
+	return ok
+}
 
 // index holds the Snapshot's objects by name.
 type index struct {
@@ -75,7 +94,7 @@ func newIndex(s Snapshot) *index {
 		ix.deploys[d.Namespace+"/"+d.Name] = d
 	}
 	for _, e := range s.Events {
-		if vocab.EventReason(e.Reason) != vocab.EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !strings.Contains(e.Message, MultiAttachMessage) {
+		if vocab.EventReason(e.Reason) != vocab.EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !isMultiAttach(e.Message) {
 			continue
 		}
 		k := e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name
@@ -153,8 +172,8 @@ func Diagnose(s Snapshot, opts Options) Report {
 			continue // gone or running since: the Event is history
 		}
 		for _, e := range evs {
-			if m := multiAttachVolume.FindStringSubmatch(e.Message); m != nil {
-				add(p, ix.claimOfPV(p, m[1]), m[1])
+			if pv, ok := MultiAttachVolume(e.Message); ok {
+				add(p, ix.claimOfPV(p, pv), pv)
 			}
 		}
 	}

@@ -341,3 +341,36 @@ func TestDiagnoseRisks(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiAttachInEveryVersionsWords: the attach/detach controller's
+// Event says "Multi-Attach error" until Kubernetes v1.36 and "Waiting for
+// detach" since v1.37 (the messages below are theirs, verbatim); the
+// event recorder prefixes an aggregated one. Each is found, with its
+// volume, and the same diagnosis follows.
+func TestMultiAttachInEveryVersionsWords(t *testing.T) {
+	for _, tc := range []struct {
+		name, message string
+		want          bool
+	}{
+		{"v1.34 exclusively attached", `Multi-Attach error for volume "` + pvName + `" Volume is already exclusively attached to one node and can't be attached to another`, true},
+		{"v1.34 used by pods", `Multi-Attach error for volume "` + pvName + `" Volume is already used by pod(s) app-0`, true},
+		{"v1.37 exclusively attached", `Waiting for detach for volume "` + pvName + `" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`, true},
+		{"v1.37 used by pods", `Waiting for detach for volume "` + pvName + `" Volume is already used by pod(s) app-0`, true},
+		{"aggregated", `(combined from similar events): Waiting for detach for volume "` + pvName + `" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`, true},
+		{"another attach failure", `AttachVolume.Attach failed for volume "` + pvName + `" : rpc error: code = DeadlineExceeded`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pv, ok := MultiAttachVolume(tc.message)
+			if ok != tc.want || ok && pv != pvName {
+				t.Fatalf("MultiAttachVolume = %q, %v; want %q, %v", pv, ok, pvName, tc.want)
+			}
+			w := newWorld()
+			w.s.Events[0].Message = tc.message
+			r := Diagnose(w.s, Options{})
+			fromEvent := len(r.Findings) == 1 && r.Findings[0].Since.Equal(now.Add(-4*time.Minute))
+			if fromEvent != tc.want {
+				t.Fatalf("findings %+v: from the Event %v, want %v", r.Findings, fromEvent, tc.want)
+			}
+		})
+	}
+}

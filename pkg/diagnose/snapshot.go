@@ -87,6 +87,3 @@ type Options struct {
 	Risks bool
 }
 
-// MultiAttachMessage is how the attach/detach controller's
-// FailedAttachVolume Event starts when another node holds the volume.
-const MultiAttachMessage = "Multi-Attach error"

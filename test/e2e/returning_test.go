@@ -140,7 +140,7 @@ func TestTaintRemovalRace(t *testing.T) {
 		t.Cleanup(func() { _ = r.m.ReleaseMounts() })
 		r.stopPod(false)
 		r.createReplacement()
-		_, err = h.WaitEvent(ctx, r.ns, "app-2", "FailedAttachVolume", "Multi-Attach error", podTimeout)
+		_, err = h.WaitMultiAttach(ctx, r.ns, "app-2", podTimeout)
 		must(t, err)
 		if !r.attached() {
 			t.Fatalf("the volume of %s was detached with its pod's volume still mounted", r.victim)

@@ -65,7 +65,7 @@ func powerLossAndManualCure(ctx context.Context, t *testing.T, h *harness.Harnes
 
 	// A second pod of the volume on the spare machine cannot attach it.
 	must(t, h.CreatePodOn(ctx, sts.Namespace, "probe", spare, sts.PVC))
-	ev, err := h.WaitEvent(ctx, sts.Namespace, "probe", "FailedAttachVolume", "Multi-Attach error", podTimeout)
+	ev, err := h.WaitMultiAttach(ctx, sts.Namespace, "probe", podTimeout)
 	must(t, err)
 	t.Logf("event on the probe pod: %s %s", ev.Reason, ev.Message)
 	tMultiAttach := time.Now()

@@ -37,8 +37,6 @@ const (
 	// ReasonFailedScheduling is kube-scheduler's, for a ReadWriteOncePod
 	// claim in use.
 	ReasonFailedScheduling = "FailedScheduling"
-	// MultiAttachError starts the message of every Multi-Attach Event.
-	MultiAttachError = "Multi-Attach error"
 	// AttachFailed starts the message of a failed attach's Event.
 	AttachFailed = "AttachVolume.Attach failed"
 )
@@ -219,7 +217,7 @@ func (h *Harness) RollingUpdateRWO(ctx context.Context, ns, from, to string) (St
 	if s.VolumeAttachment, err = h.attachmentOf(ctx, s.PV, from); err != nil {
 		return s, d, err
 	}
-	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, vocab.EventFailedAttachVolume, MultiAttachError)
+	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, vocab.EventFailedAttachVolume, isMultiAttach)
 	return s, d, err
 }
 
@@ -251,7 +249,7 @@ func (h *Harness) DeadNode(ctx context.Context, ns, victim, spare string) (Stuck
 	if err := pods.Delete(ctx, sts.PodName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, MultiAttachError)
+	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, isMultiAttach)
 }
 
 // DeletedNode is a VolumeAttachment of a Node that no longer exists: a
@@ -269,7 +267,7 @@ func (h *Harness) DeletedNode(ctx context.Context, ns, victim, spare string) (St
 	if err := h.Cluster.Client().CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, MultiAttachError)
+	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, isMultiAttach)
 }
 
 // statefulSetDown creates StatefulSet "db" in ns on victim (spare allowed),
@@ -313,7 +311,7 @@ func (h *Harness) SharedClaim(ctx context.Context, ns, a, b string) (Stuck, erro
 		return s, err
 	}
 	s.Pod = "app-b"
-	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, MultiAttachError)
+	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, isMultiAttach)
 }
 
 // AttachError is a volume the driver fails to attach: the test Attacher
@@ -328,7 +326,7 @@ func (h *Harness) AttachError(ctx context.Context, ns, node, message string) (St
 		return s, err
 	}
 	h.Attacher.FailAttach(s.PV, node, message)
-	if s, err = h.stuckOn(ctx, s, node, "", vocab.EventFailedAttachVolume, message); err != nil {
+	if s, err = h.stuckOn(ctx, s, node, "", vocab.EventFailedAttachVolume, containing(message)); err != nil {
 		return s, err
 	}
 	va, err := h.waitVA(ctx, s.PV, node, "failed", func(va *storagev1.VolumeAttachment) bool { return va.Status.AttachError != nil })
@@ -366,7 +364,7 @@ func (h *Harness) ReadWriteOncePodBound(ctx context.Context, ns, a, b string) (S
 	if err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, MultiAttachError)
+	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, isMultiAttach)
 }
 
 // rwopInUse creates a ReadWriteOncePod claim in ns and runs pod "app-a"
@@ -396,10 +394,10 @@ func (h *Harness) newScenario(ctx context.Context, ns string, mode corev1.Persis
 }
 
 // stuckOn makes s.Pod stuck on node and waits for its Event with reason
-// and substr. With selector "" s.Pod is created there as a bare pod;
+// and a message that matches (isMultiAttach, containing). With selector "" s.Pod is created there as a bare pod;
 // otherwise it is a controller's pod, the first matching selector that is
 // scheduled on node.
-func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, reason vocab.EventReason, substr string) (Stuck, error) {
+func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, reason vocab.EventReason, match func(message string) bool) (Stuck, error) {
 	s.Node = node
 	if selector == "" {
 		if err := h.CreatePodOn(ctx, s.Namespace, s.Pod, node, s.PVC); err != nil {
@@ -413,7 +411,7 @@ func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, r
 		s.Pod = p.Name
 	}
 	var err error
-	s.Event, err = h.WaitEvent(ctx, s.Namespace, s.Pod, reason, substr, scenarioTimeout)
+	s.Event, err = h.waitEvent(ctx, s.Namespace, s.Pod, reason, "the message expected", match, scenarioTimeout)
 	return s, err
 }
 

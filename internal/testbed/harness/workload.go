@@ -17,6 +17,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/internal/testbed/poll"
+	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -159,14 +160,38 @@ func (h *Harness) WaitPodGone(ctx context.Context, ns, name string, uid string, 
 // WaitEvent waits for an Event about object name in ns with reason and a
 // message containing substr, and returns it.
 func (h *Harness) WaitEvent(ctx context.Context, ns, name string, reason vocab.EventReason, substr string, timeout time.Duration) (*corev1.Event, error) {
+	return h.waitEvent(ctx, ns, name, reason, fmt.Sprintf("%q", substr), containing(substr), timeout)
+}
+
+// WaitMultiAttach waits for the attach/detach controller's Multi-Attach
+// Event about pod name in ns — "Multi-Attach error" until Kubernetes
+// v1.36, "Waiting for detach" since (diagnose.MultiAttachVolume) — and
+// returns it.
+func (h *Harness) WaitMultiAttach(ctx context.Context, ns, name string, timeout time.Duration) (*corev1.Event, error) {
+	return h.waitEvent(ctx, ns, name, vocab.EventFailedAttachVolume, "a Multi-Attach message", isMultiAttach, timeout)
+}
+
+// isMultiAttach matches the attach/detach controller's Multi-Attach
+// message, in the words of any supported Kubernetes version.
+func isMultiAttach(message string) bool {
+	_, ok := diagnose.MultiAttachVolume(message)
+	return ok
+}
+
+// containing matches a message that contains substr.
+func containing(substr string) func(message string) bool {
+	return func(m string) bool { return strings.Contains(m, substr) }
+}
+
+func (h *Harness) waitEvent(ctx context.Context, ns, name string, reason vocab.EventReason, what string, match func(message string) bool, timeout time.Duration) (*corev1.Event, error) {
 	var found *corev1.Event
 	err := poll.UntilContext(ctx, 500*time.Millisecond, timeout, func(ctx context.Context) bool {
-		ev, err := h.FindEvent(ctx, ns, name, reason, substr)
+		ev, err := h.findEvent(ctx, ns, name, reason, match)
 		found = ev
 		return err == nil && ev != nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("no %s event with %q for %s/%s after %s", reason, substr, ns, name, timeout)
+		return nil, fmt.Errorf("no %s event with %s for %s/%s after %s", reason, what, ns, name, timeout)
 	}
 	return found, nil
 }
@@ -174,12 +199,16 @@ func (h *Harness) WaitEvent(ctx context.Context, ns, name string, reason vocab.E
 // FindEvent returns an Event about object name in ns with reason and a
 // message containing substr, or nil if there is none now.
 func (h *Harness) FindEvent(ctx context.Context, ns, name string, reason vocab.EventReason, substr string) (*corev1.Event, error) {
+	return h.findEvent(ctx, ns, name, reason, containing(substr))
+}
+
+func (h *Harness) findEvent(ctx context.Context, ns, name string, reason vocab.EventReason, match func(message string) bool) (*corev1.Event, error) {
 	evs, err := h.Cluster.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return nil, err
 	}
 	for i, e := range evs.Items {
-		if vocab.EventReason(e.Reason) == reason && strings.Contains(e.Message, substr) {
+		if vocab.EventReason(e.Reason) == reason && match(e.Message) {
 			return &evs.Items[i], nil
 		}
 	}

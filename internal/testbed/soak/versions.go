@@ -31,7 +31,9 @@ type VersionRun struct {
 }
 
 // Failed reports whether the run could not be made or a scenario failed.
-func (v VersionRun) Failed() bool { return v.Err != nil || v.Matrix.Failed() || len(v.Matrix.Tests) == 0 }
+func (v VersionRun) Failed() bool {
+	return v.Err != nil || v.Matrix.Failed() || len(v.Matrix.Tests) == 0
+}
 
 // Elapsed is the time the matrix's tests took, one after the other.
 func (m Matrix) Elapsed() time.Duration {
