@@ -86,4 +86,3 @@ type Options struct {
 	// Risks also lists latent risks (--all).
 	Risks bool
 }
-
