@@ -133,7 +133,7 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 		if ok && err == nil {
 			ns.Evidence = &ev
 		}
-		ns.NewerEvidenceFormat = taint.NewerEvidenceFormat(err)
+		ns.NewerEvidenceFormat = taint.NewerFormat(err)
 	case taint.HasTaint(n):
 		ns.Taint = TaintOther
 	case n.Annotations[taint.AnnotationReturning] != "":

@@ -55,7 +55,7 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 			"Whoever applied it removes it: kubectl taint nodes %s %s-", taint.TaintKey, n.Name, taint.AnnotationAppliedBy, n.Name, taint.TaintKey)
 	}
 	ev, _, evErr := taint.EvidenceOf(n)
-	if f := taint.NewerEvidenceFormat(evErr); f > 0 {
+	if f := taint.NewerFormat(evErr); f > 0 {
 		// Not a failed check --force could skip: this fenced cannot tell
 		// what the evidence says, so it is not its to judge.
 		return refused("node %s was fenced by a newer fenced (evidence format %d; this fenced reads formats up to %d): "+

@@ -506,7 +506,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 			if ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown && now.Sub(ev.At) < f.cfg.Policy.StormWindow {
 				cleanFences[n.Name] = true
 			}
-			if taint.NewerEvidenceFormat(err) > 0 {
+			if taint.NewerFormat(err) > 0 {
 				newer++
 			}
 		}
@@ -635,7 +635,7 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 		if ok && err == nil {
 			o.Evidence = &ev
 		}
-		o.NewerEvidenceFormat = taint.NewerEvidenceFormat(err)
+		o.NewerEvidenceFormat = taint.NewerFormat(err)
 	}
 	o.Cordon = taint.CordonOf(n)
 	if r, ok, err := taint.ReturningOf(n); ok && err == nil {

@@ -19,7 +19,7 @@
 //   - The evidence is stored as JSON in AnnotationEvidence, in the format
 //     core.Evidence's JSON tags define, with its version (EvidenceFormat);
 //     EvidenceOf decodes every format fenced ever wrote, and refuses a
-//     newer one (EvidenceFormatError), which Remove never removes.
+//     newer one (FormatError), which Remove never removes.
 //   - The taint and its annotations (AnnotationAppliedBy, AnnotationEvidence)
 //     are written in one update, so no reader sees one without the other.
 //   - fenced never claims or removes a taint it did not apply: a taint without

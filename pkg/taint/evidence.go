@@ -47,7 +47,7 @@ func checkEvidence(ev core.Evidence, n *corev1.Node) error {
 // ignore, one whose absence it would read as something else — is a new
 // format, with this constant raised. A fencer meets a format newer than it
 // reads (a newer fenced wrote it, during a rolling upgrade or after a
-// rollback): EvidenceOf returns an *EvidenceFormatError, and the fencer
+// rollback): EvidenceOf returns an *FormatError, and the fencer
 // leaves that node alone. Whatever a future format holds, it is a JSON
 // object with an integer "v": that is the one thing every reader can read.
 const EvidenceFormat = 1
@@ -66,49 +66,43 @@ func encodeEvidence(ev core.Evidence) (string, error) {
 	return string(raw), err
 }
 
-// EvidenceFormatError is EvidenceOf's error for an annotation written in a
-// format newer than this fenced reads: a newer fenced fenced the node. The
-// annotation is not read any further; what it says is that newer fenced's
-// business, and this one must neither remove nor rewrite it.
-type EvidenceFormatError struct {
+// FormatError is the error of EvidenceOf and ReturningOf for an
+// annotation written in a format newer than this fenced reads: a newer
+// fenced wrote it. The annotation is not read any further; what it says is
+// that newer fenced's business, and this one must neither remove nor
+// rewrite it.
+type FormatError struct {
 	Node string
-	// Format is the annotation's "v".
-	Format int
+	// Annotation is the annotation's key.
+	Annotation string
+	// Format is the annotation's "v"; Reads the newest this fenced reads.
+	Format, Reads int
 }
 
-func (e *EvidenceFormatError) Error() string {
+func (e *FormatError) Error() string {
 	return fmt.Sprintf("node %s: annotation %s was written by a newer fenced (format %d; this one reads formats up to %d): upgrade this fenced",
-		e.Node, AnnotationEvidence, e.Format, EvidenceFormat)
+		e.Node, e.Annotation, e.Format, e.Reads)
 }
 
-// NewerEvidenceFormat returns the format of the annotation err is about
-// when err is (or wraps) an *EvidenceFormatError, else 0.
-func NewerEvidenceFormat(err error) int {
-	var fe *EvidenceFormatError
+// NewerFormat returns the format of the annotation err is about when err
+// is (or wraps) a *FormatError, else 0.
+func NewerFormat(err error) int {
+	var fe *FormatError
 	if errors.As(err, &fe) {
 		return fe.Format
 	}
 	return 0
 }
 
-// EvidenceOf parses the node's AnnotationEvidence, in any format up to
-// EvidenceFormat (one without "v" is format 1). ok is false when the node
-// has no such annotation; err is set when it has one that does not parse,
-// and is an *EvidenceFormatError when it is in a newer format.
-// What it says is not checked: anyone who may update Nodes can write it.
-func EvidenceOf(n *corev1.Node) (ev core.Evidence, ok bool, err error) {
-	if n == nil {
-		return core.Evidence{}, false, nil
+// readFormat reads annotation key of node n, whose value raw is a JSON
+// object with an optional format version "v" (1 when absent), into into
+// when its format is at most reads. The version is read first, alone: a
+// newer format may hold anything else, also fields of the same names with
+// other types. A newer format gives a *FormatError.
+func readFormat(n *corev1.Node, key, raw string, reads int, into any) error {
+	bad := func(err error) error {
+		return fmt.Errorf("node %s: annotation %s: %w", n.Name, key, err)
 	}
-	raw, ok := n.Annotations[AnnotationEvidence]
-	if !ok {
-		return core.Evidence{}, false, nil
-	}
-	bad := func(err error) (core.Evidence, bool, error) {
-		return core.Evidence{}, true, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationEvidence, err)
-	}
-	// The version first, alone: a newer format may hold anything else,
-	// also fields of the same names with other types.
 	var head struct {
 		V json.RawMessage `json:"v"`
 	}
@@ -123,12 +117,31 @@ func EvidenceOf(n *corev1.Node) (ev core.Evidence, ok bool, err error) {
 		}
 		format = v
 	}
-	if format > EvidenceFormat {
-		return core.Evidence{}, true, &EvidenceFormatError{Node: n.Name, Format: format}
+	if format > reads {
+		return &FormatError{Node: n.Name, Annotation: key, Format: format, Reads: reads}
+	}
+	if err := json.Unmarshal([]byte(raw), into); err != nil {
+		return bad(err)
+	}
+	return nil
+}
+
+// EvidenceOf parses the node's AnnotationEvidence, in any format up to
+// EvidenceFormat (one without "v" is format 1). ok is false when the node
+// has no such annotation; err is set when it has one that does not parse,
+// and is a *FormatError when it is in a newer format.
+// What it says is not checked: anyone who may update Nodes can write it.
+func EvidenceOf(n *corev1.Node) (ev core.Evidence, ok bool, err error) {
+	if n == nil {
+		return core.Evidence{}, false, nil
+	}
+	raw, ok := n.Annotations[AnnotationEvidence]
+	if !ok {
+		return core.Evidence{}, false, nil
 	}
 	var a evidenceAnnotation
-	if err := json.Unmarshal([]byte(raw), &a); err != nil {
-		return bad(err)
+	if err := readFormat(n, AnnotationEvidence, raw, EvidenceFormat, &a); err != nil {
+		return core.Evidence{}, true, err
 	}
 	return a.Evidence, true, nil
 }

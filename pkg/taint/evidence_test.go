@@ -172,7 +172,7 @@ func TestEvidenceAnnotationFormat(t *testing.T) {
 }
 
 // TestEvidenceOfFormatVersions: every format up to EvidenceFormat is read;
-// a newer one is refused with an EvidenceFormatError naming it — also when
+// a newer one is refused with an FormatError naming it — also when
 // the rest of it would not parse as format 1, or would parse and mean
 // something else — and a "v" that is no version is a plain error.
 func TestEvidenceOfFormatVersions(t *testing.T) {
@@ -180,7 +180,7 @@ func TestEvidenceOfFormatVersions(t *testing.T) {
 	cases := []struct {
 		name       string
 		annotation string
-		newer      int  // the EvidenceFormatError's format, 0: none
+		newer      int  // the FormatError's format, 0: none
 		bad        bool // another error
 	}{
 		{"no version: format 1", `{` + body + `}`, 0, false},
@@ -205,11 +205,11 @@ func TestEvidenceOfFormatVersions(t *testing.T) {
 			if !ok {
 				t.Fatal("EvidenceOf reports no annotation")
 			}
-			var fe *EvidenceFormatError
+			var fe *FormatError
 			switch {
 			case tc.newer > 0:
-				if !errors.As(err, &fe) || fe.Format != tc.newer || fe.Node != "n1" || NewerEvidenceFormat(err) != tc.newer {
-					t.Fatalf("EvidenceOf = %+v, %v; want an EvidenceFormatError for format %d", ev, err, tc.newer)
+				if !errors.As(err, &fe) || fe.Format != tc.newer || fe.Node != "n1" || NewerFormat(err) != tc.newer {
+					t.Fatalf("EvidenceOf = %+v, %v; want an FormatError for format %d", ev, err, tc.newer)
 				}
 				if ev.Method != "" || !ev.At.IsZero() {
 					t.Errorf("a newer format was read anyway: %+v", ev)
@@ -220,8 +220,8 @@ func TestEvidenceOfFormatVersions(t *testing.T) {
 					}
 				}
 			case tc.bad:
-				if err == nil || NewerEvidenceFormat(err) != 0 {
-					t.Fatalf("EvidenceOf = %+v, %v; want an error that is no EvidenceFormatError", ev, err)
+				if err == nil || NewerFormat(err) != 0 {
+					t.Fatalf("EvidenceOf = %+v, %v; want an error that is no FormatError", ev, err)
 				}
 			default:
 				if err != nil || ev.Method != vocab.EvidenceCleanShutdown || ev.BootID != "b1" {
@@ -268,8 +268,8 @@ func TestNewerEvidenceIsNeverWritten(t *testing.T) {
 			before := fencedNode(tc.tainted)
 			tn, cs, rec := newTainter("cp-old", before.DeepCopy())
 			err := tc.op(tn)
-			if tc.wantErr && NewerEvidenceFormat(err) != 2 {
-				t.Errorf("error %v; want the EvidenceFormatError of format 2", err)
+			if tc.wantErr && NewerFormat(err) != 2 {
+				t.Errorf("error %v; want the FormatError of format 2", err)
 			}
 			if !tc.wantErr && err != nil {
 				t.Errorf("error %v", err)

@@ -54,17 +54,32 @@ func CordonOf(n *corev1.Node) core.Cordon {
 	return c
 }
 
+// ReturningFormat is the version of AnnotationReturning's format this
+// fenced writes, in the annotation's "v" field, and the newest it reads;
+// the rule is EvidenceFormat's. A record without "v" is format 1.
+const ReturningFormat = 1
+
+// returningAnnotation is AnnotationReturning's value: the format version,
+// then the record.
+type returningAnnotation struct {
+	V int `json:"v"`
+	core.Returning
+}
+
 // ReturningOf parses the node's AnnotationReturning. ok is false when the
-// node has none; err is set when it has one that does not parse.
+// node has none; err is set when it has one that does not parse, and is a
+// *FormatError when it is in a newer format (a newer fenced's record,
+// which this one neither follows nor removes).
 func ReturningOf(n *corev1.Node) (r core.Returning, ok bool, err error) {
 	raw, ok := n.Annotations[AnnotationReturning]
 	if !ok {
 		return core.Returning{}, false, nil
 	}
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return core.Returning{}, true, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationReturning, err)
+	var a returningAnnotation
+	if err := readFormat(n, AnnotationReturning, raw, ReturningFormat, &a); err != nil {
+		return core.Returning{}, true, err
 	}
-	return r, true, nil
+	return a.Returning, true, nil
 }
 
 // HasReturningTaint reports whether n carries the returning taint.
@@ -114,7 +129,7 @@ type Removal struct {
 //
 // Evidence in a format newer than this fenced reads (a newer fenced wrote
 // it) is never removed, with its taint or without: nothing is written and
-// the error is the *EvidenceFormatError (see EvidenceFormat).
+// the error is the *FormatError (see EvidenceFormat).
 //
 // Whether the node may be unfenced (Ready with a new boot ID, no stale
 // VolumeAttachment) is the caller's decision; reason says why it was made
@@ -155,14 +170,14 @@ func (t *Tainter) Remove(ctx context.Context, node string, reason string) (res R
 		appliedBy = n.Annotations[AnnotationAppliedBy]
 		var evErr error
 		ev, _, evErr = EvidenceOf(n) // for the Event only; a bad annotation is removed all the same
-		if NewerEvidenceFormat(evErr) > 0 {
+		if NewerFormat(evErr) > 0 {
 			// A newer fenced fenced it: only a fenced that reads its
 			// evidence may judge the fence over.
 			return evErr
 		}
 		unschedulable, mine := core.Probe(c, prev)
 		rec := core.Returning{At: t.now(), By: t.identity, Cordoned: mine, UnschedulableTaint: c.Taint}
-		raw, err := json.Marshal(rec)
+		raw, err := json.Marshal(returningAnnotation{V: ReturningFormat, Returning: rec})
 		if err != nil {
 			return err
 		}
@@ -205,7 +220,7 @@ func (t *Tainter) cleanEvidence(ctx context.Context, n *corev1.Node) error {
 	if !by && !ev {
 		return nil
 	}
-	if _, _, err := EvidenceOf(n); NewerEvidenceFormat(err) > 0 {
+	if _, _, err := EvidenceOf(n); NewerFormat(err) > 0 {
 		return err // a newer fenced's annotation: its business, not ours
 	}
 	delete(n.Annotations, AnnotationAppliedBy)
@@ -244,8 +259,8 @@ func (t *Tainter) lift(ctx context.Context, node, reason string, observed bool) 
 		}
 		rec, recorded, err := ReturningOf(n)
 		switch {
-		case err != nil && observed:
-			return err // forced, an unreadable record goes (without its cordon)
+		case err != nil && (observed || NewerFormat(err) > 0):
+			return err // forced, an unreadable record goes (without its cordon), but not a newer fenced's
 		case !recorded:
 			return nil
 		case HasTaint(n):

@@ -207,3 +207,46 @@ func TestLift(t *testing.T) {
 		})
 	}
 }
+
+// TestReturningRecordFormat: the record is written with its format
+// version; one without "v" (written before it existed) is format 1; one in
+// a newer format is a *FormatError, and neither Remove, Lift nor ForceLift
+// writes anything on a node that carries it — it is a newer fenced's.
+func TestReturningRecordFormat(t *testing.T) {
+	tn, cs, _ := newTainter("fencer-a", fencedNode(true, nil, core.Cordon{}))
+	if _, err := tn.Remove(context.Background(), "n1", "back"); err != nil {
+		t.Fatal(err)
+	}
+	if raw := getNode(t, cs, "n1").Annotations[AnnotationReturning]; !strings.HasPrefix(raw, `{"v":1,`) {
+		t.Fatalf("record %s: want format 1 first", raw)
+	}
+
+	old := fencedNode(false, &core.Returning{By: "fencer-a", Cordoned: true}, core.Cordon{Unschedulable: true})
+	if r, ok, err := ReturningOf(old); !ok || err != nil || !r.Cordoned {
+		t.Fatalf("a record without v: %+v %v %v", r, ok, err)
+	}
+
+	newer := func(c core.Cordon) *corev1.Node {
+		n := fencedNode(false, &core.Returning{}, c)
+		n.Annotations[AnnotationReturning] = `{"v":2,"at":"tomorrow","cordoned":"maybe"}`
+		return n
+	}
+	if _, ok, err := ReturningOf(newer(core.Cordon{})); !ok || NewerFormat(err) != 2 || !strings.Contains(err.Error(), AnnotationReturning) {
+		t.Fatalf("a newer record: ok %v, err %v", ok, err)
+	}
+	for name, do := range map[string]func(tn *Tainter) error{
+		"Remove":    func(tn *Tainter) error { _, err := tn.Remove(context.Background(), "n1", "back"); return err },
+		"Lift":      func(tn *Tainter) error { _, err := tn.Lift(context.Background(), "n1", "observed"); return err },
+		"ForceLift": func(tn *Tainter) error { _, err := tn.ForceLift(context.Background(), "n1", "forced"); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tn, cs, rec := newTainter("fencer-a", newer(core.Cordon{Unschedulable: true, Taint: true}))
+			if err := do(tn); NewerFormat(err) != 2 {
+				t.Fatalf("%s: %v; want the newer format's error", name, err)
+			}
+			if count(cs, "update", "nodes") != 0 || len(events(rec)) != 0 {
+				t.Fatalf("%s wrote on a newer fenced's record", name)
+			}
+		})
+	}
+}
