@@ -325,7 +325,9 @@ func canLowerOOMScore() bool {
 }
 
 // startKubelet configures the kubelet as a node of the harness — a client
-// certificate of system:node:<name>, cgroupfs, no swap check, eviction
+// certificate of system:node:<name>, cgroupfs, cgroup v1 allowed (this
+// machine kind has it; since Kubernetes v1.35 the kubelet refuses to start
+// on it unless failCgroupV1 is false), no swap check, eviction
 // thresholds that a test machine's disk does not trip, graceful shutdown
 // through logind when the node has one — and starts it.
 func (n *Node) startKubelet(o Options) error {
@@ -349,6 +351,7 @@ func (n *Node) startKubelet(o Options) error {
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failSwapOn: false
+failCgroupV1: false
 containerRuntimeEndpoint: unix://%s
 address: %s
 port: 10250
