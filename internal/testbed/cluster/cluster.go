@@ -178,13 +178,14 @@ type Cluster struct {
 
 	apiMu       sync.Mutex // serialises StopAPIServer and StartAPIServer
 	mu          sync.Mutex
-	procs       []*process // in start order
-	api         *process   // the current kube-apiserver (also in procs)
-	apiPath     string     // kube-apiserver binary, for StartAPIServer
-	apiArgs     []string   // its command line, for StartAPIServer
-	apiDown     bool       // StopAPIServer stopped it and it was not started again
-	stopped     bool       // Stop has begun
-	failed      bool       // the test failed: keep logs
+	procs       []*process     // in start order
+	api         *process       // the current kube-apiserver (also in procs)
+	apiPath     string         // kube-apiserver binary, for StartAPIServer
+	apiArgs     []string       // its command line, for StartAPIServer
+	apiDown     bool           // StopAPIServer stopped it and it was not started again
+	stopped     bool           // Stop has begun
+	restarts    map[string]int // components restarted after they exited (restartWhenItExits)
+	failed      bool           // the test failed: keep logs
 	stop        sync.Once
 	unInterrupt func() // unregisters the signal-time cleanup
 }
@@ -420,6 +421,7 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 	if err != nil {
 		return c, err
 	}
+	go c.restartWhenItExits(kcm, filepath.Join(binDir, ControllerManager), append(kcmArgs, opts.ControllerManagerArgs...))
 	var sched *process
 	if !opts.NoScheduler {
 		schedArgs := append(append([]string(nil), common...),
@@ -429,6 +431,7 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 		if sched, err = c.start(Scheduler, filepath.Join(binDir, Scheduler), append(schedArgs, opts.SchedulerArgs...)); err != nil {
 			return c, err
 		}
+		go c.restartWhenItExits(sched, filepath.Join(binDir, Scheduler), append(schedArgs, opts.SchedulerArgs...))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +88,28 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("pod scheduled to %q, want %q", scheduledTo, nodeName)
 	}
 	t.Logf("deployment → replicaset → pod scheduled to %s after %.1fs", scheduledTo, time.Since(began).Seconds())
+
+	t.Run("a scheduler that exits is started again", func(t *testing.T) {
+		defer func(b time.Duration) { RestartBackoff = b }(RestartBackoff)
+		RestartBackoff = 100 * time.Millisecond
+		if err := c.signal(Scheduler, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		bare := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: nsName},
+			Spec:       *dep.Spec.Template.Spec.DeepCopy(),
+		}
+		if _, err := client.CoreV1().Pods(nsName).Create(ctx, bare, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := client.CoreV1().Pods(nsName).Get(ctx, bare.Name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "" && c.Restarts(Scheduler) == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("no pod scheduled after the scheduler was killed (restarts %d): %v", c.Restarts(Scheduler), err)
+		}
+	})
 
 	pgids := c.ProcessGroups()
 	if len(pgids) != 4 {
