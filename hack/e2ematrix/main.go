@@ -143,24 +143,27 @@ func runVersion(ctx context.Context, version, run string, rounds int, timeout ti
 	return read(out, version, time.Since(start))
 }
 
-// follow prints each top-level test's result as it finishes.
+// follow prints each top-level test's result as it finishes, with the
+// time since it started (its parallel subtests included).
 func follow(r io.Reader, version string) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	started := map[string]time.Time{}
 	for sc.Scan() {
 		var e struct {
-			Action  string
-			Test    string
-			Elapsed float64
+			Time   time.Time
+			Action string
+			Test   string
 		}
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Test == "" || strings.Contains(e.Test, "/") {
 			continue
 		}
 		switch e.Action {
 		case "run":
+			started[e.Test] = e.Time
 			fmt.Printf("  %s %s started\n", version, e.Test)
 		case "pass", "fail", "skip":
-			fmt.Printf("  %s %s %s in %.0f s\n", version, e.Test, strings.ToUpper(e.Action), e.Elapsed)
+			fmt.Printf("  %s %s %s in %.0f s\n", version, e.Test, strings.ToUpper(e.Action), e.Time.Sub(started[e.Test]).Seconds())
 		}
 	}
 }

@@ -55,6 +55,7 @@ func (m Matrix) Failed() bool {
 
 // testEvent is one line of `go test -json` (cmd/test2json).
 type testEvent struct {
+	Time    time.Time
 	Action  string
 	Test    string
 	Elapsed float64
@@ -66,6 +67,10 @@ type testEvent struct {
 func ReadMatrix(r io.Reader) (Matrix, error) {
 	byName := map[string]*MatrixTest{}
 	var order []string
+	// A test's time is from its run event to its result: its Elapsed
+	// leaves out its parallel subtests, which run after its function
+	// returned.
+	started := map[string]time.Time{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -73,10 +78,13 @@ func ReadMatrix(r io.Reader) (Matrix, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Test == "" {
 			continue // build output and package lines
 		}
+		top, sub, isSub := strings.Cut(e.Test, "/")
+		if e.Action == "run" && !isSub {
+			started[top] = e.Time
+		}
 		if e.Action != "pass" && e.Action != "fail" && e.Action != "skip" {
 			continue
 		}
-		top, sub, isSub := strings.Cut(e.Test, "/")
 		t, ok := byName[top]
 		if !ok {
 			t = &MatrixTest{Name: top}
@@ -90,8 +98,14 @@ func ReadMatrix(r io.Reader) (Matrix, error) {
 			continue
 		}
 		t.Results = append(t.Results, e.Action)
+		start := started[top]
+		delete(started, top)
 		if e.Action != "skip" {
-			t.Times = append(t.Times, time.Duration(e.Elapsed*float64(time.Second)))
+			took := time.Duration(e.Elapsed * float64(time.Second))
+			if !start.IsZero() && !e.Time.IsZero() && e.Time.Sub(start) > took {
+				took = e.Time.Sub(start)
+			}
+			t.Times = append(t.Times, took)
 		}
 	}
 	if err := sc.Err(); err != nil {

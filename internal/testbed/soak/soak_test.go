@@ -304,6 +304,16 @@ func TestReadMatrix(t *testing.T) {
 	if a.Name != "TestA" || a.Passed() != 1 || a.Failed() != 1 || a.Times.Max() != 80*time.Second || len(a.Failures) != 1 || a.Failures[0] != "run 2: sub" {
 		t.Fatalf("TestA %+v", a)
 	}
+	// A test whose parallel subtests run after its function returned:
+	// its time is from its run to its result, not its Elapsed.
+	wall, err := ReadMatrix(strings.NewReader(`{"Time":"2026-11-26T06:00:00Z","Action":"run","Test":"TestP"}
+{"Time":"2026-11-26T06:00:05Z","Action":"run","Test":"TestP/sub"}
+{"Time":"2026-11-26T06:01:35Z","Action":"pass","Test":"TestP/sub","Elapsed":90}
+{"Time":"2026-11-26T06:01:35Z","Action":"pass","Test":"TestP","Elapsed":5}
+`))
+	if err != nil || wall.Tests[0].Times.Max() != 95*time.Second {
+		t.Fatalf("TestP took %v (%v), want 95s", wall.Tests[0].Times, err)
+	}
 	var b bytes.Buffer
 	m.Write(&b)
 	for _, want := range []string{"| TestA | 1 | 1 | 60 / 80 | pass fail |", "| **all** | 1 | 1 | | |", "FAIL TestA run 2: sub"} {
