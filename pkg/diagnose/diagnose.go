@@ -40,7 +40,9 @@ func MultiAttachVolume(message string) (volume string, ok bool) {
 	return m[1], true
 }
 
-func isMultiAttach(message string) bool {
+// IsMultiAttach reports whether message is the attach/detach controller's
+// "another node holds the volume", in the words of any supported version.
+func IsMultiAttach(message string) bool {
 	_, ok := MultiAttachVolume(message)
 	return ok
 }
@@ -94,7 +96,7 @@ func newIndex(s Snapshot) *index {
 		ix.deploys[d.Namespace+"/"+d.Name] = d
 	}
 	for _, e := range s.Events {
-		if vocab.EventReason(e.Reason) != vocab.EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !isMultiAttach(e.Message) {
+		if vocab.EventReason(e.Reason) != vocab.EventFailedAttachVolume || e.InvolvedObject.Kind != "Pod" || !IsMultiAttach(e.Message) {
 			continue
 		}
 		k := e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name

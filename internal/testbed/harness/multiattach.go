@@ -21,6 +21,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/csi"
 	"fenced.io/fenced/internal/testbed/poll"
+	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -217,7 +218,7 @@ func (h *Harness) RollingUpdateRWO(ctx context.Context, ns, from, to string) (St
 	if s.VolumeAttachment, err = h.attachmentOf(ctx, s.PV, from); err != nil {
 		return s, d, err
 	}
-	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, vocab.EventFailedAttachVolume, isMultiAttach)
+	s, err = h.stuckOn(ctx, s, to, "app="+d.Name, multiAttachMessage, diagnose.IsMultiAttach)
 	return s, d, err
 }
 
@@ -249,7 +250,7 @@ func (h *Harness) DeadNode(ctx context.Context, ns, victim, spare string) (Stuck
 	if err := pods.Delete(ctx, sts.PodName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, isMultiAttach)
+	return h.stuckOn(ctx, s, spare, "app=db", multiAttachMessage, diagnose.IsMultiAttach)
 }
 
 // DeletedNode is a VolumeAttachment of a Node that no longer exists: a
@@ -267,7 +268,7 @@ func (h *Harness) DeletedNode(ctx context.Context, ns, victim, spare string) (St
 	if err := h.Cluster.Client().CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, spare, "app=db", vocab.EventFailedAttachVolume, isMultiAttach)
+	return h.stuckOn(ctx, s, spare, "app=db", multiAttachMessage, diagnose.IsMultiAttach)
 }
 
 // statefulSetDown creates StatefulSet "db" in ns on victim (spare allowed),
@@ -311,7 +312,7 @@ func (h *Harness) SharedClaim(ctx context.Context, ns, a, b string) (Stuck, erro
 		return s, err
 	}
 	s.Pod = "app-b"
-	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, isMultiAttach)
+	return h.stuckOn(ctx, s, b, "", multiAttachMessage, diagnose.IsMultiAttach)
 }
 
 // AttachError is a volume the driver fails to attach: the test Attacher
@@ -326,7 +327,7 @@ func (h *Harness) AttachError(ctx context.Context, ns, node, message string) (St
 		return s, err
 	}
 	h.Attacher.FailAttach(s.PV, node, message)
-	if s, err = h.stuckOn(ctx, s, node, "", vocab.EventFailedAttachVolume, containing(message)); err != nil {
+	if s, err = h.stuckOn(ctx, s, node, "", fmt.Sprintf("%q", message), containing(message)); err != nil {
 		return s, err
 	}
 	va, err := h.waitVA(ctx, s.PV, node, "failed", func(va *storagev1.VolumeAttachment) bool { return va.Status.AttachError != nil })
@@ -364,7 +365,7 @@ func (h *Harness) ReadWriteOncePodBound(ctx context.Context, ns, a, b string) (S
 	if err != nil {
 		return s, err
 	}
-	return h.stuckOn(ctx, s, b, "", vocab.EventFailedAttachVolume, isMultiAttach)
+	return h.stuckOn(ctx, s, b, "", multiAttachMessage, diagnose.IsMultiAttach)
 }
 
 // rwopInUse creates a ReadWriteOncePod claim in ns and runs pod "app-a"
@@ -393,11 +394,11 @@ func (h *Harness) newScenario(ctx context.Context, ns string, mode corev1.Persis
 	return s, err
 }
 
-// stuckOn makes s.Pod stuck on node and waits for its Event with reason
-// and a message that matches (isMultiAttach, containing). With selector "" s.Pod is created there as a bare pod;
-// otherwise it is a controller's pod, the first matching selector that is
-// scheduled on node.
-func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, reason vocab.EventReason, match func(message string) bool) (Stuck, error) {
+// stuckOn makes s.Pod stuck on node and waits for its FailedAttachVolume
+// Event with a message that matches (what names it in the error). With
+// selector "" s.Pod is created there as a bare pod; otherwise it is a
+// controller's pod, the first matching selector that is scheduled on node.
+func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector, what string, match func(message string) bool) (Stuck, error) {
 	s.Node = node
 	if selector == "" {
 		if err := h.CreatePodOn(ctx, s.Namespace, s.Pod, node, s.PVC); err != nil {
@@ -411,7 +412,7 @@ func (h *Harness) stuckOn(ctx context.Context, s Stuck, node, selector string, r
 		s.Pod = p.Name
 	}
 	var err error
-	s.Event, err = h.waitEvent(ctx, s.Namespace, s.Pod, reason, "the message expected", match, scenarioTimeout)
+	s.Event, err = h.waitEvent(ctx, s.Namespace, s.Pod, vocab.EventFailedAttachVolume, what, match, scenarioTimeout)
 	return s, err
 }
 

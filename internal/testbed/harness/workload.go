@@ -168,15 +168,11 @@ func (h *Harness) WaitEvent(ctx context.Context, ns, name string, reason vocab.E
 // v1.36, "Waiting for detach" since (diagnose.MultiAttachVolume) — and
 // returns it.
 func (h *Harness) WaitMultiAttach(ctx context.Context, ns, name string, timeout time.Duration) (*corev1.Event, error) {
-	return h.waitEvent(ctx, ns, name, vocab.EventFailedAttachVolume, "a Multi-Attach message", isMultiAttach, timeout)
+	return h.waitEvent(ctx, ns, name, vocab.EventFailedAttachVolume, multiAttachMessage, diagnose.IsMultiAttach, timeout)
 }
 
-// isMultiAttach matches the attach/detach controller's Multi-Attach
-// message, in the words of any supported Kubernetes version.
-func isMultiAttach(message string) bool {
-	_, ok := diagnose.MultiAttachVolume(message)
-	return ok
-}
+// multiAttachMessage names what diagnose.IsMultiAttach matches, in errors.
+const multiAttachMessage = "a Multi-Attach message"
 
 // containing matches a message that contains substr.
 func containing(substr string) func(message string) bool {
