@@ -76,11 +76,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		c.mu.Unlock()
 		return err
 	}
-	for i, p := range c.procs {
-		if p == c.api {
-			c.procs[i] = api // keeps the start order Stop relies on
-		}
-	}
+	c.replaceLocked(c.api, api)
 	c.api, c.apiDown = api, false
 	c.mu.Unlock()
 

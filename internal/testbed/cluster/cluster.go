@@ -417,21 +417,19 @@ func Start(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err err
 		}
 		kcmArgs = append(kcmArgs, "--kubeconfig="+kubeconfig) // the last one wins
 	}
-	kcm, err := c.start(ControllerManager, filepath.Join(binDir, ControllerManager), append(kcmArgs, opts.ControllerManagerArgs...))
+	kcm, err := c.startRestarting(ControllerManager, filepath.Join(binDir, ControllerManager), append(kcmArgs, opts.ControllerManagerArgs...))
 	if err != nil {
 		return c, err
 	}
-	go c.restartWhenItExits(kcm, filepath.Join(binDir, ControllerManager), append(kcmArgs, opts.ControllerManagerArgs...))
 	var sched *process
 	if !opts.NoScheduler {
 		schedArgs := append(append([]string(nil), common...),
 			"--secure-port="+strconv.Itoa(schedPort),
 			"--cert-dir="+filepath.Join(dir, Scheduler),
 		)
-		if sched, err = c.start(Scheduler, filepath.Join(binDir, Scheduler), append(schedArgs, opts.SchedulerArgs...)); err != nil {
+		if sched, err = c.startRestarting(Scheduler, filepath.Join(binDir, Scheduler), append(schedArgs, opts.SchedulerArgs...)); err != nil {
 			return c, err
 		}
-		go c.restartWhenItExits(sched, filepath.Join(binDir, Scheduler), append(schedArgs, opts.SchedulerArgs...))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)

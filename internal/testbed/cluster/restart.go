@@ -7,6 +7,16 @@ import "time"
 // crashed static pod (its CrashLoopBackOff starts at 10 s).
 var RestartBackoff = 10 * time.Second
 
+// startRestarting is start, for a component restartWhenItExits keeps
+// running.
+func (c *Cluster) startRestarting(name, path string, args []string) (*process, error) {
+	p, err := c.start(name, path, args)
+	if err == nil {
+		go c.restartWhenItExits(p, path, args)
+	}
+	return p, err
+}
+
 // restartWhenItExits starts component p (kube-controller-manager,
 // kube-scheduler) again with the same command line whenever it exits
 // before Stop, as the kubelet of a real control-plane node restarts its
@@ -41,11 +51,7 @@ func (c *Cluster) restartWhenItExits(p *process, path string, args []string) {
 			c.opts.Logf("%s: could not start it again: %v", p.name, err)
 			return
 		}
-		for i, q := range c.procs {
-			if q == p {
-				c.procs[i] = next // keeps the start order Stop relies on
-			}
-		}
+		c.replaceLocked(p, next)
 		if c.restarts == nil {
 			c.restarts = map[string]int{}
 		}
@@ -61,4 +67,14 @@ func (c *Cluster) Restarts(component string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.restarts[component]
+}
+
+// replaceLocked puts next in old's place in procs, keeping the start order
+// Stop relies on. c.mu must be held.
+func (c *Cluster) replaceLocked(old, next *process) {
+	for i, q := range c.procs {
+		if q == old {
+			c.procs[i] = next
+		}
+	}
 }
