@@ -149,17 +149,11 @@ func header() string {
 
 func row(name string, runs []harness.Recovery) string {
 	col := func(get func(harness.Recovery) time.Duration) (p50, max string) {
-		var v []time.Duration
-		for _, r := range runs {
-			if d := get(r); d > 0 {
-				v = append(v, d)
-			}
-		}
-		if len(v) < len(runs) {
+		v, all := reached(runs, get)
+		if !all {
 			return "-", "not recovered"
 		}
-		slices.Sort(v)
-		return fmt.Sprintf("%.1fs", v[(len(v)-1)/2].Seconds()), fmt.Sprintf("%.1fs", v[len(v)-1].Seconds())
+		return fmt.Sprintf("%.1fs", v.P50().Seconds()), fmt.Sprintf("%.1fs", v.Max().Seconds())
 	}
 	getters := []func(harness.Recovery) time.Duration{
 		func(r harness.Recovery) time.Duration { return r.Detected }, func(r harness.Recovery) time.Duration { return r.PowerOff },
@@ -184,17 +178,23 @@ func report(t *testing.T, runs []harness.Recovery) {
 	}
 }
 
+// reached is the time of each run that got to the point get reads (a time
+// of 0 is a run that did not); all is false when some run did not.
+func reached(runs []harness.Recovery, get func(harness.Recovery) time.Duration) (v soak.Durations, all bool) {
+	for _, r := range runs {
+		if d := get(r); d > 0 {
+			v = append(v, d)
+		}
+	}
+	return v, len(v) == len(runs)
+}
+
 // writeFigures writes the medians of runs to path as JSON
 // (soak.RecoveryFigures), for make e2e-matrix's table.
 func writeFigures(path string, runs []harness.Recovery) error {
 	median := func(get func(harness.Recovery) time.Duration) float64 {
-		var v soak.Durations
-		for _, r := range runs {
-			if d := get(r); d > 0 {
-				v = append(v, d)
-			}
-		}
-		if len(v) < len(runs) {
+		v, all := reached(runs, get)
+		if !all {
 			return 0 // not every run got there
 		}
 		return v.P50().Seconds()
