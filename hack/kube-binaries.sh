@@ -30,8 +30,9 @@ set -euo pipefail
 # (test/realpod); they share nearly all their packages with kubemark, so
 # they cost little more than a link each.
 readonly UPSTREAM=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubelet kube-proxy kubectl)
-# Our hollow kubelet (internal/testbed/hollow-kubelet: main.go and one
-# kube_v1.MINOR.go per release whose APIs changed), cached under a name that
+# Our hollow kubelet (internal/testbed/hollow-kubelet: main.go and, per
+# kubelet API whose signature changed, one CONCERN_v1.MINOR.go for each
+# release that changed it), cached under a name that
 # carries a hash of its sources (every .go file of the directory, in byte
 # order), so that editing it rebuilds just that binary.
 # internal/testbed/cluster computes the same name.
@@ -184,20 +185,26 @@ EOF
 mkdir -p cmd/hollow-kubelet
 # The sources carry //go:build ignore so that fenced's own module (go vet,
 # go mod tidy) never sees their k8s.io/kubernetes imports; here they are a
-# normal main package: main.go and the newest kube_v1.MINOR.go not newer
-# than this release.
-compat=""
-for ((m = minor; m >= 0; m--)); do
-	if [[ -f "$HOLLOW_DIR/kube_v1.$m.go" ]]; then
-		compat="$HOLLOW_DIR/kube_v1.$m.go"
-		break
-	fi
+# normal main package: main.go and, for each kubelet API whose signature
+# changed (CONCERN_v1.MINOR.go: machineinfo, probes, runtime), the newest
+# file not newer than this release.
+srcs=("$HOLLOW_DIR/main.go")
+mapfile -t concerns < <(cd "$HOLLOW_DIR" && ls ./*_v1.*.go | sed 's|^\./||; s|_v1\..*||' | sort -u)
+for concern in "${concerns[@]}"; do
+	picked=""
+	for ((m = minor; m >= 0; m--)); do
+		if [[ -f "$HOLLOW_DIR/${concern}_v1.$m.go" ]]; then
+			picked="$HOLLOW_DIR/${concern}_v1.$m.go"
+			break
+		fi
+	done
+	[[ -n "$picked" ]] || die "the hollow kubelet has no ${concern}_v1.MINOR.go for v1.$minor or earlier"
+	srcs+=("$picked")
 done
-[[ -n "$compat" ]] || die "the hollow kubelet has no kube_v1.MINOR.go for v1.$minor or earlier (oldest: $(cd "$HOLLOW_DIR" && ls kube_v1.*.go | sort -V | head -n1))"
-for src in "$HOLLOW_DIR/main.go" "$compat"; do
+for src in "${srcs[@]}"; do
 	sed '/^\/\/go:build /d' "$src" >"cmd/hollow-kubelet/$(basename "$src")"
 done
-step "hollow kubelet: main.go with $(basename "$compat")"
+step "hollow kubelet: $(for src in "${srcs[@]}"; do basename "$src"; done | paste -sd' ')"
 step "wrote throwaway module with ${#staging[@]} staging replaces"
 
 step "go mod tidy (downloads the dependency graph on a cold module cache)"

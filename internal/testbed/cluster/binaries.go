@@ -36,7 +36,7 @@ var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-sched
 
 // HollowKubeletSource is the hollow kubelet's source directory, from the
 // repository's top; hack/kube-binaries.sh builds it inside the Kubernetes
-// tree (main.go with the kube_v1.MINOR.go for the release).
+// tree (main.go with the CONCERN_v1.MINOR.go files for the release).
 const HollowKubeletSource = "internal/testbed/hollow-kubelet"
 
 // HollowKubeletName returns the cached file name of the hollow kubelet built

@@ -4,9 +4,10 @@
 // fake container runtime, fake cAdvisor) with five changes the fenced test
 // harness needs. hack/kube-binaries.sh builds it inside the throwaway module
 // that requires k8s.io/kubernetes; it is not part of fenced's own module.
-// What changed between Kubernetes releases lives in one file per release
-// that changed it, kube_v1.MINOR.go: the script builds main.go with the
-// newest of them not newer than the release it builds.
+// Each kubelet API whose signature changed between Kubernetes releases
+// lives in CONCERN_v1.MINOR.go, one file per release that changed it
+// (machineinfo, probes, runtime): the script builds main.go with the
+// newest of each not newer than the release it builds.
 //
 //  1. Controller-managed attach/detach is on (kubemark hard-codes it off, and
 //     a kubelet that attaches CSI volumes itself is refused since v1.34):
@@ -53,7 +54,7 @@ import (
 )
 
 // machineInfo adds the machine's identity to the fake cAdvisor; its
-// MachineInfo method, whose signature changed, is in kube_v1.*.go.
+// MachineInfo method, whose signature changed, is in machineinfo_v1.*.go.
 type machineInfo struct {
 	cadvisortest.Fake
 	bootID, systemUUID string
@@ -62,7 +63,7 @@ type machineInfo struct {
 // honestProbes is kubemark's fake probe manager, but a container is Ready
 // (and Started) only while it runs: what the real probe manager reports for
 // a container without probes, which is all a hollow node runs. Its
-// UpdatePodStatus, whose signature changed, is in kube_v1.*.go and calls
+// UpdatePodStatus, whose signature changed, is in probes_v1.*.go and calls
 // honest.
 type honestProbes struct{ probetest.FakeManager }
 
