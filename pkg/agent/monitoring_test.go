@@ -303,11 +303,15 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		}
 	}
 	header := "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: test\n"
-	fencer := startAgent(ctx, t, c, "node-fencer", header+fmt.Sprintf("gossip: {port: %d}\n", ports[0])+
+	// Encrypted gossip with a key directory, as deploy/ mounts the key
+	// Secret: the gossip key metrics exist only then.
+	_, key := gossipKey(1, 32)
+	keyDir := writeKeyDir(t, map[string][]byte{"key": key}, 0o600)
+	fencer := startAgent(ctx, t, c, "node-fencer", header+fmt.Sprintf("gossip: {port: %d, keyDir: %s}\n", ports[0], keyDir)+
 		"fencer: {monitorInterval: 10s}\n"+
 		fmt.Sprintf("bmc:\n  defaults: {protocol: ipmi, timeout: 2s, retries: 1}\n  nodes:\n    - {name: node-observer, address: %s, port: %d, username: %s, passwordFile: %s}\n",
 			sim.Addr, sim.Port, sim.Username, pw), nil)
-	observer := startAgent(ctx, t, c, "node-observer", header+fmt.Sprintf("gossip: {port: %d}\n", ports[1]),
+	observer := startAgent(ctx, t, c, "node-observer", header+fmt.Sprintf("gossip: {port: %d, keyDir: %s}\n", ports[1], keyDir),
 		[]string{fmt.Sprintf("127.0.0.1:%d", ports[0])})
 
 	// The fencer's first device monitor round (within a tenth of its
