@@ -166,14 +166,20 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse decodes and validates a configuration; source names it in errors.
+// Every problem of the file is reported, as an *Error: first those of its
+// keys and values' kinds (checkKeys), which stop the decoding; then, when
+// there are none, those of its settings.
 func Parse(data []byte, source string) (*Config, error) {
+	if probs := checkKeys(data); len(probs) > 0 {
+		return nil, &Error{Source: source, Problems: probs}
+	}
 	var raw Configuration
 	if err := yaml.UnmarshalStrict(data, &raw); err != nil {
-		return nil, fmt.Errorf("config %s: %s", source, cleanDecodeError(err))
+		return nil, &Error{Source: source, Problems: []Problem{decodeProblem(err)}}
 	}
 	if raw.APIVersion != APIVersion || raw.Kind != Kind {
-		return nil, fmt.Errorf("config %s: apiVersion/kind is %q/%q; want %q/%q",
-			source, raw.APIVersion, raw.Kind, APIVersion, Kind)
+		return nil, &Error{Source: source, Problems: []Problem{{Path: "apiVersion/kind",
+			Msg: fmt.Sprintf("%q/%q; want %q/%q", raw.APIVersion, raw.Kind, APIVersion, Kind)}}}
 	}
 	var fe fieldErrors
 	cfg := &Config{Source: source, ClusterName: raw.ClusterName}
@@ -184,14 +190,34 @@ func Parse(data []byte, source string) (*Config, error) {
 	if raw.Shutdown.Announce != nil {
 		cfg.Shutdown.Announce = *raw.Shutdown.Announce
 	}
-	bmcs, err := resolveInventory(raw.BMC)
+	bmcs := resolveInventory(&fe, raw.BMC)
 	cfg.Devices = resolveDevices(&fe, raw.FenceDevices)
 	cfg.Topology = resolveTopology(&fe, raw.Topology, cfg.Devices, bmcs)
-	if err := errors.Join(fe.err(), err); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
+	if len(fe.problems) > 0 {
+		return nil, &Error{Source: source, Problems: fe.problems}
 	}
 	cfg.BMCs = bmcs
 	return cfg, nil
+}
+
+// Error is every problem found in one configuration file.
+type Error struct {
+	Source   string
+	Problems []Problem
+}
+
+// Error is one line for one problem, else a line per problem under a
+// heading, so that no message runs into the next.
+func (e *Error) Error() string {
+	if len(e.Problems) == 1 {
+		return fmt.Sprintf("config %s: %s", e.Source, e.Problems[0].Error())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problems:", e.Source, len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  " + p.Error())
+	}
+	return b.String()
 }
 
 // cleanDecodeError strips the JSON-conversion wording sigs.k8s.io/yaml adds,

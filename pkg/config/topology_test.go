@@ -123,7 +123,7 @@ bmc:
 		want       []string // every one must appear in the error
 	}{
 		{"unknown device", dev("") + "topology: {defaults: [[bmc], [pdu-x]]}",
-			[]string{"topology.defaults[1][0]: device: unknown device \"pdu-x\""}},
+			[]string{"topology.defaults[1][0].device: unknown device \"pdu-x\""}},
 		{"empty level", dev("") + "topology: {nodes: [{name: w-1, levels: [[bmc], []]}]}",
 			[]string{"topology.nodes[0] (w-1).levels[1]", "empty level"}},
 		{"node without levels", dev("") + "topology: {nodes: [{name: w-1, levels: []}]}",
@@ -150,9 +150,9 @@ bmc:
 		{"duplicate device", "fenceDevices: [{name: pdu, agent: " + agent + "}, {name: pdu, agent: " + agent + "}]\n",
 			[]string{`duplicate device "pdu"`}},
 		{"unknown field in a level entry", dev("") + `topology: {defaults: [[{device: pdu, plgu: "3"}]]}`,
-			[]string{`unknown field "plgu"`}},
+			[]string{"topology.defaults[0][0].plgu: unknown field; did you mean plug?"}},
 		{"unknown field in a device", "fenceDevices: [{name: pdu, agent: " + agent + ", plug: 3}]\n",
-			[]string{`unknown field "plug"`}},
+			[]string{"fenceDevices[0].plug: unknown field; did you mean plugs?"}},
 		{"bmc with a plug", dev("") + `topology: {defaults: [[{device: bmc, plug: "1"}]]}`,
 			[]string{"the bmc has no plugs"}},
 	}

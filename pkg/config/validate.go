@@ -2,7 +2,6 @@ package config
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,19 +11,30 @@ import (
 
 // fieldErrors collects every problem of a file so that a user fixes them in
 // one pass instead of one per restart.
-type fieldErrors struct{ errs []error }
+type fieldErrors struct{ problems []Problem }
 
+// add records a problem of field in where, a section (policy) or an item
+// of a list, which names its item too: bmc.nodes[0] (node-a). The path of
+// a section's field is written as the file nests it, policy.fenceAfter.
 func (f *fieldErrors) add(where, field, format string, args ...any) {
-	f.errs = append(f.errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
+	p := Problem{Path: where, Msg: fmt.Sprintf(format, args...)}
+	switch {
+	case field == "":
+	case !strings.Contains(where, " "):
+		p.Path = where + "." + field
+	default:
+		p.Msg = field + ": " + p.Msg
+	}
+	f.problems = append(f.problems, p)
 }
 
-func (f *fieldErrors) err() error { return errors.Join(f.errs...) }
-
 // resolveInventory applies inheritance and validates the result; the
-// settings it leaves unset are the device package's to default.
-func resolveInventory(inv BMCInventory) ([]ResolvedBMC, error) {
-	var fe fieldErrors
-	checkSpec(&fe, "bmc.defaults", inv.Defaults)
+// settings it leaves unset are the device package's to default. A setting
+// is judged where it is written: a mistake in bmc.defaults is reported
+// once, there, not again for every node that inherits it.
+func resolveInventory(fe *fieldErrors, inv BMCInventory) []ResolvedBMC {
+	checkSpec(fe, "bmc.defaults", inv.Defaults)
+	checkSettings(fe, "bmc.defaults", inv.Defaults)
 
 	seen := map[string]int{}
 	out := make([]ResolvedBMC, 0, len(inv.Nodes))
@@ -42,15 +52,13 @@ func resolveInventory(inv BMCInventory) ([]ResolvedBMC, error) {
 			}
 			seen[n.Name] = i
 		}
-		checkSpec(&fe, where, n.BMCSpec)
+		checkSpec(fe, where, n.BMCSpec)
+		checkSettings(fe, where, n.BMCSpec)
 		s := inherit(inv.Defaults, n.BMCSpec)
-		checkInherited(&fe, where, s)
+		checkRequired(fe, where, s)
 		out = append(out, resolved(n.Name, s))
 	}
-	if err := fe.err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out
 }
 
 // checkSpec reports problems visible in one spec on its own, before
@@ -130,33 +138,42 @@ func resolved(node string, s BMCSpec) ResolvedBMC {
 	return r
 }
 
-// checkInherited validates a node's BMC after inheritance: what must be
-// set, and every setting that is.
-func checkInherited(fe *fieldErrors, where string, s BMCSpec) {
-	switch s.Protocol {
-	case ProtocolIPMI, ProtocolRedfish:
-	case "":
+// checkRequired checks that a node's BMC, after inheritance, has what it
+// needs: a protocol, an address, a username and a password source.
+func checkRequired(fe *fieldErrors, where string, s BMCSpec) {
+	if s.Protocol == "" {
 		fe.add(where, "protocol", "required (ipmi or redfish), here or in bmc.defaults")
-	default:
-		fe.add(where, "protocol", "unknown protocol %q (want ipmi or redfish)", s.Protocol)
 	}
 	if s.Address == "" {
 		fe.add(where, "address", "required")
 	}
-	if s.Port < 0 || s.Port > 65535 {
-		fe.add(where, "port", "%d is not a port (1-65535)", s.Port)
-	}
 	if s.Username == "" {
 		fe.add(where, "username", "required, here or in bmc.defaults")
 	}
-	if pw := (PasswordSource{File: s.PasswordFile, Env: s.PasswordEnv}); pw.File == "" && pw.Env == "" {
+	if s.PasswordFile == "" && s.PasswordEnv == "" {
 		fe.add(where, "passwordFile", "required (or passwordEnv), here or in bmc.defaults")
-	} else if _, err := pw.Read(); err != nil {
-		field := "passwordFile"
-		if pw.File == "" {
-			field = "passwordEnv"
+	}
+}
+
+// checkSettings validates every setting that s itself sets (bmc.defaults,
+// or one node before inheritance).
+func checkSettings(fe *fieldErrors, where string, s BMCSpec) {
+	switch s.Protocol {
+	case "", ProtocolIPMI, ProtocolRedfish:
+	default:
+		fe.add(where, "protocol", "unknown protocol %q (want ipmi or redfish)", s.Protocol)
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		fe.add(where, "port", "%d is not a port (1-65535)", s.Port)
+	}
+	if pw := (PasswordSource{File: s.PasswordFile, Env: s.PasswordEnv}); pw.File != "" || pw.Env != "" {
+		if _, err := pw.Read(); err != nil {
+			field := "passwordFile"
+			if pw.File == "" {
+				field = "passwordEnv"
+			}
+			fe.add(where, field, "%v", err)
 		}
-		fe.add(where, field, "%v", err)
 	}
 	if t := duration(s.Timeout, 0); s.Timeout != nil && (t <= 0 || t > maxBMCTimeout) {
 		fe.add(where, "timeout", "%s is out of range (more than 0, at most %s)", t, maxBMCTimeout)
@@ -164,10 +181,10 @@ func checkInherited(fe *fieldErrors, where string, s BMCSpec) {
 	if s.Retries != nil && (*s.Retries < 0 || *s.Retries > maxBMCRetries) {
 		fe.add(where, "retries", "%d is out of range (0-%d)", *s.Retries, maxBMCRetries)
 	}
-	switch s.Protocol {
-	case ProtocolIPMI:
+	if s.IPMI != nil {
 		checkIPMI(fe, where, *s.IPMI)
-	case ProtocolRedfish:
+	}
+	if s.Redfish != nil {
 		checkRedfish(fe, where, *s.Redfish)
 	}
 }
