@@ -19,16 +19,23 @@ import (
 // is on when the decoder knows it.
 type Problem struct {
 	Path string
+	// Path is empty for a problem of the whole file (its syntax).
 	// Line is 1-based; 0 when unknown.
 	Line int
 	Msg  string
 }
 
+// Error is "line N: path: message"; the line or the path is left out when
+// unknown (a syntax error has no path).
 func (p Problem) Error() string {
-	if p.Line > 0 {
-		return fmt.Sprintf("line %d: %s: %s", p.Line, p.Path, p.Msg)
+	s := p.Msg
+	if p.Path != "" {
+		s = p.Path + ": " + s
 	}
-	return p.Path + ": " + p.Msg
+	if p.Line > 0 {
+		s = fmt.Sprintf("line %d: %s", p.Line, s)
+	}
+	return s
 }
 
 // checkKeys walks the YAML document against the Go types it decodes into
@@ -53,7 +60,7 @@ func checkKeys(data []byte) []Problem {
 // syntaxProblem is a YAML syntax error, its "yaml: line N:" moved into Line.
 func syntaxProblem(err error) Problem {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	p := Problem{Path: "(file)", Msg: msg}
+	p := Problem{Msg: msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, after, ok := strings.Cut(rest, ": "); ok {
 			if line, err := strconv.Atoi(n); err == nil {
@@ -352,5 +359,5 @@ func decodeProblem(err error) Problem {
 	if errors.As(err, &te) && te.Field != "" {
 		return Problem{Path: te.Field, Msg: fmt.Sprintf("want %s, got a %s", kindName(te.Type), te.Value)}
 	}
-	return Problem{Path: "(file)", Msg: cleanDecodeError(err)}
+	return Problem{Msg: cleanDecodeError(err)}
 }
