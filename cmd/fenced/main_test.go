@@ -210,7 +210,7 @@ func TestAgentValidatesBeforeRunning(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"malformed config", []string{"agent", "--config", malformed}, exitFailure, `unknown field "adress"`},
+		{"malformed config", []string{"agent", "--config", malformed}, exitFailure, "bmc.nodes[0].adress: unknown field; did you mean address?"},
 		{"unreadable credentials", []string{"agent", "--config", missingPW, "--insecure-gossip"}, exitFailure, "bmc.nodes[0] (node-a): passwordFile"},
 		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml")}, exitFailure, "nope.yaml"},
 		{"no gossip key", []string{"agent", "--config", noKey}, exitFailure, "no gossip key: set gossip.keyFile"},
