@@ -18,10 +18,7 @@ func TestConfigCommands(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fenced")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildFenced(t, dir)
 	pw := writeFile(t, dir, "bmc.pw", "s3cret-password\n")
 	valid := writeFile(t, dir, "valid.yaml", `apiVersion: fenced.io/v1alpha1
 kind: FencedConfiguration

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +22,17 @@ func fenced(t *testing.T, ctx context.Context, args ...string) (int, string, str
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
+}
+
+// buildFenced builds the fenced binary into dir and returns its path, for
+// the tests that run it as a user does.
+func buildFenced(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "fenced")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // writeFile writes content into dir/name and returns the path.

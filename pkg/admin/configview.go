@@ -114,7 +114,7 @@ func levelSpecs(levels []config.Level) []config.LevelSpec {
 	for _, l := range levels {
 		var ls config.LevelSpec
 		for _, p := range l {
-			ls = append(ls, config.PlugSpec{Device: p.Device, Plug: p.Plug})
+			ls = append(ls, config.PlugSpec(p))
 		}
 		out = append(out, ls)
 	}
