@@ -608,7 +608,6 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 	var uaErr x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var invErr x509.CertificateInvalidError
-	var recErr tls.RecordHeaderError
 	var kind vocab.ErrorKind
 	switch {
 	case errors.As(err, &ke):
@@ -623,10 +622,13 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 			err = withoutBody(err, re)
 		}
 	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr),
-		errors.As(err, &invErr), errors.As(err, &recErr):
+		errors.As(err, &invErr), plainHTTPAnswer(err):
 		// Retrying cannot fix an untrusted certificate or a plain-HTTP BMC
-		// behind an https URL; it is the BMC's answer that is wrong.
+		// behind an https URL; it is the BMC's answer that is wrong. The
+		// commonest first-run failure with Redfish, so the error says what
+		// to set (it reaches the log, the Events and fenced bmc status).
 		kind = vocab.KindBMC
+		err = fmt.Errorf("%w; %s", err, tlsAdvice(err))
 	default:
 		// gofish flattens body-read failures into strings, so the expired
 		// attempt context (checked by classifyTransport) is the only
@@ -643,6 +645,29 @@ func (r *Redfish) classify(op string, actx context.Context, err error, login boo
 		}
 	}
 	return r.newError(op, kind, err, password, secrets...)
+}
+
+// plainHTTPAnswer reports a plain-HTTP answer to a TLS handshake: net/http
+// replaces the tls.RecordHeaderError by a message of its own, with no type.
+func plainHTTPAnswer(err error) bool {
+	var recErr tls.RecordHeaderError
+	return errors.As(err, &recErr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
+// tlsAdvice says which setting fixes a failed TLS handshake with a BMC.
+func tlsAdvice(err error) string {
+	var hostErr x509.HostnameError
+	var invErr x509.CertificateInvalidError
+	switch {
+	case plainHTTPAnswer(err):
+		return "the BMC answered in plain HTTP: set redfish.scheme: http, or the port of its HTTPS service"
+	case errors.As(err, &hostErr):
+		return "the BMC's certificate does not name the address fenced connects to: use a name or address the certificate lists, or reissue the certificate"
+	case errors.As(err, &invErr) && invErr.Reason == x509.Expired:
+		return "the BMC's certificate has expired or is not valid yet: check the BMC's clock and renew its certificate"
+	}
+	return "the BMC's certificate is not signed by a CA this host trusts: set redfish.caFile to the CA that signed it " +
+		"(for a self-signed certificate, the certificate itself; openssl s_client -showcerts prints it)"
 }
 
 // newError builds the driver's *Error with the credentials redacted from

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -454,23 +455,32 @@ func TestRedfishTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	plain := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
 	tests := []struct {
 		name     string
 		edit     func(*RedfishOptions)
+		url      string // default: the simulator's
 		want     vocab.PowerState
 		wantKind vocab.ErrorKind
+		wantHint string
 	}{
 		{name: "CA file", edit: func(o *RedfishOptions) { o.CAFile = caFile }, want: vocab.PowerOff},
 		{name: "CA file basic auth", edit: func(o *RedfishOptions) { o.CAFile = caFile; o.Auth = RedfishAuthBasic }, want: vocab.PowerOff},
-		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: vocab.PowerUnknown, wantKind: vocab.KindBMC},
+		{name: "system roots reject the BMC", edit: func(o *RedfishOptions) { o.Retries = 2 }, want: vocab.PowerUnknown, wantKind: vocab.KindBMC,
+			wantHint: "not signed by a CA this host trusts: set redfish.caFile"},
+		{name: "plain HTTP behind an https URL", url: "https://" + strings.TrimPrefix(plain.URL, "http://"),
+			want: vocab.PowerUnknown, wantKind: vocab.KindBMC, wantHint: "plain HTTP: set redfish.scheme: http"},
 		{name: "insecure skip verify", edit: func(o *RedfishOptions) { o.InsecureSkipVerify = true }, want: vocab.PowerOff},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := rfNewDriver(t, sim.URL, tc.edit)
+			d := rfNewDriver(t, cmp.Or(tc.url, sim.URL), tc.edit)
 			got, err := d.PowerState(rfCtx(t, 10*time.Second))
 			if tc.wantKind != "" {
-				rfCheckErr(t, err, tc.wantKind, sim.URL)
+				rfCheckErr(t, err, tc.wantKind, cmp.Or(tc.url, sim.URL))
+				if !strings.Contains(err.Error(), tc.wantHint) {
+					t.Errorf("error %q lacks the hint %q", err, tc.wantHint)
+				}
 			} else if err != nil {
 				t.Fatalf("PowerState: %v", err)
 			}
