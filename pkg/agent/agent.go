@@ -385,8 +385,8 @@ func (p *parts) run(ctx context.Context) error {
 	}()
 	// Nodes tell who may join the ring and where to find it.
 	log.Info("waiting for the Node list", "node", o.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), p.nodes.Informer().HasSynced) {
-		return ctx.Err()
+	if err := waitNodeList(ctx, o.Client, p.nodes.Informer().HasSynced, nodeListReportEvery, log); err != nil {
+		return err
 	}
 	advertise := o.GossipAdvertise
 	if advertise == "" {
