@@ -89,7 +89,9 @@ func parseConfigFile(g *globals, path string) (*config.Config, error) {
 	}
 	for _, p := range cerr.Problems {
 		if p.Line > 0 {
-			fmt.Fprintf(g.stdout, "%s:%d: %s\n", path, p.Line, config.Problem{Path: p.Path, Msg: p.Msg}.Error())
+			line := p.Line
+			p.Line = 0 // said once, as FILE:LINE
+			fmt.Fprintf(g.stdout, "%s:%d: %s\n", path, line, p.Error())
 		} else {
 			fmt.Fprintf(g.stdout, "%s: %s\n", path, p.Error())
 		}

@@ -33,6 +33,18 @@ policy:
 bmc:
   defaults: {pasword: x, UserName: u}
 `)
+	// Keys right, settings wrong: each on the line of its setting, or of
+	// the item that lacks it (the example of docs/configuration.md).
+	settings := writeFile(t, dir, "settings.yaml", `apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  defaults: {protocol: ipmi, username: fenced, passwordFile: `+pw+`}
+  nodes:
+    - name: worker-1
+      address: 198.18.0.1
+      port: 70000
+    - {name: worker-2}
+`)
 	cases := []struct {
 		name     string
 		args     []string
@@ -45,6 +57,10 @@ bmc:
 			invalid + `:4: policy.fenceAfter: want a duration like "30s", got the number 30`,
 			invalid + ":6: bmc.defaults.pasword: unknown field; did you mean password?",
 			invalid + ":6: bmc.defaults.UserName: keys are case-sensitive; did you mean username?",
+		}, ""},
+		{"settings", []string{"config", "validate", settings}, exitFailure, []string{
+			settings + ":8: bmc.nodes[0].port (worker-1): 70000 is not a port (1-65535)",
+			settings + ":9: bmc.nodes[1].address (worker-2): required",
 		}, ""},
 		{"missing file", []string{"config", "validate", filepath.Join(dir, "nope.yaml")}, exitCannotCheck, nil, "nope.yaml: no such file"},
 		{"no argument", []string{"config", "validate"}, exitUsage, nil, "expected exactly one FILE"},

@@ -18,24 +18,55 @@ import (
 // file's own words (bmc.nodes[2].address, not a Go type), with the line it
 // is on when the decoder knows it.
 type Problem struct {
-	Path string
 	// Path is empty for a problem of the whole file (its syntax).
+	Path string
+	// Item names the list item Path is in, when it has a name: the node
+	// of bmc.nodes[2], the device of fenceDevices[0].
+	Item string
 	// Line is 1-based; 0 when unknown.
 	Line int
 	Msg  string
 }
 
-// Error is "line N: path: message"; the line or the path is left out when
-// unknown (a syntax error has no path).
+// Error is "line N: path (item): message"; the line, the item or the path
+// is left out when unknown (a syntax error has no path).
 func (p Problem) Error() string {
 	s := p.Msg
 	if p.Path != "" {
-		s = p.Path + ": " + s
+		where := p.Path
+		if p.Item != "" {
+			where += " (" + p.Item + ")"
+		}
+		s = where + ": " + s
 	}
 	if p.Line > 0 {
 		s = fmt.Sprintf("line %d: %s", p.Line, s)
 	}
 	return s
+}
+
+// lines maps the paths of a file (bmc.nodes[0].address) to the line each
+// is written on: a key's line, or a list item's first line.
+type lines map[string]int
+
+// of is the line of path or, for a setting the file leaves out, of the
+// nearest enclosing path it has; 0 when the file has none of them.
+func (l lines) of(path string) int {
+	for p := path; p != ""; p = parentPath(p) {
+		if n, ok := l[p]; ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// parentPath drops the last key or index of a path: a.b[2] is a.b, a.b is a.
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
 }
 
 // checkKeys walks the YAML document against the Go types it decodes into
@@ -45,16 +76,17 @@ func (p Problem) Error() string {
 // keys case-insensitively), duplicate keys, unknown keys (with the
 // nearest known one), and values of the wrong kind. It leaves the values
 // themselves to the decoder, so that their meaning stays sigs.k8s.io/yaml's.
-func checkKeys(data []byte) []Problem {
+// It also returns the line of every path, for the problems found later.
+func checkKeys(data []byte) ([]Problem, lines) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return []Problem{syntaxProblem(err)}
+		return []Problem{syntaxProblem(err)}, nil
 	}
-	var w keyWalker
+	w := keyWalker{lines: lines{}}
 	if len(doc.Content) > 0 {
 		w.walk(doc.Content[0], reflect.TypeFor[Configuration](), "")
 	}
-	return w.problems
+	return w.problems, w.lines
 }
 
 // syntaxProblem is a YAML syntax error, its "yaml: line N:" moved into Line.
@@ -71,7 +103,10 @@ func syntaxProblem(err error) Problem {
 	return p
 }
 
-type keyWalker struct{ problems []Problem }
+type keyWalker struct {
+	problems []Problem
+	lines    lines
+}
 
 func (w *keyWalker) add(n *yaml.Node, path, format string, args ...any) {
 	w.problems = append(w.problems, Problem{Path: path, Line: n.Line, Msg: fmt.Sprintf(format, args...)})
@@ -116,6 +151,7 @@ func (w *keyWalker) walk(n *yaml.Node, t reflect.Type, path string) {
 		seen := map[string]int{}
 		for k, v := range pairs(n) {
 			kp := join(path, k.Value)
+			w.lines[kp] = k.Line
 			if line, dup := seen[k.Value]; dup {
 				w.add(k, kp, "duplicate key; already set at line %d", line)
 			}
@@ -128,7 +164,9 @@ func (w *keyWalker) walk(n *yaml.Node, t reflect.Type, path string) {
 			return
 		}
 		for i, item := range n.Content {
-			w.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			w.lines[ip] = item.Line
+			w.walk(item, t.Elem(), ip)
 		}
 	default:
 		w.scalar(n, t, path)
@@ -151,6 +189,7 @@ func (w *keyWalker) mapping(n *yaml.Node, fields map[string]reflect.Type, path s
 			continue
 		}
 		seen[k.Value] = k.Line
+		w.lines[kp] = k.Line
 		w.walk(v, ft, kp)
 	}
 }

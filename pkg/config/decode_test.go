@@ -101,11 +101,11 @@ func TestBMCDefaultsReportedOnce(t *testing.T) {
     - {name: node-c, address: c, protocol: ipmi, passwordFile: ` + pw + `, port: 70000}
 `
 	want := []string{
-		`bmc.defaults.protocol: unknown protocol "ilo" (want ipmi or redfish)`,
-		"bmc.defaults.passwordFile: reading password file: open /nonexistent/pw: no such file or directory",
-		"bmc.defaults.timeout: 1h0m0s is out of range (more than 0, at most 5m0s)",
-		"bmc.defaults.ipmi.cipherSuite: 0 authenticates nothing and is refused; use 3 or 17",
-		"bmc.nodes[2] (node-c): port: 70000 is not a port (1-65535)",
+		`line 4: bmc.defaults.protocol: unknown protocol "ilo" (want ipmi or redfish)`,
+		"line 4: bmc.defaults.passwordFile: reading password file: open /nonexistent/pw: no such file or directory",
+		"line 4: bmc.defaults.timeout: 1h0m0s is out of range (more than 0, at most 5m0s)",
+		"line 4: bmc.defaults.ipmi.cipherSuite: 0 authenticates nothing and is refused; use 3 or 17",
+		"line 8: bmc.nodes[2].port (node-c): 70000 is not a port (1-65535)",
 	}
 	if got := problemsOf(t, file); !slices.Equal(got, want) {
 		t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,7 +172,8 @@ func Load(path string) (*Config, error) {
 // keys and values' kinds (checkKeys), which stop the decoding; then, when
 // there are none, those of its settings.
 func Parse(data []byte, source string) (*Config, error) {
-	if probs := checkKeys(data); len(probs) > 0 {
+	probs, lines := checkKeys(data)
+	if len(probs) > 0 {
 		return nil, &Error{Source: source, Problems: probs}
 	}
 	var raw Configuration
@@ -194,6 +197,12 @@ func Parse(data []byte, source string) (*Config, error) {
 	cfg.Devices = resolveDevices(&fe, raw.FenceDevices)
 	cfg.Topology = resolveTopology(&fe, raw.Topology, cfg.Devices, bmcs)
 	if len(fe.problems) > 0 {
+		// In file order, each on the line of its setting or, for one the
+		// file leaves out, of the section or item that lacks it.
+		for i := range fe.problems {
+			fe.problems[i].Line = lines.of(fe.problems[i].Path)
+		}
+		slices.SortStableFunc(fe.problems, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
 		return nil, &Error{Source: source, Problems: fe.problems}
 	}
 	cfg.BMCs = bmcs

@@ -193,7 +193,7 @@ bmc:
 	if err == nil {
 		t.Fatal("a group-writable password file was accepted")
 	}
-	for _, want := range []string{"bmc.nodes[0] (worker-1): passwordFile", "mode 0664", "chmod 600"} {
+	for _, want := range []string{"bmc.nodes[0].passwordFile (worker-1):", "mode 0664", "chmod 600"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not contain %q", err, want)
 		}

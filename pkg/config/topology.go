@@ -302,14 +302,17 @@ func resolveTopology(fe *fieldErrors, t TopologySpec, devices map[string]FenceDe
 		}
 		r.Nodes[n.Name] = ls
 	}
-	checkPlugOwners(fe, r, devices)
+	checkPlugOwners(fe, r, devices, func(node string) int {
+		return slices.IndexFunc(t.Nodes, func(n NodeTopology) bool { return n.Name == node })
+	})
 	return r
 }
 
 // checkPlugOwners refuses a plug that feeds two nodes through explicit
 // per-node levels (the plugs maps are checked with their device), unless
 // its device declares shared plugs.
-func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice) {
+// index is where a node's levels are in topology.nodes.
+func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice, index func(node string) int) {
 	owner := map[PlugRef]string{}
 	for dev, d := range devices {
 		for node, plug := range d.Plugs {
@@ -323,7 +326,7 @@ func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice
 					continue
 				}
 				if other, ok := owner[r]; ok && other != node {
-					fe.add(fmt.Sprintf("topology.nodes (%s).levels[%d]", node, li), "plug",
+					fe.add(fmt.Sprintf("topology.nodes[%d] (%s).levels[%d]", index(node), node, li), "plug",
 						"%s also feeds %s; a plug that feeds several nodes must be declared with sharedPlugs: true on its device", r, other)
 					continue
 				}

@@ -14,18 +14,20 @@ import (
 type fieldErrors struct{ problems []Problem }
 
 // add records a problem of field in where, a section (policy) or an item
-// of a list, which names its item too: bmc.nodes[0] (node-a). The path of
-// a section's field is written as the file nests it, policy.fenceAfter.
+// of a list, which may name its item: bmc.nodes[0] (node-a). The path is
+// written as the file nests it, bmc.nodes[0].address, and the item's name
+// kept beside it.
 func (f *fieldErrors) add(where, field, format string, args ...any) {
-	p := Problem{Path: where, Msg: fmt.Sprintf(format, args...)}
-	switch {
-	case field == "":
-	case !strings.Contains(where, " "):
-		p.Path = where + "." + field
-	default:
-		p.Msg = field + ": " + p.Msg
+	path, item := where, ""
+	if i := strings.Index(where, " ("); i >= 0 {
+		if j := strings.Index(where[i:], ")"); j >= 0 {
+			path, item = where[:i]+where[i+j+1:], where[i+2:i+j]
+		}
 	}
-	f.problems = append(f.problems, p)
+	if field != "" {
+		path = join(path, field)
+	}
+	f.problems = append(f.problems, Problem{Path: path, Item: item, Msg: fmt.Sprintf(format, args...)})
 }
 
 // resolveInventory applies inheritance and validates the result; the
