@@ -153,6 +153,9 @@ type Fencer struct {
 	// fenceable is, per node, whether the last device monitor round found
 	// a fencing level that answers.
 	fenceable map[string]bool
+	// monitored are the devices the last monitor round checked (only the
+	// monitor's goroutine uses it).
+	monitored map[string]device.Plug
 
 	// pause reads the pause ConfigMap (nil: no pause informer).
 	pause corelisters.ConfigMapNamespaceLister
@@ -169,6 +172,11 @@ type Fencer struct {
 
 	// reads bounds the power reads in flight (readgate.go).
 	reads *readGate
+
+	// applied is the Settings in force (settings.go), swapped whole by
+	// Reconfigure; applyMu orders hold against the swap.
+	applied atomic.Pointer[applied]
+	applyMu sync.RWMutex
 
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
@@ -191,9 +199,6 @@ func New(cfg Config) (*Fencer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = DefaultLeaseDuration
 	}
 	if cfg.GossipPort == 0 {
 		cfg.GossipPort = heartbeat.DefaultPort
@@ -220,6 +225,12 @@ func New(cfg Config) (*Fencer, error) {
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 	}
 	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
+	f.applied.Store(&applied{Settings: Settings{Inventory: cfg.Inventory, Policy: cfg.Policy,
+		LeaseDuration: cfg.LeaseDuration, Verify: cfg.Verify}.withDefaults()})
+	// From here the settings are read from f.applied only, which a reload
+	// swaps: cleared, a leftover read of f.cfg's copy fails loudly in tests
+	// rather than using settings that may be out of date.
+	f.cfg.Inventory, f.cfg.Policy, f.cfg.LeaseDuration, f.cfg.Verify = nil, core.Policy{}, 0, device.VerifyOptions{}
 	if err := f.watch(cfg.Informers); err != nil {
 		return nil, err
 	}
@@ -346,9 +357,10 @@ func (f *Fencer) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
 		return errors.New("fencer: informer caches did not sync")
 	}
-	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", f.cfg.Policy.Mode,
-		"bmcs", len(f.cfg.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace, "dryRun", f.cfg.Policy.DryRun)
-	if f.cfg.Policy.DryRun {
+	s := f.settings()
+	f.log.Info("fencer started", "identity", f.cfg.Identity, "mode", s.Policy.Mode,
+		"bmcs", len(s.Inventory.Nodes()), "leaseNamespace", f.cfg.LeaseNamespace, "dryRun", s.Policy.DryRun)
+	if s.Policy.DryRun {
 		f.log.Warn("dry-run (policy.dryRun): deciding and reporting everything, changing nothing — no taint, no Ready=False, no pod deleted, no power switched")
 	}
 
@@ -389,7 +401,10 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	if name == f.cfg.Identity {
 		return nil // a fencer is never its own target
 	}
-	o, node, err := f.observe(name)
+	// One decision, one set of settings: a reload during it applies to
+	// the next.
+	settings := f.settings()
+	o, node, err := f.observe(name, settings)
 	if err != nil {
 		return err
 	}
@@ -400,7 +415,7 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	}
 	t := s.target
 	before := t.Phase
-	d := t.Step(o, f.cfg.Policy)
+	d := t.Step(o, settings.Policy)
 	suspectSince := t.SuspectSince()
 	gone := d.Phase == core.PhaseHealthy && !o.Node.Exists
 	if gone {
@@ -431,7 +446,7 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 
 // observe assembles the core's input from the listers, gossip and the
 // BMC state. node is nil when the Node does not exist.
-func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
+func (f *Fencer) observe(name string, settings *applied) (core.Observation, *corev1.Node, error) {
 	now := f.cfg.Now()
 	o := core.Observation{Now: now}
 	node, err := f.nodes.Get(name)
@@ -467,14 +482,14 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
 			Signed: f.signed(name, m)}
 	}
-	configured := f.cfg.Inventory.Fenceable(name)
+	configured := settings.Inventory.Fenceable(name)
 	f.mu.Lock()
 	if s, ok := f.state[name]; ok {
 		o.BMC, o.Agent = s.power, s.agent
 	}
 	cleanFences := map[string]bool{}
 	for n, at := range f.cleanFences {
-		if now.Sub(at) < f.cfg.Policy.StormWindow {
+		if now.Sub(at) < settings.Policy.StormWindow {
 			cleanFences[n] = true
 		} else {
 			delete(f.cleanFences, n)
@@ -503,7 +518,7 @@ func (f *Fencer) observe(name string) (core.Observation, *corev1.Node, error) {
 		}
 		if fenced {
 			ev, ok, err := taint.EvidenceOf(n)
-			if ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown && now.Sub(ev.At) < f.cfg.Policy.StormWindow {
+			if ok && err == nil && ev.Method == vocab.EvidenceCleanShutdown && now.Sub(ev.At) < settings.Policy.StormWindow {
 				cleanFences[n.Name] = true
 			}
 			if taint.NewerFormat(err) > 0 {
@@ -615,7 +630,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 			o.Agent, o.BMC = s.agent, s.power
 		}
 		f.mu.Unlock()
-		if ok, why := core.EvidenceHolds(ev, o, f.cfg.Policy.MaxEvidenceAge); !ok {
+		if ok, why := core.EvidenceHolds(ev, o, f.settings().Policy.MaxEvidenceAge); !ok {
 			return fmt.Errorf("%w: %s", ErrEvidenceVoided, why)
 		}
 		return nil
@@ -833,18 +848,24 @@ func (f *Fencer) begin(name string, running func(*nodeState) *bool) (*nodeState,
 // startBMC runs one BMC operation in the background; its outcome is
 // stored for the next Observation and the node is queued again.
 func (f *Fencer) startBMC(ctx context.Context, name, op string) {
-	levels := f.cfg.Inventory.Levels(name)
+	// The operation runs on the settings in force now to its end, a
+	// reload meanwhile notwithstanding (settings.go).
+	settings, release := f.hold()
+	levels := settings.Inventory.Levels(name)
 	if len(levels) == 0 {
+		release()
 		return
 	}
 	st, begun := f.begin(name, func(s *nodeState) *bool { return &s.power.InFlight })
 	if !begun {
+		release()
 		return
 	}
 
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
+		defer release()
 		start := f.cfg.Now()
 		var r *core.Reading
 		var fail *core.Failure
@@ -861,11 +882,16 @@ func (f *Fencer) startBMC(ctx context.Context, name, op string) {
 			r, fail = f.readLevels(ctx, name, levels)
 			f.reads.release()
 		case vocab.OpPowerOff:
-			r, fail = f.powerOffLevels(ctx, name, levels)
+			r, fail = f.powerOffLevels(ctx, name, levels, settings.Verify)
 		case vocab.OpPowerOn:
-			fail = f.powerOnLevels(ctx, name, levels)
+			fail = f.powerOnLevels(ctx, name, levels, settings.Verify)
 		}
 		elapsed := f.cfg.Now().Sub(start)
+		if now := f.settings(); now != settings && !device.SameLevels(levels, now.Inventory.Levels(name)) {
+			f.log.Warn("power devices of the node changed by a reload during the request: its result is not used",
+				"node", name, "op", op, "power", readingPower(r), "before", levelNames(levels), "after", levelNames(now.Inventory.Levels(name)))
+			r, fail = nil, reloadedMeanwhile(op, f.cfg.Now())
+		}
 		f.mu.Lock()
 		st.power.InFlight = false
 		if fail != nil {

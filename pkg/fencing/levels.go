@@ -47,11 +47,11 @@ func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.
 // then poll until the state is reached). A level where any plug fails is
 // given up for the next one: its other plugs may be off already, which is
 // harmless on a node being switched off, but it is no evidence.
-func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
+func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]device.Plug, verify device.VerifyOptions) (*core.Reading, *core.Failure) {
 	var failed []core.LevelRead
 	for i, plugs := range levels {
 		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerOff, func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
-			res, err := device.PowerOffVerified(ctx, b, f.cfg.Verify)
+			res, err := device.PowerOffVerified(ctx, b, verify)
 			return res.State, err
 		})
 		if !lr.Decides() {
@@ -77,11 +77,11 @@ func (f *Fencer) powerOffLevels(ctx context.Context, name string, levels [][]dev
 // powerOnLevels switches on every plug of the first level where all of
 // them can be switched on: after a fence by a PDU the BMC is dark until
 // its outlets are on again, so the levels are tried in order.
-func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]device.Plug) *core.Failure {
+func (f *Fencer) powerOnLevels(ctx context.Context, name string, levels [][]device.Plug, verify device.VerifyOptions) *core.Failure {
 	var failed []core.LevelRead
 	for i, plugs := range levels {
 		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerOn, func(ctx context.Context, b device.BMC) (vocab.PowerState, error) {
-			res, err := device.PowerOnVerified(ctx, b, f.cfg.Verify)
+			res, err := device.PowerOnVerified(ctx, b, verify)
 			return res.State, err
 		})
 		if lr.Decides() {
@@ -143,9 +143,9 @@ func (f *Fencer) InventoryNodes() int {
 	if err != nil {
 		return 0
 	}
-	n := 0
+	n, inv := 0, f.settings().Inventory
 	for _, node := range nodes {
-		if f.cfg.Inventory.Fenceable(node.Name) {
+		if inv.Fenceable(node.Name) {
 			n++
 		}
 	}

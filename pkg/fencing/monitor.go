@@ -57,10 +57,13 @@ func (f *Fencer) monitorRound(ctx context.Context) {
 		f.log.Error("device monitor: listing Nodes", "err", err)
 		return
 	}
+	// The round runs on the settings in force at its start, to its end.
+	settings, release := f.hold()
+	defer release()
 	levels := map[string][][]device.Plug{}
 	devices := map[string]device.Plug{}
 	for _, n := range nodes {
-		ls := f.cfg.Inventory.Levels(n.Name)
+		ls := settings.Inventory.Levels(n.Name)
 		if len(ls) == 0 {
 			continue
 		}
@@ -85,6 +88,14 @@ func (f *Fencer) monitorRound(ctx context.Context) {
 		}
 		f.cfg.Metrics.DeviceUp.WithLabelValues(key).Set(up)
 	}
+	// A device a reload removed is not checked any more: its series goes,
+	// rather than staying at what it last was.
+	for key := range f.monitored {
+		if _, ok := devices[key]; !ok {
+			f.cfg.Metrics.DeviceUp.DeleteLabelValues(key)
+		}
+	}
+	f.monitored = devices
 
 	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {

@@ -36,7 +36,8 @@ func (f *Fencer) leaseActive(node string, now time.Time) string {
 // acquireLease takes node's power Lease if it is free or expired.
 func (f *Fencer) acquireLease(ctx context.Context, node string) error {
 	now := metav1.NewMicroTime(f.cfg.Now())
-	dur := int32(f.cfg.LeaseDuration / time.Second)
+	duration := f.settings().LeaseDuration
+	dur := int32(duration / time.Second)
 	leases := f.cfg.Client.CoordinationV1().Leases(f.cfg.LeaseNamespace)
 	holder := f.leaseActive(node, now.Time)
 	if holder != "" && holder != f.cfg.Identity {
@@ -61,14 +62,14 @@ func (f *Fencer) acquireLease(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	f.log.Info("power Lease acquired", "node", node, "duration", f.cfg.LeaseDuration)
-	f.startRenewal(ctx, node)
+	f.log.Info("power Lease acquired", "node", node, "duration", duration)
+	f.startRenewal(ctx, node, duration)
 	return nil
 }
 
 // startRenewal renews node's Lease every third of its duration until
 // released, so a fencer that dies mid-action loses it within one duration.
-func (f *Fencer) startRenewal(ctx context.Context, node string) {
+func (f *Fencer) startRenewal(ctx context.Context, node string, duration time.Duration) {
 	f.mu.Lock()
 	s := f.stateOf(node)
 	if s.renew != nil {
@@ -81,7 +82,7 @@ func (f *Fencer) startRenewal(ctx context.Context, node string) {
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
-		tick := time.NewTicker(f.cfg.LeaseDuration / 3)
+		tick := time.NewTicker(duration / 3)
 		defer tick.Stop()
 		for {
 			select {

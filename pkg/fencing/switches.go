@@ -132,7 +132,7 @@ func (f *Fencer) heldNow(name string, node *corev1.Node, a core.Action) bool {
 		o.Node.Excluded = taint.ExcludedBy(node)
 	}
 	o.Cluster.Paused, o.Cluster.PauseReason = f.paused()
-	h := core.HeldBy(a.Kind, o, f.cfg.Policy)
+	h := core.HeldBy(a.Kind, o, f.settings().Policy)
 	if h == core.HoldNone {
 		return false
 	}
@@ -167,7 +167,7 @@ func heldEvidence(a core.Action) string {
 // and which. Other writers in the fencer process (the stale
 // VolumeAttachment report, pkg/stale) ask it before they change anything.
 func (f *Fencer) HoldsEffects(n *corev1.Node) (bool, string) {
-	if f.cfg.Policy.DryRun {
+	if f.settings().Policy.DryRun {
 		return true, "policy.dryRun is set"
 	}
 	if paused, reason := f.paused(); paused {

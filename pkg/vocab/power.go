@@ -37,6 +37,9 @@ const (
 	KindBMC ErrorKind = "bmc-error"
 	// KindNotSupported: the device does not implement the request.
 	KindNotSupported ErrorKind = "not-supported"
+	// KindReconfigured: a reload of the configuration changed the node's
+	// power devices while the request ran; its answer is not used.
+	KindReconfigured ErrorKind = "reconfigured"
 )
 
 // Operation names of power device requests, used in errors, logs and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"sort"
 	"strconv"
 
@@ -17,6 +18,10 @@ type Inventory struct {
 	bmcs      map[string]BMC
 	endpoints map[string]string
 	agents    map[string]*FenceAgent
+	// specs and devices are the settings each driver was built from, so
+	// that Rebuild keeps the drivers whose settings did not change.
+	specs   map[string]config.ResolvedBMC
+	devices map[string]config.FenceDevice
 	// levels gives a node's levels from the configuration; nil: its BMC.
 	levels func(node string) []config.Level
 }
@@ -24,21 +29,73 @@ type Inventory struct {
 // NewInventory builds one driver per configured node. Drivers do not
 // contact their BMC until used. Insecure settings are logged once here.
 func NewInventory(cfg *config.Config, log *slog.Logger) (*Inventory, error) {
-	inv := &Inventory{bmcs: make(map[string]BMC, len(cfg.BMCs)), endpoints: make(map[string]string, len(cfg.BMCs))}
-	for _, r := range cfg.BMCs {
-		b, err := NewDriver(r, log)
-		if err != nil {
-			return nil, fmt.Errorf("bmc of node %s: %w", r.Node, err)
-		}
-		inv.bmcs[r.Node] = b
-		inv.endpoints[r.Node] = Endpoint(r)
+	inv, _, err := (&Inventory{}).Rebuild(cfg, log)
+	return inv, err
+}
+
+// Rebuild is the inventory of cfg, for a configuration reloaded while i is
+// in use: a BMC or fence device whose settings are the same in cfg keeps
+// i's driver (what it discovered, such as a Redfish system path, and its
+// connections), every other one is built anew. i is not changed: what runs
+// on its drivers finishes on them. retired are i's drivers that the new
+// inventory does not use, for the caller to close once nothing started on
+// i runs any more. On an error nothing is retired and i stays as it was.
+func (i *Inventory) Rebuild(cfg *config.Config, log *slog.Logger) (next *Inventory, retired []BMC, err error) {
+	inv := &Inventory{
+		bmcs: make(map[string]BMC, len(cfg.BMCs)), endpoints: make(map[string]string, len(cfg.BMCs)),
+		specs: make(map[string]config.ResolvedBMC, len(cfg.BMCs)), devices: cfg.Devices,
 	}
-	agents, err := newFenceDevices(cfg.Devices, log)
+	var built []BMC // closed again if the rebuild fails half-way
+	defer func() {
+		if err != nil {
+			for _, b := range built {
+				_ = b.Close()
+			}
+		}
+	}()
+	for _, r := range cfg.BMCs {
+		b, kept := i.bmcs[r.Node]
+		if !kept || !reflect.DeepEqual(i.specs[r.Node], r) {
+			if b, err = NewDriver(r, log); err != nil {
+				return nil, nil, fmt.Errorf("bmc of node %s: %w", r.Node, err)
+			}
+			built = append(built, b)
+		}
+		inv.bmcs[r.Node], inv.specs[r.Node], inv.endpoints[r.Node] = b, r, Endpoint(r)
+	}
+	if inv.agents, err = i.rebuildFenceDevices(cfg.Devices, log); err != nil {
+		return nil, nil, err
+	}
+	inv.levels = cfg.Levels
+	for node, b := range i.bmcs {
+		if inv.bmcs[node] != b {
+			retired = append(retired, b)
+		}
+	}
+	return inv, retired, nil
+}
+
+// rebuildFenceDevices is the fence devices of a rebuilt inventory: i's for
+// the declarations that did not change, new ones (checked against their
+// agent's metadata) for the others.
+func (i *Inventory) rebuildFenceDevices(devices map[string]config.FenceDevice, log *slog.Logger) (map[string]*FenceAgent, error) {
+	out := make(map[string]*FenceAgent, len(devices))
+	changed := map[string]config.FenceDevice{}
+	for name, d := range devices {
+		if a, ok := i.agents[name]; ok && reflect.DeepEqual(i.devices[name], d) {
+			out[name] = a
+		} else {
+			changed[name] = d
+		}
+	}
+	built, err := newFenceDevices(changed, log)
 	if err != nil {
 		return nil, err
 	}
-	inv.agents, inv.levels = agents, cfg.Levels
-	return inv, nil
+	for name, a := range built {
+		out[name] = a
+	}
+	return out, nil
 }
 
 // NewDriver returns the driver for one resolved inventory entry, each

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -31,6 +32,23 @@ type Plug struct {
 	// (a fence agent's monitor action; a BMC's power read), without
 	// switching anything. Nil with Driver.
 	Monitor func(context.Context) error
+	// source is the driver of the device itself (the BMC, the
+	// *FenceAgent), whichever plug: what Same compares.
+	source any
+}
+
+// Same reports whether p and q are the same plug of the same device built
+// from the same settings: an inventory rebuilt from a reloaded
+// configuration keeps the drivers of unchanged devices, so a plug whose
+// device changed is not Same as before, even at the same address.
+func (p Plug) Same(q Plug) bool {
+	return p.Device == q.Device && p.Plug == q.Plug && p.Key == q.Key && p.Endpoint == q.Endpoint && p.source == q.source
+}
+
+// SameLevels reports whether a and b are the same levels of the same
+// plugs (Same).
+func SameLevels(a, b [][]Plug) bool {
+	return slices.EqualFunc(a, b, func(x, y []Plug) bool { return slices.EqualFunc(x, y, Plug.Same) })
 }
 
 // fenceDeviceSetupTimeout bounds reading every fence agent's metadata at
@@ -94,7 +112,7 @@ func (i *Inventory) Levels(node string) [][]Plug {
 				}
 			} else if a, ok := i.agents[r.Device]; ok {
 				p.Key = r.Device
-				p.Driver, p.Endpoint, p.Monitor = a.Plug(node, r.Plug), a.endpoint+"/"+r.Plug, a.Monitor
+				p.Driver, p.Endpoint, p.Monitor, p.source = a.Plug(node, r.Plug), a.endpoint+"/"+r.Plug, a.Monitor, a
 			} else {
 				p.Key = r.Device
 				p.Endpoint = r.Device + " (not declared)"
@@ -109,7 +127,7 @@ func (i *Inventory) Levels(node string) [][]Plug {
 // BMCPlug is the one plug of node's BMC level: b, named by endpoint, read
 // for its monitor.
 func BMCPlug(node string, b BMC, endpoint string) Plug {
-	return Plug{Device: vocab.DeviceBMC, Key: vocab.DeviceBMC + ":" + node, Driver: b, Endpoint: endpoint,
+	return Plug{Device: vocab.DeviceBMC, Key: vocab.DeviceBMC + ":" + node, Driver: b, Endpoint: endpoint, source: b,
 		Monitor: func(ctx context.Context) error { _, err := b.PowerState(ctx); return err }}
 }
 
