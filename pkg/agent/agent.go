@@ -110,7 +110,7 @@ func New(o Options) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if len(o.Config.BMCs) > 0 || len(o.Config.Devices) > 0 {
+	if o.Config.HasPowerDevices() {
 		if a.inv, err = device.NewInventory(o.Config, componentLog(o.Logger, componentDevice)); err != nil {
 			return nil, err
 		}

@@ -167,8 +167,8 @@ type keyReloader struct {
 	ring interface{ SetKeys(heartbeat.KeySet) error }
 	log  *slog.Logger
 
-	applied heartbeat.KeySet // what the ring was last given
-	lastErr string
+	applied  heartbeat.KeySet // what the ring was last given
+	problems problemOnce
 	// filesOK is false while the files last read cannot be used.
 	filesOK atomic.Bool
 }
@@ -180,34 +180,17 @@ func newKeyReloader(src keySource, ring *heartbeat.Ring, initial heartbeat.KeySe
 }
 
 // run reloads every keyReloadInterval until ctx ends.
-func (k *keyReloader) run(ctx context.Context) {
-	t := time.NewTicker(keyReloadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			k.reload()
-		}
-	}
-}
+func (k *keyReloader) run(ctx context.Context) { pollEvery(ctx, keyReloadInterval, k.reload) }
 
 // reload reads the files once and hands a changed set to the ring.
 func (k *keyReloader) reload() {
 	set, err := k.src.load(k.log)
 	if err != nil {
 		k.filesOK.Store(false)
-		if msg := err.Error(); msg != k.lastErr {
-			k.lastErr = msg
-			k.log.Error("gossip key files cannot be used; the keys in use stay", "source", k.src.String(), "err", err)
-		}
+		k.problems.failed(k.log, "gossip key files cannot be used; the keys in use stay", err, "source", k.src.String())
 		return
 	}
-	if k.lastErr != "" {
-		k.lastErr = ""
-		k.log.Info("gossip key files can be used again", "source", k.src.String())
-	}
+	k.problems.fixed(k.log, "gossip key files can be used again", "source", k.src.String())
 	k.filesOK.Store(true)
 	if set.Equal(k.applied) {
 		return

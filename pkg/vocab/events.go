@@ -130,6 +130,20 @@ const (
 	EventFencingResumed EventReason = "FencingResumed"
 )
 
+// The agent's Events about its configuration file, on the fencer's own
+// Node (pkg/agent).
+const (
+	// EventConfigurationReloaded: a changed configuration file was
+	// validated and applied without a restart.
+	EventConfigurationReloaded EventReason = "ConfigurationReloaded"
+	// EventConfigurationRefused: a changed configuration file is invalid
+	// or cannot be used; the configuration in force stays.
+	EventConfigurationRefused EventReason = "ConfigurationRefused"
+	// EventConfigurationNeedsRestart: a changed configuration file changes
+	// settings that take effect only when the agent restarts.
+	EventConfigurationNeedsRestart EventReason = "ConfigurationNeedsRestart"
+)
+
 // The taint writer's Events on a Node (pkg/taint).
 const (
 	// EventOutOfServiceTaintApplied: fenced put the out-of-service taint
