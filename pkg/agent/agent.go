@@ -166,6 +166,10 @@ type parts struct {
 	watcher  *shutdown.Watcher // nil when shutdown.announce is off
 	graceful *gracefulWatch
 	fencer   *fencing.Fencer // nil on an observer
+	// config reads the configuration file again and applies a changed
+	// one to the fencer (nil on an observer: it reads the file at start
+	// only).
+	config *configReloader
 	// stale reports stale VolumeAttachments; it runs with the fencer
 	// (nil on an observer).
 	stale *stale.Reporter
@@ -250,19 +254,27 @@ func (a *Agent) build() (_ *parts, err error) {
 	p.graceful = p.newGracefulWatch()
 
 	if a.inv != nil {
-		p.closers = append(p.closers, func() { _ = a.inv.Close() })
+		// The inventory in force when the agent stops: the reloader's.
+		p.closers = append(p.closers, func() {
+			if p.config != nil {
+				_ = p.config.Inventory().Close()
+			} else {
+				_ = a.inv.Close()
+			}
+		})
 		recorder, stopRecorder := taint.NewRecorder(o.Client, "fenced")
 		p.closers = append(p.closers, stopRecorder)
 		// The fencer's Leases come from factories of their own, limited to
 		// their namespace: see fencing.NewInformers.
 		inf, leaseFactories := fencing.NewInformers(o.Client, cluster, o.Config.Fencer.LeaseNamespace)
 		p.factories = append(p.factories, leaseFactories...)
+		s := fencerSettings(o.Config, a.inv)
 		p.fencer, err = fencing.New(fencing.Config{
-			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: a.inv, Members: p.ring,
+			Identity: o.NodeName, Client: o.Client, Informers: inf, Inventory: s.Inventory, Members: p.ring,
 			Tainter: taint.NewTainter(o.Client, o.NodeName, recorder), Recorder: recorder,
-			Policy: o.Config.Policy.Policy, LeaseNamespace: o.Config.Fencer.LeaseNamespace,
-			LeaseDuration:           o.Config.Fencer.LeaseDuration,
-			Verify:                  device.VerifyOptions{Timeout: o.Config.Fencer.PowerTimeout},
+			Policy: s.Policy, LeaseNamespace: o.Config.Fencer.LeaseNamespace,
+			LeaseDuration:           s.LeaseDuration,
+			Verify:                  s.Verify,
 			MonitorInterval:         monitorInterval(o.Config.Fencer),
 			MaxConcurrentPowerReads: o.Config.Fencer.MaxConcurrentPowerReads,
 			GossipPort:              o.Config.Gossip.Port,
@@ -272,6 +284,9 @@ func (a *Agent) build() (_ *parts, err error) {
 			return nil, err
 		}
 		p.reg.MustRegister(metrics.NewInventoryNodes(p.fencer.InventoryNodes))
+		p.config = newConfigReloader(o.Config, a.inv, p.fencer, p.reg,
+			componentLog(o.Logger, componentAgent), componentLog(o.Logger, componentDevice))
+		p.config.eventsOn(recorder, nodeLister, o.NodeName)
 		// The stale VolumeAttachment report shares the fencer's Node and
 		// VolumeAttachment informers (the one cluster-scoped factory).
 		p.stale, err = stale.New(stale.Config{
@@ -422,6 +437,9 @@ func (p *parts) run(ctx context.Context) error {
 		log.Info("gossip keys", "source", p.keys.src.String(), "keys", p.keys.applied.String(), "encrypt", p.ring.Keyring().Encrypt)
 		// Stopped before the ring is left (the defer above runs after).
 		defer background(ctx, p.keys.run)()
+	}
+	if p.config != nil {
+		defer background(ctx, p.config.run)()
 	}
 	p.joined.Store(true)
 	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
