@@ -230,8 +230,10 @@ func (r *configReloader) event(typ string, reason vocab.EventReason, msg string)
 		return
 	}
 	var obj runtime.Object = &corev1.ObjectReference{Kind: "Node", Name: r.node, UID: types.UID(r.node)}
-	if n, err := r.nodes.Get(r.node); err == nil {
-		obj = n
+	if r.nodes != nil {
+		if n, err := r.nodes.Get(r.node); err == nil {
+			obj = n
+		}
 	}
 	r.events.Event(obj, typ, string(reason), msg)
 }
