@@ -115,7 +115,9 @@ func TestConfigReloader(t *testing.T) {
 	}
 	bed := func(t *testing.T) *reloadBed { return newReloadBed(t) }
 	moved := func(b *reloadBed) string { return b.configText(8946, "10.0.0.9", "") }
-	invalid := func(*reloadBed) string { return "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nbmc: {nodes: [{name: node-a}]}\n" }
+	invalid := func(*reloadBed) string {
+		return "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nbmc: {nodes: [{name: node-a}]}\n"
+	}
 	tests := []struct {
 		name  string
 		steps []func(b *reloadBed) step
@@ -141,8 +143,12 @@ func TestConfigReloader(t *testing.T) {
 			},
 		}},
 		{"back to the file in force after a refused one: nothing applied", []func(*reloadBed) step{
-			func(b *reloadBed) step { return step{write: invalid(b), polls: 2, refused: 1, events: []string{"ConfigurationRefused"}} },
-			func(b *reloadBed) step { return step{write: b.configText(8946, "10.0.0.1", ""), polls: 2, refused: 1, success: 1} },
+			func(b *reloadBed) step {
+				return step{write: invalid(b), polls: 2, refused: 1, events: []string{"ConfigurationRefused"}}
+			},
+			func(b *reloadBed) step {
+				return step{write: b.configText(8946, "10.0.0.1", ""), polls: 2, refused: 1, success: 1}
+			},
 		}},
 		{"a file seen once, half-written, is neither applied nor refused", []func(*reloadBed) step{
 			func(b *reloadBed) step { return step{write: moved(b)[:60], polls: 1, success: 1} },
@@ -182,7 +188,7 @@ func TestConfigReloader(t *testing.T) {
 				}
 				m := b.r.metrics
 				for what, got := range map[string][2]float64{
-					"reconfigurations":                  {float64(len(b.fencer.got)), float64(s.reconfigs)},
+					"reconfigurations":                   {float64(len(b.fencer.got)), float64(s.reconfigs)},
 					"fenced_config_reload_total applied": {testutil.ToFloat64(m.reloads.WithLabelValues(reloadApplied)), s.applied},
 					"fenced_config_reload_total refused": {testutil.ToFloat64(m.reloads.WithLabelValues(reloadRefused)), s.refused},
 					"fenced_config_last_reload_success":  {testutil.ToFloat64(m.success), s.success},
