@@ -49,13 +49,18 @@ func kubeletLease(node string, renew time.Time) *coordinationv1.Lease {
 		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renew}}}
 }
 
-// runFencer starts a fencer for node "victim" (NotReady, dead in gossip)
-// whose BMC is b.
+// runFencer starts a fencer in confirm-only mode for node "victim"
+// (NotReady, dead in gossip) whose BMC is b.
 func runFencer(t *testing.T, b device.BMC, objs ...runtime.Object) (*Fencer, *fake.Clientset) {
+	t.Helper()
+	return runFencerWith(t, testPolicy(vocab.ModeConfirmOnly), b, objs...)
+}
+
+// runFencerWith is runFencer with policy p.
+func runFencerWith(t *testing.T, p core.Policy, b device.BMC, objs ...runtime.Object) (*Fencer, *fake.Clientset) {
 	t.Helper()
 	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
 	client := fake.NewClientset(append(objs, victim)...)
-	p := testPolicy(vocab.ModeConfirmOnly)
 	f := startFencer(t, Config{
 		Identity: "fencer", Client: client,
 		Inventory: inventoryOf(map[string]device.BMC{"victim": b}, map[string]string{"victim": "test://victim"}),

@@ -6,12 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/record"
 
 	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/fencing/device"
@@ -113,17 +109,9 @@ func TestReconfigureDuringARead(t *testing.T) {
 // reload — and the core waits for a device ("no BMC in the inventory").
 func TestReconfigureRemovesANode(t *testing.T) {
 	on := newCountingBMC(vocab.PowerOn)
-	victim := hostileNode("victim", "boot-1", "127.0.0.9", corev1.ConditionUnknown)
-	client := fake.NewClientset(victim)
 	p := testPolicy(vocab.ModeConfirmOnly)
 	p.RecheckPoweredOn = 100 * time.Millisecond
-	f := startFencer(t, Config{
-		Identity: "fencer", Client: client,
-		Inventory: inventoryOf(map[string]device.BMC{"victim": on}, map[string]string{"victim": "test://victim"}),
-		Members:   stillMembers{"victim": {Name: "victim", State: vocab.MemberDead, Since: time.Now()}},
-		Tainter:   taint.NewTainter(client, "fencer", nil), Recorder: record.NewFakeRecorder(1000),
-		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
-	})
+	f, client := runFencerWith(t, p, on)
 	poll.Until(t, 20*time.Second, "the suspect node read twice", func() bool { return on.reads.Load() >= 2 })
 
 	<-f.Reconfigure(Settings{Inventory: inventoryOf(nil, nil), Policy: p})
