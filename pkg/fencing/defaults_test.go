@@ -38,11 +38,11 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.cfg
-	if c.LeaseDuration != DefaultLeaseDuration || c.ChallengeTimeout != DefaultChallengeTimeout ||
+	c, lease := f.cfg, f.settings().LeaseDuration // the lease's, with the settings a reload changes
+	if lease != DefaultLeaseDuration || c.ChallengeTimeout != DefaultChallengeTimeout ||
 		c.MaxConcurrentPowerReads != DefaultMaxConcurrentPowerReads || c.MonitorInterval != 0 {
 		t.Errorf("New filled lease %s, challenge %s, reads %d, monitor %s; want %s, %s, %d, 0 (off)",
-			c.LeaseDuration, c.ChallengeTimeout, c.MaxConcurrentPowerReads, c.MonitorInterval,
+			lease, c.ChallengeTimeout, c.MaxConcurrentPowerReads, c.MonitorInterval,
 			DefaultLeaseDuration, DefaultChallengeTimeout, DefaultMaxConcurrentPowerReads)
 	}
 }

@@ -288,8 +288,8 @@ func TestHoldsEffects(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f := &Fencer{cfg: Config{LeaseNamespace: ns, Policy: core.Policy{DryRun: tc.dryRun}},
-				pause: corelisters.NewConfigMapLister(idx).ConfigMaps(ns)}
+			f := &Fencer{cfg: Config{LeaseNamespace: ns}, pause: corelisters.NewConfigMapLister(idx).ConfigMaps(ns)}
+			f.applied.Store(&applied{Settings: Settings{Policy: core.Policy{DryRun: tc.dryRun}}})
 			held, why := f.HoldsEffects(tc.node)
 			if held != (tc.want != "") || !strings.Contains(why, tc.want) {
 				t.Errorf("HoldsEffects = %v, %q; want held=%v mentioning %q", held, why, tc.want != "", tc.want)
