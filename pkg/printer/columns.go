@@ -6,7 +6,6 @@ import (
 	"io"
 	"reflect"
 	"strings"
-	"text/tabwriter"
 
 	"k8s.io/client-go/util/jsonpath"
 )
@@ -55,14 +54,11 @@ func printColumns(w io.Writer, cols []column, raw []byte, rows string, noHeaders
 	if !ok {
 		items = []any{doc}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
-	if !noHeaders {
-		headers := make([]string, len(cols))
-		for i, c := range cols {
-			headers[i] = c.header
-		}
-		fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	headers := make([]string, len(cols))
+	for i, c := range cols {
+		headers[i] = c.header
 	}
+	tw := TextOptions{NoHeaders: noHeaders}.Table(w, headers...)
 	for _, item := range items {
 		cells := make([]string, len(cols))
 		for i, c := range cols {

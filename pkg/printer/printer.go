@@ -20,6 +20,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -203,4 +204,14 @@ func Print(w io.Writer, format string, d Doc) error {
 // formats lists the -o values, for the flag's help and its error.
 func (f *Flags) formats() string {
 	return "text (default), wide, " + strings.Join(slices.Sorted(slices.Values(f.print.AllowedFormats())), ", ") + ", custom-columns=HEADER:PATH,…"
+}
+
+// Table starts a table as every command prints one, columns two spaces
+// apart, with its header line unless o.NoHeaders. Flush it when done.
+func (o TextOptions) Table(w io.Writer, headers ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if !o.NoHeaders {
+		fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	}
+	return tw
 }

@@ -58,7 +58,7 @@ func TestPrint(t *testing.T) {
 		{"go-template", `go-template={{range .nodes}}{{.name}};{{end}}`, false, res, "nodes", "a;b;"},
 		{"go-template of a list: .items", `go-template={{range .items}}{{.power}}{{end}}`, false, list, "", "off"},
 		{"custom-columns", "custom-columns=NODE:.name,POWER:{.power},LEVEL:.level", false, res, "nodes",
-			"NODE   POWER    LEVEL\na      on       1\nb      <none>   2\n"},
+			"NODE  POWER   LEVEL\na     on      1\nb     <none>  2\n"},
 		{"custom-columns no headers", "custom-columns=NODE:.name", true, res, "nodes", "a\nb\n"},
 		{"custom-columns of a list", "custom-columns=NODE:.name", false, list, "", "NODE\na\n"},
 		{"custom-columns of one object", "custom-columns=NAME:.name", false, row{Name: "x"}, "", "NAME\nx\n"},
