@@ -7,11 +7,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/admin"
+	"fenced.io/fenced/pkg/printer"
 )
 
 // bmcFlags are shared by the bmc subcommands.
 type bmcFlags struct {
-	output       string
 	powerTimeout time.Duration
 	powerWait    time.Duration
 }
@@ -26,14 +26,14 @@ same drivers, credentials and timeouts the fencer uses. Use it to check
 credentials after adding a node, or to switch a node by hand.
 
 Exit codes: 0 done (state read, or action confirmed by reading the new state),
-1 failed (BMC unreachable, timed out, refused the credentials, or did not reach
-the state in time), 2 usage error (wrong flags, unknown node).`,
+1 failed (the BMC refused the action, or did not reach the state in time),
+2 usage error (wrong flags, unknown node), 3 could not check (no or unreadable
+configuration; the BMC unreachable, timed out or refused the credentials).`,
 		Example: `  fenced bmc status worker-3
   fenced bmc status worker-3 -o json
   fenced bmc off worker-3 --power-timeout 60s`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&f.powerTimeout, "power-timeout", admin.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
@@ -50,35 +50,38 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 		{admin.PowerCycle, "Switch a node off and on again, confirming each step",
 			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on."},
 	}
-	cmd.AddCommand(&cobra.Command{
-		Use:     "status NODE",
-		Short:   "Read a node's power state and system GUID",
-		Long:    "Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
-		Example: "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o json | jq -r .power",
-		Args:    exactlyOneNode,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, args[0], admin.PowerStatus)
-		},
-	})
+	status := &cobra.Command{
+		Use:               "status NODE",
+		Short:             "Read a node's power state and system GUID",
+		Long:              "Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
+		Example:           "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o jsonpath='{.power}'",
+		Args:              exactlyOneNode,
+		ValidArgsFunction: g.completeNodes(1, true),
+	}
+	out := outputFlags(status)
+	status.RunE = func(cmd *cobra.Command, args []string) error {
+		return runBMC(cmd, g, f, out, args[0], admin.PowerStatus)
+	}
+	cmd.AddCommand(status)
 	for _, sw := range switches {
-		cmd.AddCommand(&cobra.Command{
-			Use:     string(sw.op) + " NODE",
-			Short:   sw.short,
-			Long:    sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
-			Args:    exactlyOneNode,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return runBMC(cmd, g, f, args[0], sw.op)
-			},
-		})
+		sub := &cobra.Command{
+			Use:               string(sw.op) + " NODE",
+			Short:             sw.short,
+			Long:              sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
+			Example:           fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
+			Args:              exactlyOneNode,
+			ValidArgsFunction: g.completeNodes(1, true),
+		}
+		out := outputFlags(sub)
+		sub.RunE = func(cmd *cobra.Command, args []string) error {
+			return runBMC(cmd, g, f, out, args[0], sw.op)
+		}
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
 
-func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.PowerOp) error {
-	if err := checkPowerOutput(cmd, f.output); err != nil {
-		return err
-	}
+func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, node string, op admin.PowerOp) error {
 	cfg, err := g.loadConfig(true)
 	if err != nil {
 		return err
@@ -90,29 +93,23 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.P
 	}
 	res, err := admin.UseBMC(cmd.Context(), entry, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case f.output == "json":
-		if err := res.Write(g.stdout, f.output); err != nil {
-			return err
-		}
-		if res.Err != nil {
-			return &silentError{err: res.Err}
-		}
-		return nil
-	case res.Err != nil && res.Hint != "":
-		return fmt.Errorf("%w\nhint: %s", res.Err, res.Hint)
-	case res.Err != nil:
-		return res.Err
 	}
-	return res.Write(g.stdout, f.output)
-}
-
-// checkPowerOutput checks the -o of the bmc and device commands.
-func checkPowerOutput(cmd *cobra.Command, output string) error {
-	if output != "text" && output != "json" {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", output)}
+	failure := res.Failure()
+	// The text of a failure is its error and hint; every other format
+	// prints the result, failed or not.
+	switch {
+	case failure != nil && out.IsText() && res.Hint != "":
+		return fmt.Errorf("%w\nhint: %s", failure, res.Hint)
+	case failure != nil && out.IsText():
+		return failure
+	}
+	if err := out.Print(g.stdout, res.Doc()); err != nil {
+		return err
+	}
+	if failure != nil {
+		return &silentError{err: failure}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/printer"
@@ -286,4 +287,19 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// NodeNames lists the names of the cluster's Nodes, sorted: what shell
+// completion offers for a NODE argument.
+func NodeNames(ctx context.Context, client kubernetes.Interface) ([]string, error) {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(list.Items))
+	for i, n := range list.Items {
+		names[i] = n.Name
+	}
+	sort.Strings(names)
+	return names, nil
 }
