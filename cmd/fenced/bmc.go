@@ -89,7 +89,7 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, nod
 	entry, ok := cfg.BMC(node)
 	if !ok {
 		return &usageError{command: cmd.CommandPath(),
-			err: fmt.Errorf("node %q is not in the BMC inventory of %s", node, cfg.Source)}
+			err: fmt.Errorf("%w %q: it is not in the BMC inventory of %s", admin.ErrUnknownNode, node, cfg.Source)}
 	}
 	res, err := admin.UseBMC(cmd.Context(), entry, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)

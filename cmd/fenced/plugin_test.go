@@ -29,10 +29,7 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	kubectl := filepath.Join(binDir, "kubectl")
 
-	plugins := t.TempDir()
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(plugins, kubectlPluginName), ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	plugins := filepath.Dir(buildFenced(t, kubectlPluginName))
 
 	// A kubeconfig whose current context points at nothing listening
 	// (loopback port 1), beside the real one: only --context reaches the
