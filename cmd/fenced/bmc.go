@@ -39,46 +39,49 @@ configuration; the BMC unreachable, timed out or refused the credentials).`,
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")
 
-	switches := []struct {
-		op          admin.PowerOp
-		short, long string
+	for _, sub := range []struct {
+		op                   admin.PowerOp
+		short, long, example string
 	}{
+		{admin.PowerStatus, "Read a node's power state and system GUID",
+			"Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
+			"  fenced bmc status worker-3\n  fenced bmc status worker-3 -o jsonpath='{.power}'"},
 		{admin.PowerOff, "Switch a node off (hard) and confirm it reads off",
-			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent."},
+			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent." + bypasses,
+			"  fenced bmc off worker-3"},
 		{admin.PowerOn, "Switch a node on and confirm it reads on",
-			"Switch the chassis on, then read the power state every second until it is on."},
+			"Switch the chassis on, then read the power state every second until it is on." + bypasses,
+			"  fenced bmc on worker-3"},
 		{admin.PowerCycle, "Switch a node off and on again, confirming each step",
-			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on."},
+			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on." + bypasses,
+			"  fenced bmc cycle worker-3"},
+	} {
+		cmd.AddCommand(powerCommand(g, sub.op, sub.short, sub.long, sub.example,
+			func(cmd *cobra.Command, out *printer.Flags, node string) error {
+				return runBMC(cmd, g, f, out, node, sub.op)
+			}))
 	}
-	status := &cobra.Command{
-		Use:               "status NODE",
-		Short:             "Read a node's power state and system GUID",
-		Long:              "Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
-		Example:           "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o jsonpath='{.power}'",
+	return cmd
+}
+
+// bypasses ends the help of the commands that switch power by hand.
+const bypasses = "\n\nThis bypasses every safety check of the fencer: it does what you ask."
+
+// powerCommand is a subcommand of bmc and device, OP NODE: NODE completes
+// with the configuration's nodes, and it prints with the output flags.
+func powerCommand(g *globals, op admin.PowerOp, short, long, example string,
+	run func(cmd *cobra.Command, out *printer.Flags, node string) error) *cobra.Command {
+	c := &cobra.Command{
+		Use:               string(op) + " NODE",
+		Short:             short,
+		Long:              long,
+		Example:           example,
 		Args:              exactlyOneNode,
 		ValidArgsFunction: g.completeNodes(1, true),
 	}
-	out := outputFlags(status)
-	status.RunE = func(cmd *cobra.Command, args []string) error {
-		return runBMC(cmd, g, f, out, args[0], admin.PowerStatus)
-	}
-	cmd.AddCommand(status)
-	for _, sw := range switches {
-		sub := &cobra.Command{
-			Use:               string(sw.op) + " NODE",
-			Short:             sw.short,
-			Long:              sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example:           fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
-			Args:              exactlyOneNode,
-			ValidArgsFunction: g.completeNodes(1, true),
-		}
-		out := outputFlags(sub)
-		sub.RunE = func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, out, args[0], sw.op)
-		}
-		cmd.AddCommand(sub)
-	}
-	return cmd
+	out := outputFlags(c)
+	c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd, out, args[0]) }
+	return c
 }
 
 func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, node string, op admin.PowerOp) error {

@@ -57,23 +57,15 @@ unreadable configuration; no level could be read; no plug of a switch answered).
 		{admin.PowerOn, "Switch every plug of a level on and confirm each reads on", ""},
 		{admin.PowerCycle, "Switch every plug of a level off and on again, confirming each step", ""},
 	} {
-		c := &cobra.Command{
-			Use:               string(sub.op) + " NODE",
-			Short:             sub.short,
-			Example:           sub.example,
-			Args:              exactlyOneNode,
-			ValidArgsFunction: g.completeNodes(1, true),
-		}
+		long, example := "", sub.example
 		if sub.op != admin.PowerStatus {
-			c.Long = sub.short + ". Without --level the levels are tried in order until one\n" +
-				"switches completely.\n\nThis bypasses every safety check of the fencer: it does what you ask."
-			c.Example = fmt.Sprintf("  fenced device %s worker-3 --level 2", sub.op)
+			long = sub.short + ". Without --level the levels are tried in order until one\nswitches completely." + bypasses
+			example = fmt.Sprintf("  fenced device %s worker-3 --level 2", sub.op)
 		}
-		out := outputFlags(c)
-		c.RunE = func(cmd *cobra.Command, args []string) error {
-			return runDevice(cmd, g, f, out, args[0], sub.op)
-		}
-		cmd.AddCommand(c)
+		cmd.AddCommand(powerCommand(g, sub.op, sub.short, long, example,
+			func(cmd *cobra.Command, out *printer.Flags, node string) error {
+				return runDevice(cmd, g, f, out, node, sub.op)
+			}))
 	}
 	return cmd
 }
