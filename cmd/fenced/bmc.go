@@ -7,11 +7,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"fenced.io/fenced/pkg/admin"
+	"fenced.io/fenced/pkg/printer"
 )
 
 // bmcFlags are shared by the bmc subcommands.
 type bmcFlags struct {
-	output       string
 	powerTimeout time.Duration
 	powerWait    time.Duration
 }
@@ -26,59 +26,65 @@ same drivers, credentials and timeouts the fencer uses. Use it to check
 credentials after adding a node, or to switch a node by hand.
 
 Exit codes: 0 done (state read, or action confirmed by reading the new state),
-1 failed (BMC unreachable, timed out, refused the credentials, or did not reach
-the state in time), 2 usage error (wrong flags, unknown node).`,
+1 failed (the BMC refused the action, or did not reach the state in time),
+2 usage error (wrong flags, unknown node), 3 could not check (no or unreadable
+configuration; the BMC unreachable, timed out or refused the credentials).`,
 		Example: `  fenced bmc status worker-3
   fenced bmc status worker-3 -o json
   fenced bmc off worker-3 --power-timeout 60s`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&f.powerTimeout, "power-timeout", admin.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for the BMC to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")
 
-	switches := []struct {
-		op          admin.PowerOp
-		short, long string
+	for _, sub := range []struct {
+		op                   admin.PowerOp
+		short, long, example string
 	}{
+		{admin.PowerStatus, "Read a node's power state and system GUID",
+			"Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
+			"  fenced bmc status worker-3\n  fenced bmc status worker-3 -o jsonpath='{.power}'"},
 		{admin.PowerOff, "Switch a node off (hard) and confirm it reads off",
-			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent."},
+			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent." + bypasses,
+			"  fenced bmc off worker-3"},
 		{admin.PowerOn, "Switch a node on and confirm it reads on",
-			"Switch the chassis on, then read the power state every second until it is on."},
+			"Switch the chassis on, then read the power state every second until it is on." + bypasses,
+			"  fenced bmc on worker-3"},
 		{admin.PowerCycle, "Switch a node off and on again, confirming each step",
-			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on."},
-	}
-	cmd.AddCommand(&cobra.Command{
-		Use:     "status NODE",
-		Short:   "Read a node's power state and system GUID",
-		Long:    "Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
-		Example: "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o json | jq -r .power",
-		Args:    exactlyOneNode,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, args[0], admin.PowerStatus)
-		},
-	})
-	for _, sw := range switches {
-		cmd.AddCommand(&cobra.Command{
-			Use:     string(sw.op) + " NODE",
-			Short:   sw.short,
-			Long:    sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
-			Args:    exactlyOneNode,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return runBMC(cmd, g, f, args[0], sw.op)
-			},
-		})
+			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on." + bypasses,
+			"  fenced bmc cycle worker-3"},
+	} {
+		cmd.AddCommand(powerCommand(g, sub.op, sub.short, sub.long, sub.example,
+			func(cmd *cobra.Command, out *printer.Flags, node string) error {
+				return runBMC(cmd, g, f, out, node, sub.op)
+			}))
 	}
 	return cmd
 }
 
-func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.PowerOp) error {
-	if err := checkPowerOutput(cmd, f.output); err != nil {
-		return err
+// bypasses ends the help of the commands that switch power by hand.
+const bypasses = "\n\nThis bypasses every safety check of the fencer: it does what you ask."
+
+// powerCommand is a subcommand of bmc and device, OP NODE: NODE completes
+// with the configuration's nodes, and it prints with the output flags.
+func powerCommand(g *globals, op admin.PowerOp, short, long, example string,
+	run func(cmd *cobra.Command, out *printer.Flags, node string) error) *cobra.Command {
+	c := &cobra.Command{
+		Use:               string(op) + " NODE",
+		Short:             short,
+		Long:              long,
+		Example:           example,
+		Args:              exactlyOneNode,
+		ValidArgsFunction: g.completeNodes(1, true),
 	}
+	out := outputFlags(c)
+	c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd, out, args[0]) }
+	return c
+}
+
+func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, node string, op admin.PowerOp) error {
 	cfg, err := g.loadConfig(true)
 	if err != nil {
 		return err
@@ -86,33 +92,27 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.P
 	entry, ok := cfg.BMC(node)
 	if !ok {
 		return &usageError{command: cmd.CommandPath(),
-			err: fmt.Errorf("node %q is not in the BMC inventory of %s", node, cfg.Source)}
+			err: fmt.Errorf("%w %q: it is not in the BMC inventory of %s", admin.ErrUnknownNode, node, cfg.Source)}
 	}
 	res, err := admin.UseBMC(cmd.Context(), entry, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case f.output == "json":
-		if err := res.Write(g.stdout, f.output); err != nil {
-			return err
-		}
-		if res.Err != nil {
-			return &silentError{err: res.Err}
-		}
-		return nil
-	case res.Err != nil && res.Hint != "":
-		return fmt.Errorf("%w\nhint: %s", res.Err, res.Hint)
-	case res.Err != nil:
-		return res.Err
 	}
-	return res.Write(g.stdout, f.output)
-}
-
-// checkPowerOutput checks the -o of the bmc and device commands.
-func checkPowerOutput(cmd *cobra.Command, output string) error {
-	if output != "text" && output != "json" {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--output %q: want text or json", output)}
+	failure := res.Failure()
+	// The text of a failure is its error and hint; every other format
+	// prints the result, failed or not.
+	switch {
+	case failure != nil && out.IsText() && res.Hint != "":
+		return fmt.Errorf("%w\nhint: %s", failure, res.Hint)
+	case failure != nil && out.IsText():
+		return failure
+	}
+	if err := out.Print(g.stdout, res.Doc()); err != nil {
+		return err
+	}
+	if failure != nil {
+		return &silentError{err: failure}
 	}
 	return nil
 }

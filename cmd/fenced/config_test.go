@@ -18,7 +18,7 @@ func TestConfigCommands(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := buildFenced(t, dir)
+	bin := buildFenced(t, "fenced")
 	pw := writeFile(t, dir, "bmc.pw", "s3cret-password\n")
 	valid := writeFile(t, dir, "valid.yaml", `apiVersion: fenced.io/v1alpha1
 kind: FencedConfiguration

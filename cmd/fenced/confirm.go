@@ -44,7 +44,8 @@ Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
   # from a script, switching it off through its BMC if it still reads on
   fenced confirm worker-3 --yes --power-off --reason "hung, ticket OPS-1234" \
       --config /etc/fenced/config.yaml --agent http://10.0.0.5:9740`,
-		Args: exactlyOneNode,
+		Args:              exactlyOneNode,
+		ValidArgsFunction: g.completeNodes(1, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			op, done, err := g.newOperator("fenced-confirm")
 			if err != nil {

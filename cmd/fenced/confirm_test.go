@@ -116,6 +116,25 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("status -o json: code %d\n%s", code, out)
 	}
 
+	// kubectl's output formats read the same document.
+	for _, tc := range []struct{ args, want string }{
+		{"-o name", "node/node-a\n"},
+		{"-o jsonpath={.nodes[0].taint}", "fenced"},
+		{"-o custom-columns=NODE:.name,TAINT:.taint,BY:.evidence.by --no-headers", "node-a  fenced  " + adminUser + "\n"},
+	} {
+		if code, out, _ := cli(append([]string{"status"}, strings.Fields(tc.args)...)...); code != exitOK || out != tc.want {
+			t.Errorf("status %s: code %d, %q; want %q", tc.args, code, out, tc.want)
+		}
+	}
+	// A NODE completes with the API's Nodes (no configuration here).
+	if code, out, _ := fenced(t, ctx, "__complete", "--kubeconfig", c.Kubeconfig, "unfence", "no"); code != exitOK || out != "node-a\n:4\n" {
+		t.Errorf("completion of unfence NODE: code %d, %q", code, out)
+	}
+	// A Node that does not exist is a usage error.
+	if code, _, errOut := cli("confirm", "node-z", "--yes"); code != exitUsage || !strings.Contains(errOut, `unknown node "node-z": no such Node`) {
+		t.Errorf("confirm node-z: code %d, stderr %s", code, errOut)
+	}
+
 	// Same boot ID: the node never came back, so the taint stays.
 	code, out, errOut = cli("unfence", "node-a")
 	if code != exitFailure || !strings.Contains(out, "same boot ID boot-1") || !strings.Contains(errOut, "stays fenced") {

@@ -70,7 +70,8 @@ it would not say who you are).`,
 
   # an observer-only host, valid one day
   fenced credentials issue worker-7 --group fenced:observers --duration 24h --out /etc/fenced/kubeconfig`,
-		Args: exactlyOneNode,
+		Args:              exactlyOneNode,
+		ValidArgsFunction: g.completeNodes(1, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			usage := func(err error) error { return &usageError{command: cmd.CommandPath(), err: err} }
 			req.Node = args[0]

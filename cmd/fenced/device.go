@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -9,11 +8,11 @@ import (
 
 	"fenced.io/fenced/pkg/admin"
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/printer"
 )
 
 // deviceFlags are shared by the device subcommands.
 type deviceFlags struct {
-	output       string
 	level        int
 	powerTimeout time.Duration
 	powerWait    time.Duration
@@ -34,57 +33,46 @@ a level decides when every plug of it answers; it reads off only when every
 plug reads off. off/on/cycle switch every plug of one level (--level, default:
 the first level where all of them can be switched) and confirm the new state.
 
-Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error.`,
+Exit codes: 0 done, 1 failed (a level was reached but did not switch), 2 usage
+error (wrong flags, unknown node, no such level), 3 could not check (no or
+unreadable configuration; no level could be read; no plug of a switch answered).`,
 		Example: `  fenced device status worker-3
   fenced device status worker-3 -o json
   fenced device off worker-3 --level 2`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	pf.IntVar(&f.level, "level", 0, "only this fencing level (from 1); default: all levels for status, the first that works for off/on/cycle")
 	pf.DurationVar(&f.powerTimeout, "power-timeout", admin.DefaultPowerTimeout,
 		"off/on/cycle: how long to wait for each plug to report the new state")
 	pf.DurationVar(&f.powerWait, "power-wait", admin.DefaultPowerWait,
 		"off/on/cycle: pause after sending the request before the first status read")
 
-	cmd.AddCommand(&cobra.Command{
-		Use:     "status NODE",
-		Short:   "Read every plug of every fencing level of a node",
-		Example: "  fenced device status worker-3",
-		Args:    exactlyOneNode,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDevice(cmd, g, f, args[0], admin.PowerStatus)
-		},
-	})
-	for _, sw := range []struct {
-		op    admin.PowerOp
-		short string
+	for _, sub := range []struct {
+		op             admin.PowerOp
+		short, example string
 	}{
-		{admin.PowerOff, "Switch every plug of a level off and confirm each reads off"},
-		{admin.PowerOn, "Switch every plug of a level on and confirm each reads on"},
-		{admin.PowerCycle, "Switch every plug of a level off and on again, confirming each step"},
+		{admin.PowerStatus, "Read every plug of every fencing level of a node",
+			"  fenced device status worker-3\n  fenced device status worker-3 -o custom-columns=LEVEL:.level,PLUG:.device,POWER:.power"},
+		{admin.PowerOff, "Switch every plug of a level off and confirm each reads off", ""},
+		{admin.PowerOn, "Switch every plug of a level on and confirm each reads on", ""},
+		{admin.PowerCycle, "Switch every plug of a level off and on again, confirming each step", ""},
 	} {
-		cmd.AddCommand(&cobra.Command{
-			Use:   string(sw.op) + " NODE",
-			Short: sw.short,
-			Long: sw.short + ". Without --level the levels are tried in order until one\n" +
-				"switches completely.\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced device %s worker-3 --level 2", sw.op),
-			Args:    exactlyOneNode,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return runDevice(cmd, g, f, args[0], sw.op)
-			},
-		})
+		long, example := "", sub.example
+		if sub.op != admin.PowerStatus {
+			long = sub.short + ". Without --level the levels are tried in order until one\nswitches completely." + bypasses
+			example = fmt.Sprintf("  fenced device %s worker-3 --level 2", sub.op)
+		}
+		cmd.AddCommand(powerCommand(g, sub.op, sub.short, long, example,
+			func(cmd *cobra.Command, out *printer.Flags, node string) error {
+				return runDevice(cmd, g, f, out, node, sub.op)
+			}))
 	}
 	return cmd
 }
 
-// openPowerDevices checks the output format, then loads the configuration
-// and opens its power devices, as the fencer would.
-func openPowerDevices(cmd *cobra.Command, g *globals, output string) (*config.Config, *admin.PowerDevices, error) {
-	if err := checkPowerOutput(cmd, output); err != nil {
-		return nil, nil, err
-	}
+// openPowerDevices loads the configuration and opens its power devices,
+// as the fencer would.
+func openPowerDevices(g *globals) (*config.Config, *admin.PowerDevices, error) {
 	cfg, err := g.loadConfig(true)
 	if err != nil {
 		return nil, nil, err
@@ -96,32 +84,37 @@ func openPowerDevices(cmd *cobra.Command, g *globals, output string) (*config.Co
 	return cfg, devs, nil
 }
 
-func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node string, op admin.PowerOp) error {
-	cfg, devs, err := openPowerDevices(cmd, g, f.output)
+// noPowerDevice is the usage error of a NODE the configuration gives no
+// power device: a typo, as likely as not.
+func noPowerDevice(cmd *cobra.Command, node string, cfg *config.Config) error {
+	return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("%w %q: it has no power device in %s (no bmc entry, no topology levels)", admin.ErrUnknownNode, node, cfg.Source)}
+}
+
+func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, out *printer.Flags, node string, op admin.PowerOp) error {
+	cfg, devs, err := openPowerDevices(g)
 	if err != nil {
 		return err
 	}
 	defer devs.Close()
 	levels := devs.LevelCount(node)
 	if levels == 0 {
-		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("node %q has no power device in %s (no bmc entry, no topology levels)", node, cfg.Source)}
+		return noPowerDevice(cmd, node, cfg)
 	}
 	if f.level < 0 || f.level > levels {
 		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--level %d: node %s has levels 1 to %d", f.level, node, levels)}
 	}
 	res := devs.Use(cmd.Context(), node, f.level, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr})
-	if err := res.Write(g.stdout, f.output); err != nil {
+	if err := out.Print(g.stdout, res.Doc()); err != nil {
 		return err
 	}
-	if !res.OK {
-		return &silentError{err: errors.New(res.Decision)}
+	if err := res.Failure(); err != nil {
+		return &silentError{err: err}
 	}
 	return nil
 }
 
 func newTopologyCommand(g *globals) *cobra.Command {
-	var output string
 	cmd := &cobra.Command{
 		Use:   "topology",
 		Short: "Check the fencing topology of the configuration",
@@ -135,23 +128,31 @@ maps) or on the command line, and print a table: one row per node and level.
 Nothing is switched.
 
 Exit codes: 0 every node has a level that answers completely, 1 some node has
-none (it could not be fenced automatically now), 2 usage error.`,
-		Example: "  fenced topology check\n  fenced topology check worker-3 worker-4 -o json",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTopologyCheck(cmd, g, output, args)
-		},
+none (it could not be fenced automatically now), 2 usage error (wrong flags, a
+NODE without a power device), 3 could not check (no or unreadable
+configuration).`,
+		Example:           "  fenced topology check\n  fenced topology check worker-3 worker-4 -o json",
+		ValidArgsFunction: g.completeNodes(0, true),
 	}
-	check.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	out := outputFlags(check)
+	check.RunE = func(cmd *cobra.Command, args []string) error {
+		return runTopologyCheck(cmd, g, out, args)
+	}
 	cmd.AddCommand(check)
 	return cmd
 }
 
-func runTopologyCheck(cmd *cobra.Command, g *globals, output string, nodes []string) error {
-	cfg, devs, err := openPowerDevices(cmd, g, output)
+func runTopologyCheck(cmd *cobra.Command, g *globals, out *printer.Flags, nodes []string) error {
+	cfg, devs, err := openPowerDevices(g)
 	if err != nil {
 		return err
 	}
 	defer devs.Close()
+	for _, n := range nodes {
+		if devs.LevelCount(n) == 0 {
+			return noPowerDevice(cmd, n, cfg)
+		}
+	}
 	if len(nodes) == 0 {
 		nodes = admin.ConfiguredNodes(cfg)
 	}
@@ -159,7 +160,7 @@ func runTopologyCheck(cmd *cobra.Command, g *globals, output string, nodes []str
 		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("%s names no nodes; name them on the command line", cfg.Source)}
 	}
 	check := devs.CheckTopology(cmd.Context(), nodes)
-	if err := check.Write(g.stdout, output); err != nil {
+	if err := out.Print(g.stdout, check.Doc()); err != nil {
 		return err
 	}
 	if err := check.Err(); err != nil {

@@ -88,7 +88,7 @@ func TestDeviceAndTopologyCommands(t *testing.T) {
 	// node-b's only device does not answer (wrong community): status
 	// fails, and topology check says node-b cannot be fenced.
 	code, out, _ = fenced(t, ctx, "device", "status", "node-b", "--config", cfg)
-	if code != exitFailure || !strings.Contains(out, "no level could be read: level 1: pdu-dark:3") {
+	if code != exitCannotCheck || !strings.Contains(out, "no level could be read: level 1: pdu-dark:3") {
 		t.Fatalf("dark PDU: code %d, out:\n%s", code, out)
 	}
 	code, out, _ = fenced(t, ctx, "topology", "check", "--config", cfg)
@@ -106,7 +106,7 @@ func TestDeviceAndTopologyCommands(t *testing.T) {
 		t.Errorf("topology check node-a: code %d, want %d", code, exitOK)
 	}
 	code, _, errOut = fenced(t, ctx, "device", "status", "node-z", "--config", cfg)
-	if code != exitUsage || !strings.Contains(errOut, `node "node-z" has no power device`) {
+	if code != exitUsage || !strings.Contains(errOut, `unknown node "node-z": it has no power device`) {
 		t.Errorf("unknown node: code %d, stderr %q", code, errOut)
 	}
 }

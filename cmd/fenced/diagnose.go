@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"fenced.io/fenced/pkg/admin"
 )
@@ -15,7 +14,6 @@ import (
 func newDiagnoseCommand(g *globals) *cobra.Command {
 	var (
 		o             admin.DiagnoseOptions
-		namespace     string
 		allNamespaces bool
 	)
 	cmd := &cobra.Command{
@@ -88,8 +86,12 @@ error); create selfsubjectreviews (who you are).
 dead node what fenced confirm needs (get/update nodes and nodes/status,
 list/delete pods).
 
+-o name prints pod/NAME for each stuck pod; custom-columns has one row per
+finding (.findings).
+
 Exit codes: 0 nothing stuck (or everything cured), 1 something stuck (or a cure
-refused or failed), 2 usage error.`,
+refused or failed), 2 usage error, 3 could not check (no kubeconfig, the API
+server does not answer, an unreadable configuration).`,
 		Example: `  # why is this pod stuck?
   fenced diagnose -n shop postgres-0
 
@@ -107,67 +109,54 @@ refused or failed), 2 usage error.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			usage := func(err error) error { return &usageError{command: cmd.CommandPath(), err: err} }
-			if err := admin.CheckDiagnoseFormat(o.Output); err != nil {
-				return usage(err)
-			}
-			if o.Fix && o.Output != "" && o.Output != "text" {
-				return usage(errors.New("--fix prints its plan and asks: it needs the text output"))
-			}
-			if allNamespaces && namespace != "" {
-				return usage(errors.New("-n and -A exclude each other"))
-			}
-			var target string
-			if len(args) == 1 {
-				target = args[0]
-			}
-			pod, claim, node, err := admin.ParseTarget(target)
-			if err != nil {
-				return usage(err)
-			}
-			o.Scope.Pod, o.Scope.Claim, o.Scope.Node = pod, claim, node
-			o.Scope.Namespace = namespace
-			if namespace == "" && !allNamespaces && (pod != "" || claim != "") {
-				if o.Scope.Namespace, err = g.kubeNamespace(); err != nil {
-					return err
-				}
-			}
-			op, done, err := g.newOperator("fenced-diagnose")
-			if err != nil {
-				return err
-			}
-			defer done()
-			o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
-			o.Color = colorTerminal(g)
-			_, err = op.Diagnose(cmd.Context(), o)
-			if errors.Is(err, admin.ErrStuck) {
-				return &silentError{err: err}
-			}
+	}
+	o.Output = outputFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		usage := func(err error) error { return &usageError{command: cmd.CommandPath(), err: err} }
+		if o.Fix && !o.Output.IsText() {
+			return usage(errors.New("--fix prints its plan and asks: it needs the text output"))
+		}
+		namespace, explicit, err := g.kubeNamespace()
+		if err != nil {
 			return err
-		},
+		}
+		if allNamespaces && explicit {
+			return usage(errors.New("-n and -A exclude each other"))
+		}
+		var target string
+		if len(args) == 1 {
+			target = args[0]
+		}
+		pod, claim, node, err := admin.ParseTarget(target)
+		if err != nil {
+			return usage(err)
+		}
+		o.Scope.Pod, o.Scope.Claim, o.Scope.Node = pod, claim, node
+		// -n, else for a POD or pvc/NAME the kubeconfig's namespace;
+		// else every namespace.
+		if explicit || (!allNamespaces && (pod != "" || claim != "")) {
+			o.Scope.Namespace = namespace
+		}
+		op, done, err := g.newOperator("fenced-diagnose")
+		if err != nil {
+			return err
+		}
+		defer done()
+		o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
+		o.Color = colorTerminal(g)
+		_, err = op.Diagnose(cmd.Context(), o)
+		if errors.Is(err, admin.ErrStuck) {
+			return &silentError{err: err}
+		}
+		return err
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&namespace, "namespace", "n", "", "the namespace of POD or pvc/NAME, or the one to search")
 	fl.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "search every namespace")
 	fl.BoolVar(&o.Scope.Risks, "all", false, "also list latent risks (RollingUpdate with ReadWriteOnce, unfenceable nodes, no graceful node shutdown)")
-	fl.StringVarP(&o.Output, "output", "o", "", "output format: text, json or yaml (default text)")
 	fl.BoolVar(&o.Fix, "fix", false, "cure what is safe to cure, after showing the plan and asking")
 	fl.BoolVar(&o.Yes, "yes", false, "with --fix: do not ask; required without a terminal")
 	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740): which nodes' fencing levels answer")
 	return cmd
-}
-
-// kubeNamespace is the namespace of the kubeconfig's current context, as
-// kubectl uses it ("default" when it names none).
-func (g *globals) kubeNamespace() (string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.kubecontext}).Namespace()
-	if err != nil {
-		return "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	return ns, nil
 }
 
 // colorTerminal reports whether stdout is a terminal that wants colour

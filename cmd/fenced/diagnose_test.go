@@ -12,7 +12,7 @@ func TestDiagnoseUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad output", []string{"diagnose", "-o", "wide"}, `output format "wide"`},
+		{"bad output", []string{"diagnose", "-o", "xml"}, `output format "xml"`},
 		{"-n and -A", []string{"diagnose", "-n", "app", "-A"}, "-n and -A exclude each other"},
 		{"bad target", []string{"diagnose", "deployment/web"}, `"deployment/web": want POD, pvc/NAME or node/NAME`},
 		{"two targets", []string{"diagnose", "a", "b"}, "expected at most one"},

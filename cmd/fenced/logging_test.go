@@ -26,7 +26,7 @@ func TestAgentLogsOnlyJSON(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := buildFenced(t, dir)
+	bin := buildFenced(t, "fenced")
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusForbidden)

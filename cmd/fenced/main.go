@@ -13,16 +13,30 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"fenced.io/fenced/pkg/admin"
 )
 
-// Exit codes, stable for scripts.
+// Exit codes, stable for scripts, the same for every command
+// (docs/operations.md, "Exit codes").
 const (
-	exitOK      = 0
+	// exitOK: done, nothing to report.
+	exitOK = 0
+	// exitFailure: a finding (a pod stuck, a node that cannot be
+	// fenced) or a refusal (a safety check, the API server or a device
+	// said no), or a failure.
 	exitFailure = 1
-	exitUsage   = 2
-	// exitCannotCheck: a command that must check something with the API
-	// server could not reach it or get the answer (fenced credentials).
+	// exitUsage: the command line is wrong: unknown subcommand or flag,
+	// a bad argument or flag value, a node that does not exist.
+	exitUsage = 2
+	// exitCannotCheck: fenced could not get the answer it needed, so it
+	// says nothing: no kubeconfig, an API server that does not answer, no
+	// or an unreadable configuration file, a power device that cannot be
+	// reached.
 	exitCannotCheck = 3
 )
 
@@ -54,13 +68,52 @@ func runAs(ctx context.Context, name string, args []string, stdout, stderr io.Wr
 	var usage *usageError
 	if errors.As(err, &usage) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", usage.command)
-		return exitUsage
 	}
-	var coded *codedError
-	if errors.As(err, &coded) {
+	return exitCode(err)
+}
+
+// exitCode is the exit code of a command's error: the one table of all
+// commands.
+func exitCode(err error) int {
+	var (
+		usage *usageError
+		coded *codedError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &usage), errors.Is(err, admin.ErrUnknownNode):
+		return exitUsage
+	case errors.As(err, &coded):
 		return coded.code
+	case admin.CannotCheck(err):
+		return exitCannotCheck
 	}
 	return exitFailure
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (fenced, fenced bmc, …) print its help when called alone, and refuse an
+// unknown subcommand as a usage error: cobra would exit 1 for the root's
+// and 0 with the help for the others'.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	if !cmd.Runnable() && cmd.HasSubCommands() {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default, set only where it suggests itself
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			err := fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				err = fmt.Errorf("%w; did you mean %s?", err, strings.Join(s, " or "))
+			}
+			return &usageError{command: cmd.CommandPath(), err: err}
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
 }
 
 // usageError marks a wrong command line (exit code 2).

@@ -24,11 +24,12 @@ func fenced(t *testing.T, ctx context.Context, args ...string) (int, string, str
 	return code, stdout.String(), stderr.String()
 }
 
-// buildFenced builds the fenced binary into dir and returns its path, for
-// the tests that run it as a user does.
-func buildFenced(t *testing.T, dir string) string {
+// buildFenced builds this command into a new directory, as name (fenced,
+// or kubectl-fenced for kubectl's plugin mechanism), and returns its path:
+// for the tests that run the binary as a user or kubectl does.
+func buildFenced(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "fenced")
+	bin := filepath.Join(t.TempDir(), name)
 	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -147,13 +148,16 @@ func TestBMCCommandFailuresAndExitCodes(t *testing.T) {
 		wantCode int
 		wantOut  []string // substrings of stdout+stderr
 	}{
-		{"wrong password", []string{"bmc", "status", "bad-pw"}, exitFailure,
+		{"wrong password", []string{"bmc", "status", "bad-pw"}, exitCannotCheck,
 			[]string{"power-status", "auth", "hint: the BMC refused user", "bad.pw"}},
-		{"wrong password json", []string{"bmc", "off", "bad-pw", "-o", "json"}, exitFailure,
+		{"wrong password json", []string{"bmc", "off", "bad-pw", "-o", "json"}, exitCannotCheck,
 			[]string{`"ok": false`, `"errorKind": "auth"`, `"power": "unknown"`}},
-		{"unknown node", []string{"bmc", "status", "node-z"}, exitUsage, []string{`node "node-z" is not in the BMC inventory`}},
+		{"unknown node", []string{"bmc", "status", "node-z"}, exitUsage, []string{`unknown node "node-z": it is not in the BMC inventory`}},
 		{"missing node arg", []string{"bmc", "off"}, exitUsage, []string{"expected exactly one NODE"}},
-		{"bad output flag", []string{"bmc", "status", "node-a", "-o", "yaml"}, exitUsage, []string{`--output "yaml"`}},
+		{"bad output flag", []string{"bmc", "status", "node-a", "-o", "xml"}, exitUsage, []string{`output format "xml"`}},
+		{"yaml", []string{"bmc", "status", "node-a", "-o", "yaml"}, exitOK, []string{"power: \"on\"", "node: node-a"}},
+		{"jsonpath", []string{"bmc", "status", "node-a", "-o", "jsonpath={.power}"}, exitOK, []string{"on"}},
+		{"name", []string{"bmc", "status", "node-a", "-o", "name"}, exitOK, []string{"node/node-a"}},
 		{"unknown flag", []string{"bmc", "status", "node-a", "--force"}, exitUsage, []string{"unknown flag: --force"}},
 		{"bad log format", []string{"bmc", "status", "node-a", "--log-format", "xml"}, exitUsage, []string{"--log-format"}},
 	}
@@ -193,7 +197,7 @@ bmc:
 `, port, pw))
 	start := time.Now()
 	code, _, errOut := fenced(t, context.Background(), "bmc", "status", "node-a", "--config", cfg)
-	if code != exitFailure || !strings.Contains(errOut, "unreachable") || !strings.Contains(errOut, "hint: nothing answers") {
+	if code != exitCannotCheck || !strings.Contains(errOut, "unreachable") || !strings.Contains(errOut, "hint: nothing answers") {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	if elapsed := time.Since(start); elapsed > 10*time.Second {
@@ -222,13 +226,13 @@ func TestAgentValidatesBeforeRunning(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"malformed config", []string{"agent", "--config", malformed}, exitFailure, "bmc.nodes[0].adress: unknown field; did you mean address?"},
-		{"unreadable credentials", []string{"agent", "--config", missingPW, "--insecure-gossip"}, exitFailure, "bmc.nodes[0] (node-a): passwordFile"},
-		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml")}, exitFailure, "nope.yaml"},
+		{"malformed config", []string{"agent", "--config", malformed}, exitCannotCheck, "bmc.nodes[0].adress: unknown field; did you mean address?"},
+		{"unreadable credentials", []string{"agent", "--config", missingPW, "--insecure-gossip"}, exitCannotCheck, "bmc.nodes[0].passwordFile (node-a): reading password file"},
+		{"missing config file", []string{"agent", "--config", filepath.Join(dir, "nope.yaml")}, exitCannotCheck, "nope.yaml"},
 		{"no gossip key", []string{"agent", "--config", noKey}, exitFailure, "no gossip key: set gossip.keyFile"},
 		{"gossip key of the wrong size", []string{"agent", "--config", badKey}, exitFailure, "5 bytes; want 16, 24 or 32"},
 		{"gossip key file missing", []string{"agent", "--config", missingKey}, exitFailure, "gossip key: open"},
-		{"bad kubeconfig", []string{"agent", "--config", noKey, "--insecure-gossip", "--kubeconfig", filepath.Join(dir, "nope")}, exitFailure, "kubeconfig"},
+		{"bad kubeconfig", []string{"agent", "--config", noKey, "--insecure-gossip", "--kubeconfig", filepath.Join(dir, "nope")}, exitCannotCheck, "kubeconfig"},
 		{"unreadable boot ID", []string{"agent", "--config", noKey, "--insecure-gossip", "--boot-id-file", filepath.Join(dir, "nope")}, exitFailure, "boot ID"},
 		{"extra argument", []string{"agent", "extra"}, exitUsage, `unexpected argument "extra"`},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,10 +30,7 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	kubectl := filepath.Join(binDir, "kubectl")
 
-	plugins := t.TempDir()
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(plugins, kubectlPluginName), ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	plugins := filepath.Dir(buildFenced(t, kubectlPluginName))
 
 	// A kubeconfig whose current context points at nothing listening
 	// (loopback port 1), beside the real one: only --context reaches the
@@ -73,6 +71,42 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	if out, err := kubectlRun("fenced", "status", "--context", "no-such-context"); err == nil || !strings.Contains(out, "no-such-context") {
 		t.Errorf("an unknown --context should fail and name it")
+	}
+}
+
+// TestNodeCompletion: a NODE argument completes with node names, never
+// file names (directive 4, ShellCompDirectiveNoFileComp): the power
+// commands from the configuration, the others from it too when the API
+// server does not answer.
+func TestNodeCompletion(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "config.yaml", `apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  nodes:
+    - {name: worker-1, protocol: ipmi, address: 127.0.0.1, username: u, passwordFile: `+writeFile(t, dir, "pw", "x")+`}
+    - {name: worker-2, protocol: ipmi, address: 127.0.0.1, username: u, passwordFile: `+filepath.Join(dir, "pw")+`}
+    - {name: db-1, protocol: ipmi, address: 127.0.0.1, username: u, passwordFile: `+filepath.Join(dir, "pw")+`}
+`)
+	unreachable := kubeconfigFor(t, dir, fmt.Sprintf("https://127.0.0.1:%d", closedPort(t)))
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bmc", "status", ""}, "db-1\nworker-1\nworker-2\n:4\n"},
+		{[]string{"device", "off", "wor"}, "worker-1\nworker-2\n:4\n"},
+		{[]string{"bmc", "status", "worker-1", ""}, ":4\n"},
+		{[]string{"topology", "check", "worker-1", "wor"}, "worker-2\n:4\n"},
+		{[]string{"confirm", "--kubeconfig", unreachable, "db"}, "db-1\n:4\n"},
+		{[]string{"status", "-o", ""}, "text\nwide\n"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, _ := fenced(t, context.Background(), append([]string{"__complete", "--config", cfg}, tc.args...)...)
+			if code != exitOK || !strings.HasPrefix(out, tc.want) {
+				t.Errorf("code %d, completions %q, want %q", code, out, tc.want)
+			}
+		})
 	}
 }
 

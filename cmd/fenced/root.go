@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -18,11 +19,13 @@ import (
 
 // globals are the flags every command shares.
 type globals struct {
-	kubeconfig  string
-	kubecontext string
-	configPath  string
-	logFormat   string
-	verbosity   int
+	// kube are kubectl's flags (--kubeconfig, --context, -n, --as,
+	// --request-timeout, --server, …), resolved the way kubectl resolves
+	// them.
+	kube       *genericclioptions.ConfigFlags
+	configPath string
+	logFormat  string
+	verbosity  int
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -36,7 +39,7 @@ const kubectlPluginName = "kubectl-fenced"
 // newRootCommand builds the command tree. name is the program's file
 // name: run as kubectl-fenced, help and usage say "kubectl fenced".
 func newRootCommand(name string, stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdout: stdout, stderr: stderr}
+	g := &globals{stdout: stdout, stderr: stderr, kube: genericclioptions.NewConfigFlags(true)}
 	root := &cobra.Command{
 		Use:   "fenced",
 		Short: "Evidence-based fencing for bare-metal Kubernetes nodes",
@@ -72,15 +75,18 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 		return &usageError{command: cmd.CommandPath(), err: err}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.kubeconfig, "kubeconfig", "",
-		"kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account)")
-	pf.StringVar(&g.kubecontext, "context", "", "the kubeconfig context to use (default: its current-context)")
+	g.kube.AddFlags(pf)
+	pf.Lookup("kubeconfig").Usage = "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account)"
+	pf.Lookup("namespace").Usage = "the namespace of the objects a command names (diagnose: POD, pvc/NAME; default: the kubeconfig's)"
+	// kubectl's discovery cache: fenced does no discovery.
+	_ = pf.MarkHidden("cache-dir")
 	pf.StringVar(&g.configPath, "config", "",
 		"fenced configuration file (default: $FENCED_CONFIG, then "+config.DefaultPath+")")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.CountVarP(&g.verbosity, "verbose", "v", "more detailed logs (-v: debug)")
 
 	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newCredentialsCommand(g), newConfigCommand(g), newManCommand())
+	refuseUnknownSubcommands(root)
 	return root
 }
 
@@ -121,33 +127,61 @@ func (g *globals) configFile() (path string, explicit bool) {
 }
 
 // loadConfig loads the configuration. With required=false a missing
-// default file yields an empty configuration.
+// default file yields an empty configuration. Any failure is exit code 3:
+// without its configuration a command cannot check anything.
 func (g *globals) loadConfig(required bool) (*config.Config, error) {
 	path, explicit := g.configFile()
 	cfg, err := config.Load(path)
-	if err != nil && !explicit && !required && errors.Is(err, os.ErrNotExist) {
+	switch {
+	case err != nil && !explicit && !required && errors.Is(err, os.ErrNotExist):
 		return &config.Config{Source: "(none)"}, nil
+	case err != nil && !explicit && errors.Is(err, os.ErrNotExist):
+		err = fmt.Errorf("no configuration: %s does not exist; pass --config or set FENCED_CONFIG", path)
 	}
-	if err != nil && !explicit && errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no configuration: %s does not exist; pass --config or set FENCED_CONFIG", path)
+	if err != nil {
+		return nil, &codedError{code: exitCannotCheck, err: err}
 	}
-	return cfg, err
+	return cfg, nil
 }
 
+// errNoKubeconfig says what kubectl would only say as "connection to
+// localhost:8080 refused".
+var errNoKubeconfig = errors.New("no Kubernetes configuration found: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account")
+
 // restConfig resolves the Kubernetes client configuration the way kubectl
-// does: --kubeconfig, then $KUBECONFIG, then ~/.kube/config, then the
-// in-cluster service account.
+// does (--kubeconfig, then $KUBECONFIG, then ~/.kube/config, then the
+// in-cluster service account; its flags on top). Any failure is exit
+// code 3: without a cluster to ask a command cannot check anything.
 func (g *globals) restConfig() (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.kubecontext})
+	cannot := func(err error) error { return &codedError{code: exitCannotCheck, err: err} }
+	loader := g.kube.ToRawKubeConfigLoader()
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return nil, cannot(fmt.Errorf("kubeconfig: %w", err))
+	}
+	// With nothing configured kubectl's loader falls back to
+	// localhost:8080 rather than saying so.
+	if _, inCluster := rest.InClusterConfig(); len(raw.Clusters) == 0 && *g.kube.APIServer == "" && errors.Is(inCluster, rest.ErrNotInCluster) {
+		return nil, cannot(errNoKubeconfig)
+	}
 	cfg, err := loader.ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no Kubernetes configuration found: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account")
+			return nil, cannot(errNoKubeconfig)
 		}
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, cannot(fmt.Errorf("kubeconfig: %w", err))
 	}
 	cfg.UserAgent = version.UserAgent()
 	return cfg, nil
+}
+
+// kubeNamespace is -n, else the kubeconfig's context's namespace
+// ("default" when it names none), as kubectl uses them; explicit says
+// that -n gave it.
+func (g *globals) kubeNamespace() (ns string, explicit bool, err error) {
+	ns, explicit, err = g.kube.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", false, &codedError{code: exitCannotCheck, err: fmt.Errorf("kubeconfig: %w", err)}
+	}
+	return ns, explicit, nil
 }

@@ -9,10 +9,7 @@ import (
 )
 
 func newStatusCommand(g *globals) *cobra.Command {
-	var (
-		o      admin.StatusOptions
-		output string
-	)
+	var o admin.StatusOptions
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show every node's readiness, power, taint and fencing evidence in one table",
@@ -38,29 +35,32 @@ func newStatusCommand(g *globals) *cobra.Command {
   SINCE     how long the taint has been there
 
 -o wide adds the boot ID, the BMC endpoint and the evidence's reason; -o json and
--o yaml print everything, including the full evidence. status only reads.`,
+-o yaml print everything, including the full evidence; -o name, jsonpath,
+go-template and custom-columns read the same document (custom-columns: one row
+per element of .nodes). status only reads.
+
+Exit codes: 0 printed, 2 usage error, 3 could not check (no kubeconfig, the API
+server does not answer, an unreadable configuration).`,
 		Example: `  fenced status
   fenced status -o wide --config /etc/fenced/config.yaml --agent http://10.0.0.5:9740
-  fenced status -o json | jq '.nodes[] | select(.taint == "fenced") | .name'`,
+  fenced status -o jsonpath='{.nodes[?(@.taint=="fenced")].name}'
+  fenced status -o custom-columns=NODE:.name,POWER:.power --no-headers`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := admin.CheckFormat(output); err != nil {
-				return &usageError{command: cmd.CommandPath(), err: err}
-			}
-			op, done, err := g.newOperator("")
-			if err != nil {
-				return err
-			}
-			defer done()
-			s, err := op.Status(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return s.Write(g.stdout, output, time.Now())
-		},
+	}
+	out := outputFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		op, done, err := g.newOperator("")
+		if err != nil {
+			return err
+		}
+		defer done()
+		s, err := op.Status(cmd.Context(), o)
+		if err != nil {
+			return err
+		}
+		return out.Print(g.stdout, s.Doc(time.Now()))
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&output, "output", "o", "", "output format: wide, json or yaml (default: a table)")
 	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the GOSSIP column")
 	fl.DurationVar(&o.BMCTimeout, "bmc-timeout", 0, "bound for each BMC read, retries included (default: the configuration's bmc.timeout per attempt and bmc.retries, as the agent reads)")
 	return cmd

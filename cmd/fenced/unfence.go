@@ -38,7 +38,8 @@ Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage erro
 
   # the node is back but its old VolumeAttachment is stuck; you have checked it is safe
   fenced unfence worker-3 --force --reason "VA of a deleted PV, checked by J. Doe"`,
-		Args: exactlyOneNode,
+		Args:              exactlyOneNode,
+		ValidArgsFunction: g.completeNodes(1, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			op, done, err := g.newOperator("fenced-unfence")
 			if err != nil {

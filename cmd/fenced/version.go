@@ -2,23 +2,30 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/version"
 )
 
 func newVersionCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:     "version",
 		Short:   "Print the fenced version (the same line as fenced --version)",
-		Example: "  fenced version",
+		Example: "  fenced version\n  fenced version -o json",
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(g.stdout, version.String())
-			return nil
-		},
 	}
+	out := outputFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return out.Print(g.stdout, printer.Doc{Kind: "Version", Value: version.Get(),
+			Text: func(w io.Writer, _ printer.TextOptions) error {
+				_, err := fmt.Fprintln(w, version.String())
+				return err
+			}})
+	}
+	return cmd
 }
 
 // noArgs and exactlyOneNode return usage errors (exit code 2).

@@ -9,6 +9,7 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -132,12 +133,16 @@ func UseBMC(ctx context.Context, entry config.ResolvedBMC, op PowerOp, opts Swit
 	return res, nil
 }
 
-// Write prints r as JSON (format "json") or as the text an operator
-// reads after a success (a failure's text is its error and hint).
-func (r BMCResult) Write(w io.Writer, format string) error {
-	if format == "json" {
-		return writeJSON(w, r)
-	}
+// Doc is r as the printers print it (package printer); -o name prints
+// node/NAME.
+func (r BMCResult) Doc() printer.Doc {
+	return printer.Doc{Kind: "BMCResult", Value: r, NameKind: "Node", Names: []string{r.Node},
+		Text: func(w io.Writer, _ printer.TextOptions) error { return r.writeText(w) }}
+}
+
+// writeText prints the text an operator reads after a success (a
+// failure's text is its error and hint).
+func (r BMCResult) writeText(w io.Writer) error {
 	if r.Action == string(PowerStatus) {
 		guid := r.SystemGUID
 		if guid == "" {

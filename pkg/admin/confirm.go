@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
@@ -57,9 +56,9 @@ type bmcView struct {
 // wrap ErrRefused.
 func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	w := o.Out
-	n, err := o.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
+	n, err := o.getNode(ctx, opts.Node)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", opts.Node, err)
+		return err
 	}
 	fmt.Fprintf(w, "Node %s\n", n.Name)
 	fmt.Fprintf(w, "  ready:       %s\n", o.readyText(n))

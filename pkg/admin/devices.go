@@ -8,12 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -155,14 +155,16 @@ func plugLabel(device, plug string) string {
 	return device + ":" + plug
 }
 
-// Write prints r as JSON (format "json") or as a table of its plugs
-// followed by the decision.
-func (r DeviceResult) Write(w io.Writer, format string) error {
-	if format == "json" {
-		return writeJSON(w, r)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEVEL\tDEVICE\tPLUG\tENDPOINT\tPOWER\tTIME\tERROR")
+// Doc is r as the printers print it (package printer): one row per plug;
+// -o name prints node/NAME.
+func (r DeviceResult) Doc() printer.Doc {
+	return printer.Doc{Kind: "DeviceResult", Value: r, Rows: "plugs", NameKind: "Node", Names: []string{r.Node},
+		Text: r.writeTable}
+}
+
+// writeTable prints r's plugs as a table followed by the decision.
+func (r DeviceResult) writeTable(w io.Writer, o printer.TextOptions) error {
+	tw := o.Table(w, "LEVEL", "DEVICE", "PLUG", "ENDPOINT", "POWER", "TIME", "ERROR")
 	for _, p := range r.Plugs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Level, p.Device, dash(p.Plug), p.Endpoint, p.Power,
 			millis(p.ElapsedMS).Round(10*time.Millisecond), dash(oneLine(p.Error)))
@@ -230,14 +232,23 @@ func (c TopologyCheck) Err() error {
 	return fmt.Errorf("%d node(s) cannot be fenced automatically: %s", len(c.Unfenceable), strings.Join(c.Unfenceable, ", "))
 }
 
-// Write prints c's rows as JSON (format "json") or as a table, one row per
-// node and level, followed by a line for each unfenceable node.
-func (c TopologyCheck) Write(w io.Writer, format string) error {
-	if format == "json" {
-		return writeJSON(w, c.Levels)
+// Doc is c as the printers print it (package printer): its rows, one per
+// node and level, a list as -o json has always printed it; -o name prints
+// node/NAME for every node checked.
+func (c TopologyCheck) Doc() printer.Doc {
+	var names []string
+	for _, l := range c.Levels {
+		if !slices.Contains(names, l.Node) {
+			names = append(names, l.Node)
+		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLEVEL\tRESULT\tPLUGS")
+	return printer.Doc{Kind: "TopologyCheck", Value: c.Levels, NameKind: "Node", Names: names, Text: c.writeTable}
+}
+
+// writeTable prints c's rows as a table, one row per node and level,
+// followed by a line for each unfenceable node.
+func (c TopologyCheck) writeTable(w io.Writer, o printer.TextOptions) error {
+	tw := o.Table(w, "NODE", "LEVEL", "RESULT", "PLUGS")
 	for _, r := range c.Levels {
 		result := "power " + r.Power
 		if !r.OK {

@@ -11,6 +11,7 @@ import (
 
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -93,7 +94,7 @@ func TestCheckTopology(t *testing.T) {
 		t.Errorf("Err() = %v", err)
 	}
 	var out bytes.Buffer
-	if err := c.Write(&out, "text"); err != nil {
+	if err := printer.Print(&out, "text", c.Doc()); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"node-a  1      power on", "node-a  2      power off", "node-b  1      CANNOT READ",
@@ -159,7 +160,7 @@ func TestBMCResultText(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := tc.res.Write(&out, "text"); err != nil || out.String() != tc.want {
+			if err := printer.Print(&out, "text", tc.res.Doc()); err != nil || out.String() != tc.want {
 				t.Errorf("Write = %q, %v; want %q", out.String(), err, tc.want)
 			}
 		})

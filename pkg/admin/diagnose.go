@@ -15,6 +15,7 @@ import (
 
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -33,8 +34,8 @@ type DiagnoseOptions struct {
 	// Scope narrows the findings (namespace, pod, claim, node) and asks
 	// for the risks (--all).
 	Scope diagnose.Options
-	// Output is "", "text", "json" or "yaml".
-	Output string
+	// Output prints the report; nil: as text.
+	Output *printer.Flags
 	// Color colours the text output (only on a terminal).
 	Color bool
 	// Fix cures what is safe to cure, after asking (or Yes).
@@ -67,15 +68,6 @@ func ParseTarget(arg string) (pod, claim, node string, err error) {
 		return "", "", name, nil
 	}
 	return "", "", "", fmt.Errorf("%q: want POD, pvc/NAME or node/NAME", arg)
-}
-
-// CheckDiagnoseFormat reports whether format is one WriteDiagnosis knows.
-func CheckDiagnoseFormat(format string) error {
-	switch format {
-	case "", "text", "json", "yaml":
-		return nil
-	}
-	return fmt.Errorf("output format %q: want text, json or yaml", format)
 }
 
 // Snapshot lists what diagnose.Diagnose reads. Pods and claims are listed
@@ -252,7 +244,11 @@ func (o *Operator) Diagnose(ctx context.Context, opts DiagnoseOptions) (diagnose
 		return diagnose.Report{}, err
 	}
 	r := diagnose.Diagnose(s, opts.Scope)
-	if err := WriteDiagnosis(o.Out, r, opts.Output, opts.Color, s.Now); err != nil {
+	out := opts.Output
+	if out == nil {
+		out = printer.NewFlags()
+	}
+	if err := out.Print(o.Out, DiagnosisDoc(r, opts.Color, s.Now)); err != nil {
 		return r, err
 	}
 	if opts.Fix {

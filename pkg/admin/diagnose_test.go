@@ -22,6 +22,7 @@ import (
 
 	"fenced.io/fenced/pkg/diagnose"
 	"fenced.io/fenced/pkg/identity/publish"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -140,7 +141,7 @@ func TestDiagnoseOutputFormats(t *testing.T) {
 	for _, tc := range cases {
 		t.Run("format "+tc.format, func(t *testing.T) {
 			e := dEnv(nil, nil)
-			_, err := e.op.Diagnose(context.Background(), DiagnoseOptions{Output: tc.format})
+			_, err := e.op.Diagnose(context.Background(), DiagnoseOptions{Output: printer.ForFormat(tc.format)})
 			if !errors.Is(err, ErrStuck) {
 				t.Fatalf("err = %v, want ErrStuck", err)
 			}
@@ -328,7 +329,7 @@ func TestDiagnoseGracefulShutdownFromAgentLeases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, objs...)
 			e.op.LeaseNamespace = tc.ns
-			r, err := e.op.Diagnose(context.Background(), DiagnoseOptions{Scope: diagnose.Options{Risks: true}, Output: "json"})
+			r, err := e.op.Diagnose(context.Background(), DiagnoseOptions{Scope: diagnose.Options{Risks: true}, Output: printer.ForFormat("json")})
 			if err != nil {
 				t.Fatal(err)
 			}

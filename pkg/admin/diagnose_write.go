@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"fenced.io/fenced/pkg/diagnose"
+	"fenced.io/fenced/pkg/printer"
 )
 
 // ANSI colours of the CAUSE column. Every cell of the column gets a colour
@@ -37,30 +37,29 @@ func paint(on bool, color, s string) string {
 	return color + s + colorReset
 }
 
-// WriteDiagnosis prints r as text (a kubectl-like table, then each
-// finding's proof and fix; color only for a terminal), JSON or YAML (the
-// diagnose.Report as it is). now is the reference for ages.
-func WriteDiagnosis(w io.Writer, r diagnose.Report, format string, color bool, now time.Time) error {
-	switch format {
-	case "json":
-		if r.Findings == nil {
-			r.Findings = []diagnose.Finding{}
-		}
-		return writeJSON(w, r)
-	case "yaml":
-		if r.Findings == nil {
-			r.Findings = []diagnose.Finding{}
-		}
-		return writeYAML(w, r)
+// DiagnosisDoc is r as the printers print it (package printer): the
+// diagnose.Report as it is, one row per finding, -o name printing
+// pod/NAME for each stuck pod; as text a kubectl-like table, then each
+// finding's proof and fix (color only for a terminal). now is the
+// reference for ages.
+func DiagnosisDoc(r diagnose.Report, color bool, now time.Time) printer.Doc {
+	if r.Findings == nil {
+		r.Findings = []diagnose.Finding{} // "findings": [], never null
 	}
-	if err := CheckDiagnoseFormat(format); err != nil {
-		return err
+	var pods []string
+	for _, f := range r.Findings {
+		// f.Pod is namespace/name; kubectl's -o name prints pod/NAME.
+		pods = append(pods, f.Pod[strings.LastIndex(f.Pod, "/")+1:])
 	}
+	return printer.Doc{Kind: "Diagnosis", Value: r, Rows: "findings", NameKind: "Pod", Names: pods,
+		Text: func(w io.Writer, o printer.TextOptions) error { return writeDiagnosis(w, r, o, color, now) }}
+}
+
+func writeDiagnosis(w io.Writer, r diagnose.Report, o printer.TextOptions, color bool, now time.Time) error {
 	if !r.Stuck() {
 		fmt.Fprintln(w, "No pod is stuck on a Multi-Attach error.")
 	} else {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "POD\tNODE\tVOLUME\tHELD-BY\tCAUSE\tFIX\tSINCE")
+		tw := o.Table(w, "POD", "NODE", "VOLUME", "HELD-BY", "CAUSE", "FIX", "SINCE")
 		for _, f := range r.Findings {
 			fmt.Fprintln(tw, strings.Join([]string{f.Pod, dash(f.Node), f.Volume, dash(f.HeldBy),
 				paint(color, causeColor(f.Cause), string(f.Cause)), fixCell(f.Fix), age(f.Since, now)}, "\t"))
@@ -95,8 +94,7 @@ func WriteDiagnosis(w io.Writer, r diagnose.Report, format string, color bool, n
 	}
 	if len(r.Risks) > 0 {
 		fmt.Fprintln(w, "\nRISKS")
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KIND\tOBJECT\tWHY")
+		tw := o.Table(w, "KIND", "OBJECT", "WHY")
 		for _, rk := range r.Risks {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", paint(color, colorYellow, string(rk.Kind)), rk.Object, rk.Says)
 		}

@@ -32,6 +32,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
@@ -165,6 +166,19 @@ func (o *Operator) identity(ctx context.Context) string {
 	fmt.Fprintf(o.Out, "WARNING: could not ask the API server who you are (%v); you will be recorded as %q\n", err, UnknownIdentity)
 	o.log().Warn("SelfSubjectReview failed; recording the operator as unknown", "err", err)
 	return UnknownIdentity
+}
+
+// getNode reads the Node a command names; one that does not exist is
+// ErrUnknownNode, a wrong argument.
+func (o *Operator) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	n, err := o.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w %q: no such Node", ErrUnknownNode, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	return n, nil
 }
 
 func refused(format string, args ...any) error {

@@ -8,13 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/taint"
 )
 
@@ -171,34 +172,27 @@ func (o *Operator) readPower(ctx context.Context, rows []NodeStatus, timeout tim
 	wg.Wait()
 }
 
-// CheckFormat reports whether format is one Write knows.
-func CheckFormat(format string) error {
-	switch format {
-	case "", "wide", "json", "yaml":
-		return nil
+// Doc is s as the printers print it (package printer): one row per node;
+// -o name prints node/NAME. now is the reference for the ages in the
+// table.
+func (s *Status) Doc(now time.Time) printer.Doc {
+	names := make([]string, len(s.Nodes))
+	for i, n := range s.Nodes {
+		names[i] = n.Name
 	}
-	return fmt.Errorf("output format %q: want wide, json or yaml (default: a table)", format)
+	return printer.Doc{Kind: "Status", Value: s, Rows: "nodes", NameKind: "Node", Names: names,
+		Text: func(w io.Writer, o printer.TextOptions) error { return s.writeTable(w, o, now) }}
 }
 
-// Write prints s as a table ("" or "wide") or as JSON or YAML. now is the
-// reference for the ages in the table.
-func (s *Status) Write(w io.Writer, format string, now time.Time) error {
-	switch format {
-	case "json":
-		return writeJSON(w, s)
-	case "yaml":
-		return writeYAML(w, s)
-	}
-	if err := CheckFormat(format); err != nil {
-		return err
-	}
-	wide := format == "wide"
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "NAME\tREADY\tGOSSIP\tPOWER\tLEVELS\tTAINT\tEVIDENCE\tSINCE\tFENCING"
+// writeTable prints s as a table (wider with o.Wide), then what the
+// agent said.
+func (s *Status) writeTable(w io.Writer, o printer.TextOptions, now time.Time) error {
+	wide := o.Wide
+	header := []string{"NAME", "READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"}
 	if wide {
-		header += "\tBOOT-ID\tBMC\tREASON"
+		header = append(header, "BOOT-ID", "BMC", "REASON")
 	}
-	fmt.Fprintln(tw, header)
+	tw := o.Table(w, header...)
 	for _, n := range s.Nodes {
 		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now), fencingCell(n)}
 		if wide {
@@ -293,4 +287,19 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// NodeNames lists the names of the cluster's Nodes, sorted: what shell
+// completion offers for a NODE argument.
+func NodeNames(ctx context.Context, client kubernetes.Interface) ([]string, error) {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(list.Items))
+	for i, n := range list.Items {
+		names[i] = n.Name
+	}
+	sort.Strings(names)
+	return names, nil
 }

@@ -39,9 +39,9 @@ type UnfenceOptions struct {
 // again on the returning node (unfenceReturning).
 func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 	w := o.Out
-	n, err := o.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
+	n, err := o.getNode(ctx, opts.Node)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", opts.Node, err)
+		return err
 	}
 	if !taint.HasTaint(n) {
 		if _, recorded := n.Annotations[taint.AnnotationReturning]; recorded {

@@ -47,7 +47,20 @@ func Version() string {
 // String is the line `fenced version` and `fenced --version` print:
 // the version, the Go release that built it, and the platform.
 func String() string {
-	return fmt.Sprintf("fenced %s (%s, %s/%s)", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	i := Get()
+	return fmt.Sprintf("fenced %s (%s, %s)", i.Version, i.GoVersion, i.Platform)
+}
+
+// Info is this binary's version, as `fenced version -o json` prints it.
+type Info struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+// Get is this binary's Info: what String says, field by field.
+func Get() Info {
+	return Info{Version: Version(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 }
 
 // UserAgent is the HTTP User-Agent fenced's Kubernetes clients send.

@@ -15,6 +15,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/admin"
+	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -81,7 +82,7 @@ func TestSwitches(t *testing.T) {
 	s, err := op.Status(ctx, admin.StatusOptions{})
 	must(t, err)
 	var table bytes.Buffer
-	must(t, s.Write(&table, "", time.Now()))
+	must(t, printer.Print(&table, "", s.Doc(time.Now())))
 	for _, line := range strings.Split(table.String(), "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == "w-2" && f[len(f)-1] != "excluded" {
 			t.Errorf("fenced status row of w-2: %q", line)
