@@ -57,27 +57,58 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 		Example: "  fenced bmc status worker-3\n  fenced bmc status worker-3 -o json | jq -r .power",
 		Args:    exactlyOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, args[0], admin.PowerStatus)
+			return runBMC(cmd, g, f, args[0], admin.PowerStatus, nil)
 		},
 	})
 	for _, sw := range switches {
-		cmd.AddCommand(&cobra.Command{
+		sub := &cobra.Command{
 			Use:     string(sw.op) + " NODE",
 			Short:   sw.short,
-			Long:    sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op),
+			Long:    sw.long + "\n\nThis bypasses every safety check of the fencer: it does what you ask." + byHandHelp(sw.op),
+			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op) + byHandExample("fenced bmc", sw.op),
 			Args:    exactlyOneNode,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return runBMC(cmd, g, f, args[0], sw.op)
-			},
-		})
+		}
+		byHand := &admin.ByHand{}
+		sub.RunE = func(cmd *cobra.Command, args []string) error {
+			return runBMC(cmd, g, f, args[0], sw.op, byHand)
+		}
+		if admin.Harmful(sw.op) {
+			consentFlags(sub, &byHand.Consent, &byHand.Reason, "the Event on the Node")
+		}
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
 
-func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.PowerOp) error {
+// byHandHelp is what the help of a switch that can do harm adds: the
+// question, --yes, and the Event.
+func byHandHelp(op admin.PowerOp) string {
+	if !admin.Harmful(op) {
+		return ""
+	}
+	return "\n\nIt asks y/N on a terminal; without one it does nothing unless --yes (exit 2).\n" +
+		"Before it sends anything it records a Warning Event on the Node naming you (as\n" +
+		"the API server knows you), the action and your --reason; without a Kubernetes\n" +
+		"configuration it says that nothing is recorded and goes on."
+}
+
+// byHandExample is the example line a switch that can do harm adds: the
+// same switch from a script.
+func byHandExample(command string, op admin.PowerOp) string {
+	if !admin.Harmful(op) {
+		return ""
+	}
+	return fmt.Sprintf(" --reason \"hung, OPS-1234\"\n  %s %s worker-3 --yes --reason \"hung, OPS-1234\"   # from a script", command, op)
+}
+
+func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.PowerOp, byHand *admin.ByHand) error {
 	if err := checkPowerOutput(cmd, f.output); err != nil {
 		return err
+	}
+	if admin.Harmful(op) {
+		if err := checkConsent(cmd, &byHand.Consent); err != nil {
+			return err
+		}
 	}
 	cfg, err := g.loadConfig(true)
 	if err != nil {
@@ -87,6 +118,13 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, node string, op admin.P
 	if !ok {
 		return &usageError{command: cmd.CommandPath(),
 			err: fmt.Errorf("node %q is not in the BMC inventory of %s", node, cfg.Source)}
+	}
+	if admin.Harmful(op) {
+		auditor, done := g.auditor("fenced-bmc", g.stderr)
+		defer done()
+		if err := auditor.AllowPower(cmd.Context(), byHand.About(node, op, "its BMC "+admin.BMCEndpoint(entry), "fenced bmc")); err != nil {
+			return err
+		}
 	}
 	res, err := admin.UseBMC(cmd.Context(), entry, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)

@@ -61,8 +61,14 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		return n
 	}
 
+	// Without a terminal and without --yes: nothing read, nothing written.
+	code, out, errOut := cli("confirm", "node-a", "--reason", "test")
+	if code != exitUsage || !strings.Contains(errOut, "pass --yes") || out != "" {
+		t.Fatalf("confirm without --yes: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
 	// While the machine runs, the BMC reads on: refused, nothing written.
-	code, out, errOut := cli("confirm", "node-a", "--yes", "--reason", "test")
+	code, out, errOut = cli("confirm", "node-a", "--yes", "--reason", "test")
 	if code != exitFailure || !strings.Contains(errOut, "power ON") || !strings.Contains(out, "power on, system GUID "+uuid+" (matches") {
 		t.Fatalf("confirm while on: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -146,6 +152,18 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	}
 	if n := node(); taint.HasTaint(n) || taint.AppliedByFenced(n) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
+	}
+
+	// A power action by hand leaves an Event naming who and why.
+	code, _, errOut = cli("bmc", "off", "node-a", "--yes", "--reason", "end of test", "--power-wait", "100ms")
+	if code != exitOK {
+		t.Fatalf("bmc off: code %d, stderr %s", code, errOut)
+	}
+	sel = fields.Set{"involvedObject.name": "node-a", "reason": string(vocab.EventManualPowerOff)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning || !strings.Contains(evs.Items[0].Message, adminUser) ||
+		!strings.Contains(evs.Items[0].Message, "end of test") || evs.Items[0].InvolvedObject.UID != node().UID {
+		t.Errorf("ManualPowerOff events: %v, %v", evs, err)
 	}
 }
 

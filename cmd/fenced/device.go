@@ -53,7 +53,7 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 		Example: "  fenced device status worker-3",
 		Args:    exactlyOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDevice(cmd, g, f, args[0], admin.PowerStatus)
+			return runDevice(cmd, g, f, args[0], admin.PowerStatus, nil)
 		},
 	})
 	for _, sw := range []struct {
@@ -64,17 +64,22 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 		{admin.PowerOn, "Switch every plug of a level on and confirm each reads on"},
 		{admin.PowerCycle, "Switch every plug of a level off and on again, confirming each step"},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		sub := &cobra.Command{
 			Use:   string(sw.op) + " NODE",
 			Short: sw.short,
 			Long: sw.short + ". Without --level the levels are tried in order until one\n" +
-				"switches completely.\n\nThis bypasses every safety check of the fencer: it does what you ask.",
-			Example: fmt.Sprintf("  fenced device %s worker-3 --level 2", sw.op),
+				"switches completely.\n\nThis bypasses every safety check of the fencer: it does what you ask." + byHandHelp(sw.op),
+			Example: fmt.Sprintf("  fenced device %s worker-3 --level 2", sw.op) + byHandExample("fenced device", sw.op),
 			Args:    exactlyOneNode,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return runDevice(cmd, g, f, args[0], sw.op)
-			},
-		})
+		}
+		byHand := &admin.ByHand{}
+		sub.RunE = func(cmd *cobra.Command, args []string) error {
+			return runDevice(cmd, g, f, args[0], sw.op, byHand)
+		}
+		if admin.Harmful(sw.op) {
+			consentFlags(sub, &byHand.Consent, &byHand.Reason, "the Event on the Node")
+		}
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
@@ -96,7 +101,12 @@ func openPowerDevices(cmd *cobra.Command, g *globals, output string) (*config.Co
 	return cfg, devs, nil
 }
 
-func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node string, op admin.PowerOp) error {
+func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node string, op admin.PowerOp, byHand *admin.ByHand) error {
+	if admin.Harmful(op) {
+		if err := checkConsent(cmd, &byHand.Consent); err != nil {
+			return err
+		}
+	}
 	cfg, devs, err := openPowerDevices(cmd, g, f.output)
 	if err != nil {
 		return err
@@ -108,6 +118,13 @@ func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, node string, op a
 	}
 	if f.level < 0 || f.level > levels {
 		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--level %d: node %s has levels 1 to %d", f.level, node, levels)}
+	}
+	if admin.Harmful(op) {
+		auditor, done := g.auditor("fenced-device", g.stderr)
+		defer done()
+		if err := auditor.AllowPower(cmd.Context(), byHand.About(node, op, admin.LevelsText(f.level), "fenced device")); err != nil {
+			return err
+		}
 	}
 	res := devs.Use(cmd.Context(), node, f.level, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr})

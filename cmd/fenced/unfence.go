@@ -20,6 +20,8 @@ it was fenced (the same boot ID means it never rebooted, so it may never have
 been off), and no VolumeAttachment of the node is left. Any failed check is a
 refusal, unless --force, which removes the taint anyway and records that it did
 (a Warning Event UnfenceForced naming you and your reason, and a log line).
+--force asks y/N on a terminal before it skips a failed check; without a
+terminal it does nothing, not even read, unless --yes (exit 2).
 
 A taint that fenced did not apply (no fenced.io/applied-by annotation) is never
 touched, with or without --force.
@@ -40,17 +42,21 @@ Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage erro
   fenced unfence worker-3 --force --reason "VA of a deleted PV, checked by J. Doe"`,
 		Args: exactlyOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Force {
+				if err := checkConsent(cmd, &o.Consent); err != nil {
+					return err
+				}
+			}
 			op, done, err := g.newOperator("fenced-unfence")
 			if err != nil {
 				return err
 			}
 			defer done()
 			o.Node = args[0]
-			return op.Unfence(cmd.Context(), o)
+			return usageIfNeedsYes(cmd, op.Unfence(cmd.Context(), o))
 		},
 	}
-	fl := cmd.Flags()
-	fl.BoolVar(&o.Force, "force", false, "remove the taint even if checks fail (recorded in an Event and the log)")
-	fl.StringVar(&o.Reason, "reason", "", "why (recorded in the Events)")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "remove the taint even if checks fail (asked, and recorded in an Event and the log)")
+	consentFlags(cmd, &o.Consent, &o.Reason, "the Events and the fence history")
 	return cmd
 }

@@ -154,7 +154,15 @@ func (o *Operator) bmc(node string) (device.BMC, string, bool) {
 // operator's must be the one the cluster authenticated, not one the caller
 // typed. An API server that refuses (old version, RBAC) is no reason to stop
 // an operator at 3 a.m., so the fallback is "unknown", said out loud.
+//
+// The question is bounded by identityTimeout: a command that switches a
+// machine off by hand must not hang on an API server that does not answer.
 func (o *Operator) identity(ctx context.Context) string {
+	if o.Client == nil {
+		return o.unknownIdentity(errors.New("no connection to the API server"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, identityTimeout)
+	defer cancel()
 	r, err := o.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err == nil && r.Status.UserInfo.Username != "" {
 		return r.Status.UserInfo.Username
@@ -162,6 +170,15 @@ func (o *Operator) identity(ctx context.Context) string {
 	if err == nil {
 		err = errors.New("the API server returned no user name")
 	}
+	return o.unknownIdentity(err)
+}
+
+// identityTimeout bounds identity's question.
+const identityTimeout = 10 * time.Second
+
+// unknownIdentity says out loud that the caller will be recorded as
+// UnknownIdentity, and why.
+func (o *Operator) unknownIdentity(err error) string {
 	fmt.Fprintf(o.Out, "WARNING: could not ask the API server who you are (%v); you will be recorded as %q\n", err, UnknownIdentity)
 	o.log().Warn("SelfSubjectReview failed; recording the operator as unknown", "err", err)
 	return UnknownIdentity
