@@ -154,6 +154,44 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 
+	// The switches, written as the fencers read them, and shown by status.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fenced-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pause", "--reason", "SAN update"}, "configmap/fenced-system/fenced-pause: not paused -> paused: SAN update"},
+		{[]string{"pause", "--reason", "SAN update"}, "paused: SAN update already: nothing changed"},
+		{[]string{"status"}, "paused:            YES: SAN update"},
+		{[]string{"resume"}, "paused: SAN update -> not paused"},
+		{[]string{"exclude", "node-a", "--reason", "firmware"}, "node/node-a: included -> excluded (fenced.io/exclude=true)"},
+		{[]string{"status"}, "excluded nodes:    1"},
+		{[]string{"include", "node-a"}, "node/node-a: excluded (fenced.io/exclude=true) -> included"},
+		{[]string{"include", "node-a"}, "included already: nothing changed"},
+	} {
+		code, out, errOut := cli(step.args...)
+		if code != exitOK || !strings.Contains(out, step.want) {
+			t.Fatalf("fenced %v: code %d, want %q\nstdout: %s\nstderr: %s", step.args, code, step.want, out, errOut)
+		}
+	}
+	if cm, err := client.CoreV1().ConfigMaps("fenced-system").Get(ctx, taint.PauseConfigMap, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if paused, _ := taint.Paused(cm); paused {
+		t.Fatalf("still paused after resume: %v", cm.Data)
+	}
+	sel = fields.Set{"involvedObject.name": "node-a", "reason": string(vocab.EventNodeExcludedFromFencing)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || !strings.Contains(evs.Items[0].Message, adminUser) || !strings.Contains(evs.Items[0].Message, "firmware") {
+		t.Errorf("NodeExcludedFromFencing events: %v, %v", evs, err)
+	}
+	sel = fields.Set{"involvedObject.name": taint.PauseConfigMap, "reason": string(vocab.EventPauseRequested)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events("fenced-system").List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || !strings.Contains(evs.Items[0].Message, "SAN update") {
+		t.Errorf("PauseRequested events: %v, %v", evs, err)
+	}
+
 	// A power action by hand leaves an Event naming who and why.
 	code, _, errOut = cli("bmc", "off", "node-a", "--yes", "--reason", "end of test", "--power-wait", "100ms")
 	if code != exitOK {
@@ -179,13 +217,14 @@ func rowOf(table, name string) string {
 
 func TestOperatorCommandsHelpAndUsage(t *testing.T) {
 	ctx := context.Background()
-	for _, cmd := range []string{"confirm", "unfence", "status"} {
+	for _, cmd := range []string{"confirm", "unfence", "status", "pause", "resume", "exclude", "include"} {
 		code, out, _ := fenced(t, ctx, cmd, "--help")
 		if code != exitOK || !strings.Contains(out, "Examples:") {
 			t.Errorf("fenced %s --help: code %d, no example:\n%s", cmd, code, out)
 		}
 	}
-	for _, args := range [][]string{{"confirm"}, {"unfence", "a", "b"}, {"status", "extra"}, {"status", "-o", "xml"}, {"confirm", "a", "-y"}} {
+	for _, args := range [][]string{{"confirm"}, {"unfence", "a", "b"}, {"status", "extra"}, {"status", "-o", "xml"}, {"confirm", "a", "-y"},
+		{"pause", "extra"}, {"exclude"}, {"include", "a", "b"}, {"resume", "-o", "xml"}} {
 		if code, _, errOut := fenced(t, ctx, args...); code != exitUsage {
 			t.Errorf("fenced %v: code %d, want %d (%s)", args, code, exitUsage, errOut)
 		}

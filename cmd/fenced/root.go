@@ -81,6 +81,9 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 	pf.CountVarP(&g.verbosity, "verbose", "v", "more detailed logs (-v: debug)")
 
 	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newCredentialsCommand(g), newManCommand())
+	for _, sc := range switchCommands {
+		root.AddCommand(newSwitchCommand(g, sc))
+	}
 	return root
 }
 

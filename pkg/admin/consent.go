@@ -150,11 +150,11 @@ func (o *Operator) recordOnNode(ctx context.Context, node, eventType string, rea
 		fmt.Fprintf(o.Out, "WARNING: no Event recorded (no connection to the API server)\n")
 		return
 	}
-	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	if o.Client != nil {
-		if n, err := o.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
-			ref.UID = n.UID
+		if got, err := o.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+			n = got
 		}
 	}
-	o.Recorder.Eventf(ref, eventType, string(reason), format, args...)
+	o.record(n, eventType, reason, format, args...)
 }

@@ -129,12 +129,22 @@ func (o *Operator) log() *slog.Logger {
 
 // warn records a Warning Event on the node, if there is a Recorder.
 func (o *Operator) warn(n *corev1.Node, reason vocab.EventReason, format string, args ...any) {
-	if o.Recorder != nil {
-		// A reference rather than the Node, as pkg/taint does, so that any
-		// recorder, whatever scheme it was built with, can use it.
-		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
-		o.Recorder.Eventf(ref, corev1.EventTypeWarning, string(reason), format, args...)
+	o.record(n, corev1.EventTypeWarning, reason, format, args...)
+}
+
+// record records an Event on a Node or a ConfigMap (the pause), if there is
+// a Recorder.
+func (o *Operator) record(obj metav1.Object, eventType string, reason vocab.EventReason, format string, args ...any) {
+	if o.Recorder == nil {
+		return
 	}
+	// A reference rather than the object, as pkg/taint does, so that any
+	// recorder, whatever scheme it was built with, can use it.
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: obj.GetName(), Namespace: obj.GetNamespace(), UID: obj.GetUID()}
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		ref.Kind = "ConfigMap"
+	}
+	o.Recorder.Eventf(ref, eventType, string(reason), format, args...)
 }
 
 // bmc returns node's BMC and endpoint, if an inventory has it.

@@ -718,7 +718,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
+		"NAME":    {"READY", "PHASE", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
 		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m", "-"},
 		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m", "-"},
 		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-", "excluded"},
@@ -760,8 +760,15 @@ func TestStatus(t *testing.T) {
 	if len(back.Nodes) != 4 || back.Nodes[0].Name != "fenced" || back.Nodes[0].Evidence == nil ||
 		back.Nodes[0].Evidence.Method != vocab.EvidenceBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
 		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[2].Excluded != taint.ExcludeLabel || back.Nodes[0].Excluded != "" || back.Nodes[3].Power != "unknown" ||
-		back.Agent == nil || back.Agent.Members["alive"] != 2 {
+		back.Agent == nil || back.Agent.Members["alive"] != 2 || back.Nodes[0].Phase != "Fenced" || back.Nodes[0].Gossip != back.Nodes[0].Phase {
 		t.Fatalf("json:\n%s", js.String())
+	}
+	// Every column printed is in the help, under the name printed.
+	help := StatusColumnsHelp()
+	for _, col := range strings.Fields(strings.SplitN(wide.String(), "\n", 2)[0]) {
+		if !strings.Contains(help, "  "+col+" ") {
+			t.Errorf("column %s is not in the help:\n%s", col, help)
+		}
 	}
 	var yml bytes.Buffer
 	if err := s.Write(&yml, "yaml", t0); err != nil || !strings.Contains(yml.String(), "taint: other") {

@@ -1,0 +1,143 @@
+package admin
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
+)
+
+const testNS = "fenced-system"
+
+func pauseCM(data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taint.PauseConfigMap, Namespace: testNS}, Data: data}
+}
+
+// TestPauseAndResume: what pause and resume write is what the fencer reads
+// (taint.Paused), a switch already in place is left alone, and each change
+// is recorded with who and why.
+func TestPauseAndResume(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		objs       []runtime.Object
+		pause      bool
+		reason     string
+		wantPaused bool
+		changed    bool
+		event      string
+	}{
+		{"pause, no ConfigMap yet", nil, true, "SAN update", true, true, "Warning " + string(vocab.EventPauseRequested)},
+		{"pause again, same reason", []runtime.Object{pauseCM(map[string]string{"paused": "true", "reason": "SAN update"})}, true, "SAN update", true, false, ""},
+		{"pause again, new reason", []runtime.Object{pauseCM(map[string]string{"paused": "true", "reason": "old"})}, true, "SAN update", true, true, "Warning " + string(vocab.EventPauseRequested)},
+		{"pause a resumed one", []runtime.Object{pauseCM(map[string]string{"paused": "false"})}, true, "SAN update", true, true, "Warning " + string(vocab.EventPauseRequested)},
+		{"resume", []runtime.Object{pauseCM(map[string]string{"paused": "TRUE", "reason": "old"})}, false, "done", false, true, "Normal " + string(vocab.EventResumeRequested)},
+		{"resume, no ConfigMap", nil, false, "", false, false, ""},
+		{"resume, not paused", []runtime.Object{pauseCM(map[string]string{"paused": "false"})}, false, "", false, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, tc.objs...)
+			e.op.LeaseNamespace = testNS
+			turn := e.op.Resume
+			if tc.pause {
+				turn = e.op.Pause
+			}
+			c, err := turn(context.Background(), tc.reason)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Changed != tc.changed {
+				t.Errorf("changed = %v, want %v: %+v", c.Changed, tc.changed, c)
+			}
+			cm, err := e.cs.CoreV1().ConfigMaps(testNS).Get(context.Background(), taint.PauseConfigMap, metav1.GetOptions{})
+			if err != nil && tc.wantPaused {
+				t.Fatal(err)
+			}
+			if err == nil {
+				if p, r := taint.Paused(cm); p != tc.wantPaused || (p && r != tc.reason) {
+					t.Errorf("the fencer reads paused %v, %q; want %v, %q", p, r, tc.wantPaused, tc.reason)
+				}
+			}
+			evs := e.events()
+			if tc.event == "" && (len(evs) != 0 || e.writes() != 0) {
+				t.Errorf("nothing to do, yet events %q, %d writes", evs, e.writes())
+			}
+			if tc.event != "" && !hasEvent(evs, tc.event, "alice", reasonOr(tc.reason)) {
+				t.Errorf("events = %q", evs)
+			}
+			var out strings.Builder
+			if err := c.Write(&out, "text"); err != nil || !strings.Contains(out.String(), "configmap/"+testNS+"/"+taint.PauseConfigMap) {
+				t.Errorf("text: %q, %v", out.String(), err)
+			}
+		})
+	}
+}
+
+// TestExcludeAndInclude: exclude writes the label the fencer reads
+// (taint.ExcludedBy), include removes only fenced's label, and a node that
+// medik8s' label excludes stays excluded, which include says.
+func TestExcludeAndInclude(t *testing.T) {
+	labelled := func(labels map[string]string) *corev1.Node {
+		n := newNode("n1", corev1.ConditionTrue)
+		n.Labels = labels
+		return n
+	}
+	for _, tc := range []struct {
+		name        string
+		labels      map[string]string
+		exclude     bool
+		wantBy      string
+		changed     bool
+		event, note string
+	}{
+		{"exclude", nil, true, taint.ExcludeLabel, true, "Warning " + string(vocab.EventNodeExcludedFromFencing), ""},
+		{"exclude again", map[string]string{taint.ExcludeLabel: "True"}, true, taint.ExcludeLabel, false, "", ""},
+		{"exclude, medik8s too", map[string]string{taint.Medik8sExcludeLabel: "true"}, true, taint.ExcludeLabel, true, "Warning " + string(vocab.EventNodeExcludedFromFencing), ""},
+		{"include", map[string]string{taint.ExcludeLabel: "true", "other": "x"}, false, "", true, "Normal " + string(vocab.EventNodeIncludedInFencing), ""},
+		{"include, not excluded", nil, false, "", false, "", ""},
+		{"include, label says false", map[string]string{taint.ExcludeLabel: "false"}, false, "", true, "Normal " + string(vocab.EventNodeIncludedInFencing), ""},
+		{"include, medik8s still excludes", map[string]string{taint.ExcludeLabel: "true", taint.Medik8sExcludeLabel: "true"}, false,
+			taint.Medik8sExcludeLabel, true, "Normal " + string(vocab.EventNodeIncludedInFencing), "stays excluded by " + taint.Medik8sExcludeLabel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, labelled(tc.labels))
+			turn := e.op.Include
+			if tc.exclude {
+				turn = e.op.Exclude
+			}
+			c, err := turn(context.Background(), "n1", "firmware")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := e.node(t, "n1")
+			if by := taint.ExcludedBy(n); by != tc.wantBy || c.Changed != tc.changed {
+				t.Fatalf("excluded by %q (changed %v), want %q (%v): %+v", by, c.Changed, tc.wantBy, tc.changed, c)
+			}
+			if tc.labels["other"] != "" && n.Labels["other"] != "x" {
+				t.Errorf("other labels lost: %v", n.Labels)
+			}
+			evs := e.events()
+			if tc.event == "" && (len(evs) != 0 || e.writes() != 0) {
+				t.Errorf("nothing to do, yet events %q, %d writes", evs, e.writes())
+			}
+			if tc.event != "" && !hasEvent(evs, tc.event, "alice", "firmware") {
+				t.Errorf("events = %q", evs)
+			}
+			if !strings.Contains(c.Note, tc.note) || (tc.note == "" && c.Note != "") {
+				t.Errorf("note = %q, want %q", c.Note, tc.note)
+			}
+		})
+	}
+}
+
+func TestExcludeUnknownNode(t *testing.T) {
+	e := newEnv(nil)
+	if _, err := e.op.Exclude(context.Background(), "nope", ""); err == nil || !strings.Contains(err.Error(), "node nope") {
+		t.Fatalf("err = %v", err)
+	}
+}
