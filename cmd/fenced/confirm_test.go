@@ -47,6 +47,10 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// fenced's namespace, where the history and the pause live.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fenced-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -154,10 +158,14 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 
-	// The switches, written as the fencers read them, and shown by status.
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fenced-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The fence history keeps the confirm and the unfence, newest first.
+	code, out, errOut = cli("history", "node-a")
+	if code != exitOK || !strings.Contains(out, "fenced-unfence/"+adminUser) || !strings.Contains(out, "fenced-confirm/"+adminUser) ||
+		strings.Index(out, "unfence") > strings.Index(out, "fenced-confirm/") {
+		t.Fatalf("history: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+
+	// The switches, written as the fencers read them, and shown by status.
 	for _, step := range []struct {
 		args []string
 		want string
@@ -217,14 +225,14 @@ func rowOf(table, name string) string {
 
 func TestOperatorCommandsHelpAndUsage(t *testing.T) {
 	ctx := context.Background()
-	for _, cmd := range []string{"confirm", "unfence", "status", "pause", "resume", "exclude", "include"} {
+	for _, cmd := range []string{"confirm", "unfence", "status", "pause", "resume", "exclude", "include", "history"} {
 		code, out, _ := fenced(t, ctx, cmd, "--help")
 		if code != exitOK || !strings.Contains(out, "Examples:") {
 			t.Errorf("fenced %s --help: code %d, no example:\n%s", cmd, code, out)
 		}
 	}
 	for _, args := range [][]string{{"confirm"}, {"unfence", "a", "b"}, {"status", "extra"}, {"status", "-o", "xml"}, {"confirm", "a", "-y"},
-		{"pause", "extra"}, {"exclude"}, {"include", "a", "b"}, {"resume", "-o", "xml"}} {
+		{"pause", "extra"}, {"exclude"}, {"include", "a", "b"}, {"resume", "-o", "xml"}, {"history", "a", "b"}} {
 		if code, _, errOut := fenced(t, ctx, args...); code != exitUsage {
 			t.Errorf("fenced %v: code %d, want %d (%s)", args, code, exitUsage, errOut)
 		}

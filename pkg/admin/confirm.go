@@ -129,6 +129,8 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		return nil
 	}
 	o.warn(n, vocab.EventManualFenceConfirmed, "%s confirmed node %s is powered off (fenced confirm): %s", user, n.Name, reasonOr(opts.Reason))
+	o.recordHistory(ctx, taint.HistoryEntry{Node: n.Name, Action: taint.HistoryFence, At: ev.At, By: "fenced-confirm/" + user,
+		Method: ev.Method, Evidence: ev.Summary(), Reason: opts.Reason})
 	fmt.Fprintf(w, "Tainted node %s %s=%s:NoExecute with manual evidence (by %s).\n", n.Name, taint.TaintKey, taint.TaintValue, user)
 
 	// The taint is the evidence; the rest only makes the recovery faster

@@ -2,12 +2,16 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
@@ -139,5 +143,59 @@ func TestExcludeUnknownNode(t *testing.T) {
 	e := newEnv(nil)
 	if _, err := e.op.Exclude(context.Background(), "nope", ""); err == nil || !strings.Contains(err.Error(), "node nope") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestConfirmAndUnfenceRecordHistory: confirm and unfence each add an
+// entry to the fence history naming the operator; a history that cannot
+// be written is said, and changes nothing else.
+func TestConfirmAndUnfenceRecordHistory(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "written", true: "refused"}[refuse], func(t *testing.T) {
+			e := newEnv(nil, newNode("n1", corev1.ConditionUnknown))
+			e.op.LeaseNamespace = testNS
+			if refuse {
+				e.cs.PrependReactor("*", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, taint.HistoryConfigMap, errors.New("no"))
+				})
+			}
+			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Reason: "PSU dead", Consent: Consent{Yes: true}}); err != nil {
+				t.Fatalf("Confirm: %v", err)
+			}
+			// Back on a new boot, Ready: unfence.
+			n := e.node(t, "n1")
+			n.Status.NodeInfo.BootID = bootB
+			n.Status.Conditions[0].Status = corev1.ConditionTrue
+			if _, err := e.cs.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Reason: "back"}); err != nil {
+				t.Fatalf("Unfence: %v\n%s", err, e.out)
+			}
+			if taint.HasTaint(e.node(t, "n1")) {
+				t.Fatal("still tainted")
+			}
+			if refuse {
+				if got := strings.Count(e.out.String(), "WARNING: not recorded in the fence history"); got != 2 {
+					t.Errorf("%d warnings:\n%s", got, e.out)
+				}
+				return
+			}
+			h, err := e.op.History(context.Background(), "n1")
+			if err != nil || len(h.Entries) != 2 {
+				t.Fatalf("history = %+v, %v", h, err)
+			}
+			un, fence := h.Entries[0], h.Entries[1]
+			if un.Action != taint.HistoryUnfence || un.By != "fenced-unfence/alice" || !strings.Contains(un.Reason, "back") || un.Method != vocab.EvidenceManual {
+				t.Errorf("unfence entry = %+v", un)
+			}
+			if fence.Action != taint.HistoryFence || fence.By != "fenced-confirm/alice" || fence.Reason != "PSU dead" || fence.Method != vocab.EvidenceManual {
+				t.Errorf("fence entry = %+v", fence)
+			}
+			var out strings.Builder
+			if err := h.Write(&out, "", t0); err != nil || !strings.Contains(out.String(), "unfence") || strings.Index(out.String(), "unfence") > strings.Index(out.String(), " fence ") {
+				t.Errorf("table (%v), newest first:\n%s", err, out.String())
+			}
+		})
 	}
 }

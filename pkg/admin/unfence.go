@@ -134,6 +134,12 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 		o.warn(n, vocab.EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
 			user, skipped, reasonOr(opts.Reason))
 	}
+	removed := taint.HistoryEntry{Node: n.Name, Action: taint.HistoryUnfence, At: o.now(), By: "fenced-unfence/" + user,
+		Reason: why, Forced: opts.Force && len(failed) > 0}
+	if evErr == nil {
+		removed.Method, removed.Evidence = ev.Method, ev.Summary()
+	}
+	o.recordHistory(ctx, removed)
 	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.TaintKey, n.Name)
 	fmt.Fprintf(w, "%s:%s takes its place until the controller-manager has observed the removal; a fencer lifts it then (or run fenced unfence %s again).\n",
 		taint.ReturningTaintKey, corev1.TaintEffectNoExecute, n.Name)

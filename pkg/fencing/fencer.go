@@ -170,6 +170,9 @@ type Fencer struct {
 	// reads bounds the power reads in flight (readgate.go).
 	reads *readGate
 
+	// history queues the fence history entries to write (history.go).
+	history chan taint.HistoryEntry
+
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
 
@@ -218,6 +221,7 @@ func New(cfg Config) (*Fencer, error) {
 		cleanFences: map[string]time.Time{},
 		fenceable:   map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
+		history:     make(chan taint.HistoryEntry, historyQueue),
 	}
 	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
 	if err := f.watch(cfg.Informers); err != nil {
@@ -364,6 +368,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 	go func() {
 		defer f.bg.Done()
 		f.monitorDevices(ctx)
+	}()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.writeHistory(ctx)
 	}()
 	<-ctx.Done()
 	return nil
@@ -729,6 +738,8 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			}
 			f.log.Warn("out-of-service taint applied", "node", name, "evidence", ev.Method, "reason", ev.Reason,
 				"sinceSuspected", f.cfg.Now().Sub(suspectSince).Round(time.Millisecond))
+			f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryFence, At: f.cfg.Now(), By: f.cfg.Identity,
+				Method: ev.Method, Evidence: ev.Summary(), Reason: ev.Reason})
 		}
 	case core.ActMarkNotReady:
 		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
@@ -760,6 +771,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.cfg.Metrics.TaintsRemoved.Inc()
 			f.log.Info("out-of-service taint removed, returning taint in its place", "node", name, "reason", a.Message,
 				"cordoned", res.Node.Spec.Unschedulable, "cordonIsFenced", res.Record.Cordoned)
+			f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryUnfence, At: f.cfg.Now(), By: f.cfg.Identity, Reason: a.Message})
 		} else if res.Node != nil {
 			f.log.Info("returning: cordon changed again for the controller-manager to answer", "node", name, "cordoned", res.Node.Spec.Unschedulable)
 		}
