@@ -68,14 +68,9 @@ the state in time), 2 usage error (wrong flags, unknown node).`,
 			Example: fmt.Sprintf("  fenced bmc %s worker-3", sw.op) + byHandExample("fenced bmc", sw.op),
 			Args:    exactlyOneNode,
 		}
-		byHand := &admin.ByHand{}
-		sub.RunE = func(cmd *cobra.Command, args []string) error {
-			return runBMC(cmd, g, f, args[0], sw.op, byHand)
-		}
-		if admin.Harmful(sw.op) {
-			consentFlags(sub, &byHand.Consent, &byHand.Reason, "the Event on the Node")
-		}
-		cmd.AddCommand(sub)
+		cmd.AddCommand(powerSwitch(sub, sw.op, func(cmd *cobra.Command, node string, byHand *admin.ByHand) error {
+			return runBMC(cmd, g, f, node, sw.op, byHand)
+		}))
 	}
 	return cmd
 }

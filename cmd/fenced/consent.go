@@ -22,6 +22,25 @@ func consentFlags(cmd *cobra.Command, c *admin.Consent, reason *string, recorded
 	fl.StringVar(reason, "reason", "", "why (recorded in "+recorded+")")
 }
 
+// powerSwitch finishes sub, one of bmc's or device's switches: it runs run
+// on its NODE and, when op can do harm, takes --yes and --reason for it.
+func powerSwitch(sub *cobra.Command, op admin.PowerOp, run func(cmd *cobra.Command, node string, byHand *admin.ByHand) error) *cobra.Command {
+	byHand := &admin.ByHand{}
+	sub.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd, args[0], byHand) }
+	if admin.Harmful(op) {
+		consentFlags(sub, &byHand.Consent, &byHand.Reason, "the Event on the Node")
+	}
+	return sub
+}
+
+// firstArg is a command's optional NODE: "" when none was given.
+func firstArg(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
 // checkConsent takes the y/N answer from standard input when it is a
 // terminal and, when nobody can answer and --yes is missing, stops the
 // command before it does anything: a usage error (exit 2).

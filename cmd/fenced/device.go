@@ -72,14 +72,9 @@ Exit codes: 0 done, 1 failed (no level could be read or switched), 2 usage error
 			Example: fmt.Sprintf("  fenced device %s worker-3 --level 2", sw.op) + byHandExample("fenced device", sw.op),
 			Args:    exactlyOneNode,
 		}
-		byHand := &admin.ByHand{}
-		sub.RunE = func(cmd *cobra.Command, args []string) error {
-			return runDevice(cmd, g, f, args[0], sw.op, byHand)
-		}
-		if admin.Harmful(sw.op) {
-			consentFlags(sub, &byHand.Consent, &byHand.Reason, "the Event on the Node")
-		}
-		cmd.AddCommand(sub)
+		cmd.AddCommand(powerSwitch(sub, sw.op, func(cmd *cobra.Command, node string, byHand *admin.ByHand) error {
+			return runDevice(cmd, g, f, node, sw.op, byHand)
+		}))
 	}
 	return cmd
 }

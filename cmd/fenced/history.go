@@ -44,11 +44,7 @@ Exit codes: 0 shown (also when empty), 1 failed, 2 usage error.`,
 				return err
 			}
 			defer done()
-			var node string
-			if len(args) == 1 {
-				node = args[0]
-			}
-			h, err := op.History(cmd.Context(), node)
+			h, err := op.History(cmd.Context(), firstArg(args))
 			if err != nil {
 				return err
 			}

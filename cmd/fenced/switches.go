@@ -80,11 +80,7 @@ func newSwitchCommand(g *globals, sc switchCommand) *cobra.Command {
 				return err
 			}
 			defer done()
-			var node string
-			if len(args) == 1 {
-				node = args[0]
-			}
-			c, err := sc.turn(cmd.Context(), op, node, reason)
+			c, err := sc.turn(cmd.Context(), op, firstArg(args), reason)
 			if err != nil {
 				return err
 			}
