@@ -771,7 +771,13 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.cfg.Metrics.TaintsRemoved.Inc()
 			f.log.Info("out-of-service taint removed, returning taint in its place", "node", name, "reason", a.Message,
 				"cordoned", res.Node.Spec.Unschedulable, "cordonIsFenced", res.Record.Cordoned)
-			f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryUnfence, At: f.cfg.Now(), By: f.cfg.Identity, Reason: a.Message})
+			removed := taint.HistoryEntry{Node: name, Action: taint.HistoryUnfence, At: f.cfg.Now(), By: f.cfg.Identity, Reason: a.Message}
+			if ev, ok, err := taint.EvidenceOf(node); ok && err == nil {
+				// The evidence the taint rested on, as the node showed it
+				// before the write that removed it.
+				removed.Method, removed.Evidence = ev.Method, ev.Summary()
+			}
+			f.recordHistory(removed)
 		} else if res.Node != nil {
 			f.log.Info("returning: cordon changed again for the controller-manager to answer", "node", name, "cordoned", res.Node.Spec.Unschedulable)
 		}
