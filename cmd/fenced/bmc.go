@@ -47,18 +47,18 @@ configuration; the BMC unreachable, timed out or refused the credentials).`,
 			"Open an authenticated session to the node's BMC and read the chassis power state\nand the system GUID (compared with the Node's systemUUID when fencing).",
 			"  fenced bmc status worker-3\n  fenced bmc status worker-3 -o jsonpath='{.power}'"},
 		{admin.PowerOff, "Switch a node off (hard) and confirm it reads off",
-			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent." + bypasses,
+			"Switch the chassis off without a graceful shutdown, then read the power state\nevery second until it is off (or --power-timeout passes). Already off: nothing is sent.",
 			"  fenced bmc off worker-3"},
 		{admin.PowerOn, "Switch a node on and confirm it reads on",
-			"Switch the chassis on, then read the power state every second until it is on." + bypasses,
+			"Switch the chassis on, then read the power state every second until it is on.",
 			"  fenced bmc on worker-3"},
 		{admin.PowerCycle, "Switch a node off and on again, confirming each step",
-			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on." + bypasses,
+			"Switch the chassis off, confirm it reads off, switch it on, confirm it reads on.",
 			"  fenced bmc cycle worker-3"},
 	} {
-		cmd.AddCommand(powerCommand(g, sub.op, sub.short, sub.long, sub.example,
-			func(cmd *cobra.Command, out *printer.Flags, node string) error {
-				return runBMC(cmd, g, f, out, node, sub.op)
+		cmd.AddCommand(powerCommand(g, "fenced bmc", sub.op, sub.short, sub.long, sub.example,
+			func(cmd *cobra.Command, out *printer.Flags, node string, byHand *admin.ByHand) error {
+				return runBMC(cmd, g, f, out, node, sub.op, byHand)
 			}))
 	}
 	return cmd
@@ -67,10 +67,16 @@ configuration; the BMC unreachable, timed out or refused the credentials).`,
 // bypasses ends the help of the commands that switch power by hand.
 const bypasses = "\n\nThis bypasses every safety check of the fencer: it does what you ask."
 
-// powerCommand is a subcommand of bmc and device, OP NODE: NODE completes
-// with the configuration's nodes, and it prints with the output flags.
-func powerCommand(g *globals, op admin.PowerOp, short, long, example string,
-	run func(cmd *cobra.Command, out *printer.Flags, node string) error) *cobra.Command {
+// powerCommand is a subcommand of bmc and device (parent), OP NODE: NODE
+// completes with the configuration's nodes, it prints with the output
+// flags, and an OP that can do harm (admin.Harmful) takes --yes and
+// --reason and gets the go-ahead before run reads or switches anything.
+func powerCommand(g *globals, parent string, op admin.PowerOp, short, long, example string,
+	run func(cmd *cobra.Command, out *printer.Flags, node string, byHand *admin.ByHand) error) *cobra.Command {
+	if op != admin.PowerStatus {
+		long += bypasses
+	}
+	byHand := &admin.ByHand{}
 	c := &cobra.Command{
 		Use:               string(op) + " NODE",
 		Short:             short,
@@ -79,12 +85,27 @@ func powerCommand(g *globals, op admin.PowerOp, short, long, example string,
 		Args:              exactlyOneNode,
 		ValidArgsFunction: g.completeNodes(1, true),
 	}
+	if admin.Harmful(op) {
+		c.Long += "\n\nIt asks y/N on a terminal; without one it does nothing unless --yes (exit 2).\n" +
+			"Before it sends anything it records a Warning Event on the Node naming you (as\n" +
+			"the API server knows you), the action and your --reason; without a Kubernetes\n" +
+			"configuration it says that nothing is recorded and goes on."
+		c.Example += fmt.Sprintf(" --reason \"hung, OPS-1234\"\n  %s %s worker-3 --yes --reason \"hung, OPS-1234\"   # from a script", parent, op)
+		consentFlags(c, &byHand.Consent, &byHand.Reason, "the Event on the Node")
+	}
 	out := outputFlags(c)
-	c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd, out, args[0]) }
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if admin.Harmful(op) {
+			if err := checkConsent(cmd, &byHand.Consent); err != nil {
+				return err
+			}
+		}
+		return run(cmd, out, args[0], byHand)
+	}
 	return c
 }
 
-func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, node string, op admin.PowerOp) error {
+func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, node string, op admin.PowerOp, byHand *admin.ByHand) error {
 	cfg, err := g.loadConfig(true)
 	if err != nil {
 		return err
@@ -93,6 +114,13 @@ func runBMC(cmd *cobra.Command, g *globals, f *bmcFlags, out *printer.Flags, nod
 	if !ok {
 		return &usageError{command: cmd.CommandPath(),
 			err: fmt.Errorf("%w %q: it is not in the BMC inventory of %s", admin.ErrUnknownNode, node, cfg.Source)}
+	}
+	if admin.Harmful(op) {
+		done, err := g.allowPower(cmd, "fenced-bmc", byHand.About(node, op, "its BMC "+admin.BMCEndpoint(entry), "fenced bmc"))
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	res, err := admin.UseBMC(cmd.Context(), entry, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr}, g.log)

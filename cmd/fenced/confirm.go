@@ -1,10 +1,7 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/admin"
@@ -27,7 +24,8 @@ the BMC inventory (--config). It refuses when the BMC reads the power ON (with
 reads off) and when the BMC's GUID is another machine's. A BMC that cannot be read
 is no refusal: your word is then the only evidence, and confirm says so.
 
-It then asks y/N on the terminal (without a terminal it refuses unless --yes),
+It then asks y/N on the terminal (without a terminal it does nothing, not even
+read, unless --yes: exit 2),
 and applies node.kubernetes.io/out-of-service=nodeshutdown:NoExecute with
 "manual" evidence recording who you are (as the API server authenticates you),
 when, your --reason and the BMC reading. It marks the node Ready=False,
@@ -37,7 +35,9 @@ ManualFenceConfirmed on the Node. A node that already has the taint is left alon
 If the node is not really off, two machines will write to the same disks and
 corrupt them.
 
-Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
+Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error
+(a NODE that does not exist, --yes missing without a terminal among them),
+3 could not check (no kubeconfig, the API server does not answer).`,
 		Example: `  # after checking in the data centre that worker-3 is off
   fenced confirm worker-3 --reason "PSU failed, checked by J. Doe on site"
 
@@ -47,19 +47,20 @@ Exit codes: 0 fenced (or nothing to do), 1 refused or failed, 2 usage error.`,
 		Args:              exactlyOneNode,
 		ValidArgsFunction: g.completeNodes(1, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkConsent(cmd, &o.Consent); err != nil {
+				return err
+			}
 			op, done, err := g.newOperator("fenced-confirm")
 			if err != nil {
 				return err
 			}
 			defer done()
 			o.Node = args[0]
-			o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
 			return op.Confirm(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.Reason, "reason", "", "why you confirm it (recorded in the evidence and the Event)")
-	fl.BoolVar(&o.Yes, "yes", false, "do not ask; required without a terminal")
+	consentFlags(cmd, &o.Consent, &o.Reason, "the evidence, the Event and the fence history")
 	fl.BoolVar(&o.PowerOff, "power-off", false, "if the BMC reads on, switch the node off (hard) through it and wait until it reads off")
 	fl.StringVar(&o.AgentURL, "agent", "", "an agent's metrics endpoint (http://HOST:9740) for the gossip view; not checked without it")
 	return cmd

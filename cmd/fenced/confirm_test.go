@@ -47,6 +47,10 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// fenced's namespace, where the history and the pause live.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fenced-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,8 +65,14 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 		return n
 	}
 
+	// Without a terminal and without --yes: nothing read, nothing written.
+	code, out, errOut := cli("confirm", "node-a", "--reason", "test")
+	if code != exitUsage || !strings.Contains(errOut, "pass --yes") || out != "" {
+		t.Fatalf("confirm without --yes: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
 	// While the machine runs, the BMC reads on: refused, nothing written.
-	code, out, errOut := cli("confirm", "node-a", "--yes", "--reason", "test")
+	code, out, errOut = cli("confirm", "node-a", "--yes", "--reason", "test")
 	if code != exitFailure || !strings.Contains(errOut, "power ON") || !strings.Contains(out, "power on, system GUID "+uuid+" (matches") {
 		t.Fatalf("confirm while on: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -166,6 +176,60 @@ func TestOperatorCommandsAgainstARealCluster(t *testing.T) {
 	if n := node(); taint.HasTaint(n) || taint.AppliedByFenced(n) {
 		t.Fatalf("after unfence: taints %+v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
+
+	// The fence history keeps the confirm and the unfence, newest first.
+	code, out, errOut = cli("history", "node-a")
+	if code != exitOK || !strings.Contains(out, "fenced-unfence/"+adminUser) || !strings.Contains(out, "fenced-confirm/"+adminUser) ||
+		strings.Index(out, "unfence") > strings.Index(out, "fenced-confirm/") {
+		t.Fatalf("history: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
+	// The switches, written as the fencers read them, and shown by status.
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pause", "--reason", "SAN update"}, "configmap/fenced-system/fenced-pause: not paused -> paused: SAN update"},
+		{[]string{"pause", "--reason", "SAN update"}, "paused: SAN update already: nothing changed"},
+		{[]string{"status"}, "paused:            YES: SAN update"},
+		{[]string{"resume"}, "paused: SAN update -> not paused"},
+		{[]string{"exclude", "node-a", "--reason", "firmware"}, "node/node-a: included -> excluded (fenced.io/exclude=true)"},
+		{[]string{"status"}, "excluded nodes:    1"},
+		{[]string{"include", "node-a"}, "node/node-a: excluded (fenced.io/exclude=true) -> included"},
+		{[]string{"include", "node-a"}, "included already: nothing changed"},
+	} {
+		code, out, errOut := cli(step.args...)
+		if code != exitOK || !strings.Contains(out, step.want) {
+			t.Fatalf("fenced %v: code %d, want %q\nstdout: %s\nstderr: %s", step.args, code, step.want, out, errOut)
+		}
+	}
+	if cm, err := client.CoreV1().ConfigMaps("fenced-system").Get(ctx, taint.PauseConfigMap, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if paused, _ := taint.Paused(cm); paused {
+		t.Fatalf("still paused after resume: %v", cm.Data)
+	}
+	sel = fields.Set{"involvedObject.name": "node-a", "reason": string(vocab.EventNodeExcludedFromFencing)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || !strings.Contains(evs.Items[0].Message, adminUser) || !strings.Contains(evs.Items[0].Message, "firmware") {
+		t.Errorf("NodeExcludedFromFencing events: %v, %v", evs, err)
+	}
+	sel = fields.Set{"involvedObject.name": taint.PauseConfigMap, "reason": string(vocab.EventPauseRequested)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events("fenced-system").List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || !strings.Contains(evs.Items[0].Message, "SAN update") {
+		t.Errorf("PauseRequested events: %v, %v", evs, err)
+	}
+
+	// A power action by hand leaves an Event naming who and why.
+	code, _, errOut = cli("bmc", "off", "node-a", "--yes", "--reason", "end of test", "--power-wait", "100ms")
+	if code != exitOK {
+		t.Fatalf("bmc off: code %d, stderr %s", code, errOut)
+	}
+	sel = fields.Set{"involvedObject.name": "node-a", "reason": string(vocab.EventManualPowerOff)}.AsSelector().String()
+	if evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel}); err != nil ||
+		len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning || !strings.Contains(evs.Items[0].Message, adminUser) ||
+		!strings.Contains(evs.Items[0].Message, "end of test") || evs.Items[0].InvolvedObject.UID != node().UID {
+		t.Errorf("ManualPowerOff events: %v, %v", evs, err)
+	}
 }
 
 // rowOf returns the line of a table that starts with name.
@@ -180,13 +244,14 @@ func rowOf(table, name string) string {
 
 func TestOperatorCommandsHelpAndUsage(t *testing.T) {
 	ctx := context.Background()
-	for _, cmd := range []string{"confirm", "unfence", "status"} {
+	for _, cmd := range []string{"confirm", "unfence", "status", "pause", "resume", "exclude", "include", "history"} {
 		code, out, _ := fenced(t, ctx, cmd, "--help")
 		if code != exitOK || !strings.Contains(out, "Examples:") {
 			t.Errorf("fenced %s --help: code %d, no example:\n%s", cmd, code, out)
 		}
 	}
-	for _, args := range [][]string{{"confirm"}, {"unfence", "a", "b"}, {"status", "extra"}, {"status", "-o", "xml"}, {"confirm", "a", "-y"}} {
+	for _, args := range [][]string{{"confirm"}, {"unfence", "a", "b"}, {"status", "extra"}, {"status", "-o", "xml"}, {"confirm", "a", "-y"},
+		{"pause", "extra"}, {"exclude"}, {"include", "a", "b"}, {"resume", "-o", "xml"}, {"history", "a", "b"}} {
 		if code, _, errOut := fenced(t, ctx, args...); code != exitUsage {
 			t.Errorf("fenced %v: code %d, want %d (%s)", args, code, exitUsage, errOut)
 		}

@@ -59,12 +59,12 @@ unreadable configuration; no level could be read; no plug of a switch answered).
 	} {
 		long, example := "", sub.example
 		if sub.op != admin.PowerStatus {
-			long = sub.short + ". Without --level the levels are tried in order until one\nswitches completely." + bypasses
+			long = sub.short + ". Without --level the levels are tried in order until one\nswitches completely."
 			example = fmt.Sprintf("  fenced device %s worker-3 --level 2", sub.op)
 		}
-		cmd.AddCommand(powerCommand(g, sub.op, sub.short, long, example,
-			func(cmd *cobra.Command, out *printer.Flags, node string) error {
-				return runDevice(cmd, g, f, out, node, sub.op)
+		cmd.AddCommand(powerCommand(g, "fenced device", sub.op, sub.short, long, example,
+			func(cmd *cobra.Command, out *printer.Flags, node string, byHand *admin.ByHand) error {
+				return runDevice(cmd, g, f, out, node, sub.op, byHand)
 			}))
 	}
 	return cmd
@@ -90,7 +90,7 @@ func noPowerDevice(cmd *cobra.Command, node string, cfg *config.Config) error {
 	return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("%w %q: it has no power device in %s (no bmc entry, no topology levels)", admin.ErrUnknownNode, node, cfg.Source)}
 }
 
-func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, out *printer.Flags, node string, op admin.PowerOp) error {
+func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, out *printer.Flags, node string, op admin.PowerOp, byHand *admin.ByHand) error {
 	cfg, devs, err := openPowerDevices(g)
 	if err != nil {
 		return err
@@ -102,6 +102,13 @@ func runDevice(cmd *cobra.Command, g *globals, f *deviceFlags, out *printer.Flag
 	}
 	if f.level < 0 || f.level > levels {
 		return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--level %d: node %s has levels 1 to %d", f.level, node, levels)}
+	}
+	if admin.Harmful(op) {
+		done, err := g.allowPower(cmd, "fenced-device", byHand.About(node, op, admin.LevelsText(f.level), "fenced device"))
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	res := devs.Use(cmd.Context(), node, f.level, op,
 		admin.SwitchOptions{PowerWait: f.powerWait, Timeout: f.powerTimeout, Progress: g.stderr})

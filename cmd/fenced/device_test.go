@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -80,7 +81,13 @@ func TestDeviceAndTopologyCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "node-a: power on (level 2 decides)") {
 		t.Fatalf("one feed off: code %d, out:\n%s", code, out)
 	}
-	code, out, errOut = fenced(t, ctx, "device", "off", "node-a", "--level", "2", "--power-wait", "100ms", "--config", cfg)
+	// Without a terminal and without --yes: nothing is switched.
+	code, _, errOut = fenced(t, ctx, "device", "off", "node-a", "--level", "2", "--config", cfg)
+	if code != exitUsage || !strings.Contains(errOut, "pass --yes") || !pb.Outlet(1) {
+		t.Fatalf("off without --yes: code %d, outlet %v, stderr %q", code, pb.Outlet(1), errOut)
+	}
+	code, out, errOut = fenced(t, ctx, "device", "off", "node-a", "--level", "2", "--power-wait", "100ms", "--config", cfg,
+		"--yes", "--kubeconfig", filepath.Join(t.TempDir(), "none"))
 	if code != exitOK || !strings.Contains(out, "node-a: power-off done on level 2") || pa.Outlet(1) || pb.Outlet(1) {
 		t.Fatalf("off --level 2: code %d, outlets %v %v, out:\n%s\nstderr: %s", code, pa.Outlet(1), pb.Outlet(1), out, errOut)
 	}

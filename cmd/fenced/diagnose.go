@@ -142,7 +142,7 @@ server does not answer, an unreadable configuration).`,
 			return err
 		}
 		defer done()
-		o.Terminal, o.In = term.IsTerminal(int(os.Stdin.Fd())), os.Stdin
+		stdinConsent(&o.Consent)
 		o.Color = colorTerminal(g)
 		_, err = op.Diagnose(cmd.Context(), o)
 		if errors.Is(err, admin.ErrStuck) {

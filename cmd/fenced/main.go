@@ -31,7 +31,8 @@ const (
 	// said no), or a failure.
 	exitFailure = 1
 	// exitUsage: the command line is wrong: unknown subcommand or flag,
-	// a bad argument or flag value, a node that does not exist.
+	// a bad argument or flag value, a node that does not exist, --yes
+	// missing where nobody can answer y/N.
 	exitUsage = 2
 	// exitCannotCheck: fenced could not get the answer it needed, so it
 	// says nothing: no kubeconfig, an API server that does not answer, no
@@ -82,7 +83,9 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &usage), errors.Is(err, admin.ErrUnknownNode):
+	// ErrNeedsYes before anything a refusal: nobody could answer y/N
+	// and --yes is missing, a wrong command line for a script.
+	case errors.As(err, &usage), errors.Is(err, admin.ErrUnknownNode), errors.Is(err, admin.ErrNeedsYes):
 		return exitUsage
 	case errors.As(err, &coded):
 		return coded.code

@@ -109,21 +109,29 @@ func TestBMCCommandsAgainstIPMISim(t *testing.T) {
 		t.Fatalf("status result = %+v", res)
 	}
 
+	// No cluster here: off and cycle say that no Event records them, and
+	// go on (the Event itself: TestOperatorCommandsAgainstARealCluster).
+	noCluster := []string{"--kubeconfig", filepath.Join(t.TempDir(), "none")}
 	steps := []struct {
 		action    string
+		args      []string
 		wantPower string
 		wantText  string
 	}{
-		{"off", "off", "power off done, BMC reads off"},
-		{"off", "off", "power already off, nothing sent"},
-		{"on", "on", "power on done, BMC reads on"},
-		{"cycle", "on", "power cycle done, BMC reads on"},
+		{"off", []string{"--yes"}, "off", "power off done, BMC reads off"},
+		{"off", []string{"--yes"}, "off", "power already off, nothing sent"},
+		{"on", nil, "on", "power on done, BMC reads on"},
+		{"cycle", []string{"--yes", "--reason", "test"}, "on", "power cycle done, BMC reads on"},
 	}
 	for _, st := range steps {
 		pidBefore, _ := sim.MachinePID()
-		code, out, errOut := fenced(t, ctx, append([]string{"bmc", st.action, "node-a", "--config", cfg}, fast...)...)
+		args := append([]string{"bmc", st.action, "node-a", "--config", cfg}, fast...)
+		code, out, errOut := fenced(t, ctx, append(append(args, st.args...), noCluster...)...)
 		if code != exitOK || !strings.Contains(out, st.wantText) {
 			t.Fatalf("bmc %s: code %d, out %q, stderr %q", st.action, code, out, errOut)
+		}
+		if recorded := !strings.Contains(errOut, "no Event will record who did this"); recorded == (st.action != "on") {
+			t.Errorf("bmc %s: stderr %q", st.action, errOut)
 		}
 		if got, err := sim.ToolPowerState(); err != nil || got != st.wantPower {
 			t.Fatalf("after bmc %s ipmitool reads %q (%v)", st.action, got, err)
@@ -150,7 +158,9 @@ func TestBMCCommandFailuresAndExitCodes(t *testing.T) {
 	}{
 		{"wrong password", []string{"bmc", "status", "bad-pw"}, exitCannotCheck,
 			[]string{"power-status", "auth", "hint: the BMC refused user", "bad.pw"}},
-		{"wrong password json", []string{"bmc", "off", "bad-pw", "-o", "json"}, exitCannotCheck,
+		{"off without --yes or a terminal", []string{"bmc", "off", "node-a"}, exitUsage, []string{"pass --yes"}},
+		{"cycle without --yes or a terminal", []string{"bmc", "cycle", "node-a"}, exitUsage, []string{"pass --yes"}},
+		{"wrong password json", []string{"bmc", "off", "bad-pw", "-o", "json", "--yes", "--kubeconfig", "/nonexistent"}, exitCannotCheck,
 			[]string{`"ok": false`, `"errorKind": "auth"`, `"power": "unknown"`}},
 		{"unknown node", []string{"bmc", "status", "node-z"}, exitUsage, []string{`unknown node "node-z": it is not in the BMC inventory`}},
 		{"missing node arg", []string{"bmc", "off"}, exitUsage, []string{"expected exactly one NODE"}},

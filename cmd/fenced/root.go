@@ -85,7 +85,10 @@ A BMC that cannot be reached or says "on" never leads to a taint.`,
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.CountVarP(&g.verbosity, "verbose", "v", "more detailed logs (-v: debug)")
 
-	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newCredentialsCommand(g), newConfigCommand(g), newManCommand())
+	root.AddCommand(newVersionCommand(g), newAgentCommand(g), newBMCCommand(g), newDeviceCommand(g), newTopologyCommand(g), newConfirmCommand(g), newUnfenceCommand(g), newStatusCommand(g), newDiagnoseCommand(g), newCredentialsCommand(g), newConfigCommand(g), newHistoryCommand(g), newManCommand())
+	for _, sc := range switchCommands {
+		root.AddCommand(newSwitchCommand(g, sc))
+	}
 	refuseUnknownSubcommands(root)
 	return root
 }

@@ -20,6 +20,8 @@ it was fenced (the same boot ID means it never rebooted, so it may never have
 been off), and no VolumeAttachment of the node is left. Any failed check is a
 refusal, unless --force, which removes the taint anyway and records that it did
 (a Warning Event UnfenceForced naming you and your reason, and a log line).
+--force asks y/N on a terminal before it skips a failed check; without a
+terminal it does nothing, not even read, unless --yes (exit 2).
 
 A taint that fenced did not apply (no fenced.io/applied-by annotation) is never
 touched, with or without --force.
@@ -33,7 +35,9 @@ lifts fenced.io/returning and the cordon, usually within a second. Run unfence o
 a node in that state and it lifts them itself once that answer is there; with
 --force at once (recorded), for a cluster without a node lifecycle controller.
 
-Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage error.`,
+Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage error
+(a NODE that does not exist, --force without --yes and without a terminal among
+them), 3 could not check (no kubeconfig, the API server does not answer).`,
 		Example: `  fenced unfence worker-3
 
   # the node is back but its old VolumeAttachment is stuck; you have checked it is safe
@@ -41,6 +45,11 @@ Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage erro
 		Args:              exactlyOneNode,
 		ValidArgsFunction: g.completeNodes(1, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Force {
+				if err := checkConsent(cmd, &o.Consent); err != nil {
+					return err
+				}
+			}
 			op, done, err := g.newOperator("fenced-unfence")
 			if err != nil {
 				return err
@@ -50,8 +59,7 @@ Exit codes: 0 removed or lifted (or no taint), 1 refused or failed, 2 usage erro
 			return op.Unfence(cmd.Context(), o)
 		},
 	}
-	fl := cmd.Flags()
-	fl.BoolVar(&o.Force, "force", false, "remove the taint even if checks fail (recorded in an Event and the log)")
-	fl.StringVar(&o.Reason, "reason", "", "why (recorded in the Events)")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "remove the taint even if checks fail (asked, and recorded in an Event and the log)")
+	consentFlags(cmd, &o.Consent, &o.Reason, "the Events and the fence history")
 	return cmd
 }

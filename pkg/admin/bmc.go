@@ -92,6 +92,9 @@ type BMCResult struct {
 	Err error `json:"-"`
 }
 
+// BMCEndpoint is how the commands name entry's BMC ("ipmi://10.0.0.5:623").
+func BMCEndpoint(entry config.ResolvedBMC) string { return device.Endpoint(entry) }
+
 // UseBMC opens the BMC of one inventory entry with the fencer's driver and
 // does op: a status read (power and, informational, the system GUID) or a
 // verified switch. It bypasses every safety check of the fencer. The

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,19 +22,15 @@ type ConfirmOptions struct {
 	Node string
 	// Reason is the operator's explanation, recorded in the evidence.
 	Reason string
-	// Yes confirms without asking.
-	Yes bool
 	// PowerOff switches the node off through its BMC when it reads on,
 	// instead of refusing.
 	PowerOff bool
 	// AgentURL is an agent's metrics endpoint for the gossip view; empty
 	// skips it.
 	AgentURL string
-	// Terminal says In is a terminal a person can answer on. Without one,
-	// and without Yes, Confirm refuses: a script must say --yes.
-	Terminal bool
-	// In is where the y/N answer is read from.
-	In io.Reader
+	// Consent is the operator's go-ahead: without a terminal and without
+	// Yes, Confirm does nothing (ErrNeedsYes).
+	Consent
 }
 
 // bmcView is what Confirm learned from the node's BMC.
@@ -55,6 +50,9 @@ type bmcView struct {
 // A node that already has the taint is left alone (nil error). Refusals
 // wrap ErrRefused.
 func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
+	if err := opts.Check(); err != nil {
+		return err
+	}
 	w := o.Out
 	n, err := o.getNode(ctx, opts.Node)
 	if err != nil {
@@ -96,7 +94,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	if bv.on {
 		fmt.Fprintf(w, "fenced will first switch it off hard through its BMC %s (no graceful shutdown).\n", bv.endpoint)
 	}
-	if err := ask(ctx, w, prompt{opts.Yes, opts.Terminal, opts.In}, fmt.Sprintf("Mark node %s as powered off?", n.Name)); err != nil {
+	if err := opts.Ask(ctx, w, fmt.Sprintf("Mark node %s as powered off?", n.Name)); err != nil {
 		return err
 	}
 
@@ -130,6 +128,8 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 		return nil
 	}
 	o.warn(n, vocab.EventManualFenceConfirmed, "%s confirmed node %s is powered off (fenced confirm): %s", user, n.Name, reasonOr(opts.Reason))
+	o.recordHistory(ctx, taint.HistoryEntry{Node: n.Name, Action: taint.HistoryFence, At: ev.At, By: "fenced-confirm/" + user,
+		Method: ev.Method, Evidence: ev.Summary(), Reason: opts.Reason})
 	fmt.Fprintf(w, "Tainted node %s %s=%s:NoExecute with manual evidence (by %s).\n", n.Name, taint.TaintKey, taint.TaintValue, user)
 
 	// The taint is the evidence; the rest only makes the recovery faster
@@ -299,43 +299,6 @@ func (o *Operator) checkLevels(ctx context.Context, n *corev1.Node) error {
 		}
 	}
 	return nil
-}
-
-// prompt is how a command gets a person's y/N: Yes answers it in advance
-// (--yes); without a terminal nobody can answer, so the answer is no.
-type prompt struct {
-	Yes      bool
-	Terminal bool
-	In       io.Reader
-}
-
-// ask asks question on w and gets the operator's y/N, or refuses. The
-// answer is read in the background so that Ctrl-C (which cancels ctx) ends
-// the question at once. Shared by confirm and diagnose --fix.
-func ask(ctx context.Context, w io.Writer, p prompt, question string) error {
-	if p.Yes {
-		return nil
-	}
-	if !p.Terminal || p.In == nil {
-		return refused("not confirmed: standard input is not a terminal, so nobody can answer; pass --yes to confirm")
-	}
-	fmt.Fprintf(w, "%s [y/N] ", question)
-	answer := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(p.In).ReadString('\n')
-		answer <- line
-	}()
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(w)
-		return refused("not confirmed: %v", ctx.Err())
-	case line := <-answer:
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "y", "yes":
-			return nil
-		}
-	}
-	return refused("not confirmed")
 }
 
 func reasonOr(r string) string {

@@ -313,3 +313,12 @@ func stillWaiting(w io.Writer, what string, every time.Duration) (stop func()) {
 	})
 	return func() { close(done); wg.Wait() }
 }
+
+// LevelsText names, for the Event of a power action by hand, the levels
+// `fenced device --level level` switches.
+func LevelsText(level int) string {
+	if level > 0 {
+		return fmt.Sprintf("fencing level %d", level)
+	}
+	return "the first of its fencing levels that switches completely"
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,10 +39,9 @@ type DiagnoseOptions struct {
 	Color bool
 	// Fix cures what is safe to cure, after asking (or Yes).
 	Fix bool
-	// Yes, Terminal and In: as ConfirmOptions.
-	Yes      bool
-	Terminal bool
-	In       io.Reader
+	// Consent is the go-ahead for the cures (asked once the plan is
+	// printed).
+	Consent
 	// AgentURL is an agent's metrics endpoint: the fencing levels that
 	// answer per node. Empty: the fencer's Events only.
 	AgentURL string
@@ -356,7 +354,7 @@ func (o *Operator) fix(ctx context.Context, s diagnose.Snapshot, r diagnose.Repo
 	}
 	user := o.identity(ctx)
 	fmt.Fprintf(w, "  you: %s (recorded in the Events)\n", user)
-	if err := ask(ctx, w, prompt{opts.Yes, opts.Terminal, opts.In}, fmt.Sprintf("Apply these %d cure(s)?", len(cures))); err != nil {
+	if err := opts.Ask(ctx, w, fmt.Sprintf("Apply these %d cure(s)?", len(cures))); err != nil {
 		fmt.Fprintln(w, "Nothing changed.")
 		return err
 	}
@@ -368,7 +366,7 @@ func (o *Operator) fix(ctx context.Context, s diagnose.Snapshot, r diagnose.Repo
 			err = o.cureAttachment(ctx, c, user)
 		case diagnose.FixConfirmNode:
 			fmt.Fprintf(w, "\n--- fenced confirm %s\n", c.node)
-			err = o.Confirm(ctx, ConfirmOptions{Node: c.node, Yes: true, AgentURL: opts.AgentURL,
+			err = o.Confirm(ctx, ConfirmOptions{Node: c.node, Consent: Consent{Yes: true}, AgentURL: opts.AgentURL,
 				Reason: ConfirmReasonPrefix + string(c.cause) + ": " + c.summary})
 			o.log().Info("diagnose --fix: confirm", "node", c.node, "cause", c.cause, "by", user, "err", err)
 		}

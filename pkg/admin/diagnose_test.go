@@ -216,30 +216,30 @@ func TestDiagnoseFixDecisions(t *testing.T) {
 		event    string // an Event that must be recorded
 		noWrites bool
 	}{
-		{name: "stale, --yes: deleted and recorded", opts: DiagnoseOptions{Fix: true, Yes: true},
+		{name: "stale, --yes: deleted and recorded", opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}},
 			out:   []string{"delete volumeattachment " + dVA, "you: alice", "Deleted volumeattachment " + dVA},
 			event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted) + " alice deleted VolumeAttachment " + dVA},
-		{name: "stale, terminal, answer y", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("y\n")},
+		{name: "stale, terminal, answer y", opts: DiagnoseOptions{Fix: true, Consent: Consent{Terminal: true, In: strings.NewReader("y\n")}},
 			out: []string{"Apply these 1 cure(s)? [y/N]"}, event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted)},
-		{name: "stale, terminal, answer n", opts: DiagnoseOptions{Fix: true, Terminal: true, In: strings.NewReader("n\n")},
+		{name: "stale, terminal, answer n", opts: DiagnoseOptions{Fix: true, Consent: Consent{Terminal: true, In: strings.NewReader("n\n")}},
 			wantErr: ErrRefused, vaLeft: true, out: []string{"Nothing changed."}, noWrites: true},
-		{name: "no terminal, no --yes: nothing changes", opts: DiagnoseOptions{Fix: true, In: strings.NewReader("y\n")},
+		{name: "no terminal, no --yes: nothing changes", opts: DiagnoseOptions{Fix: true, Consent: Consent{In: strings.NewReader("y\n")}},
 			wantErr: ErrRefused, vaLeft: true, out: []string{"Nothing changed."}, noWrites: true},
-		{name: "volume in volumesInUse: refused", opts: DiagnoseOptions{Fix: true, Yes: true}, mods: func(objs []runtime.Object) []runtime.Object {
+		{name: "volume in volumesInUse: refused", opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, mods: func(objs []runtime.Object) []runtime.Object {
 			nodeIn(objs, "w-1").Status.VolumesInUse = []corev1.UniqueVolumeName{"kubernetes.io/csi/" + dDrv + "^vol-1"}
 			return objs
 		}, wantErr: ErrStuck, vaLeft: true, out: []string{"will NOT delete-volumeattachment: node/w-1 lists", "Nothing fenced can cure safely"}, noWrites: true},
-		{name: "rolling update: the patch, never applied", opts: DiagnoseOptions{Fix: true, Yes: true}, mods: func(objs []runtime.Object) []runtime.Object {
+		{name: "rolling update: the patch, never applied", opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, mods: func(objs []runtime.Object) []runtime.Object {
 			return append(objs, dPod("web-5f6b-old", "w-1", corev1.PodRunning, "web-5f6b"))
 		}, wantErr: ErrStuck, vaLeft: true, out: []string{"fenced never changes a workload", diagnose.RecreatePatch}, noWrites: true},
-		{name: "deleted node: deleted", opts: DiagnoseOptions{Fix: true, Yes: true}, mods: func(objs []runtime.Object) []runtime.Object {
+		{name: "deleted node: deleted", opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, mods: func(objs []runtime.Object) []runtime.Object {
 			return objs[1:]
 		}, out: []string{"(node w-1)", "Deleted volumeattachment"}, event: "Normal " + string(vocab.EventStaleVolumeAttachmentDeleted)},
 		{name: "dead node whose BMC reads on: refused", inv: fakeInventory{"w-1": {state: vocab.PowerOn, guid: nodeUUID}},
-			opts: DiagnoseOptions{Fix: true, Yes: true}, mods: deadW1, wantErr: ErrRefused, vaLeft: true,
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, mods: deadW1, wantErr: ErrRefused, vaLeft: true,
 			out: []string{"fenced confirm w-1", "NOT cured", "power ON"}, noWrites: true},
 		{name: "dead node whose BMC reads off: confirmed", inv: fakeInventory{"w-1": {state: vocab.PowerOff, guid: nodeUUID}},
-			opts: DiagnoseOptions{Fix: true, Yes: true}, mods: deadW1, vaLeft: true, tainted: true,
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, mods: deadW1, vaLeft: true, tainted: true,
 			event: "Warning " + string(vocab.EventManualFenceConfirmed) + " alice confirmed node w-1 is powered off (fenced confirm): " + ConfirmReasonPrefix + "dead-node"},
 		{name: "dead node, no terminal: nothing", inv: fakeInventory{"w-1": {state: vocab.PowerOff, guid: nodeUUID}},
 			opts: DiagnoseOptions{Fix: true}, mods: deadW1, wantErr: ErrRefused, vaLeft: true, noWrites: true},

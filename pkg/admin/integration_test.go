@@ -88,31 +88,31 @@ func TestDiagnoseFixIntegration(t *testing.T) {
 		out     string
 	}{
 		{name: "volume in volumesInUse", setup: func(t *testing.T, s *scenario) { s.setInUse(t) },
-			opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrStuck, out: "lists kubernetes.io/csi/csi.fenced.test^vol-inuse in status.volumesInUse"},
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrStuck, out: "lists kubernetes.io/csi/csi.fenced.test^vol-inuse in status.volumesInUse"},
 		{name: "volume in volumesInUse while asking", answer: func(t *testing.T, s *scenario) { s.setInUse(t) },
 			wantErr: ErrRefused, out: "status.volumesInUse"},
 		{name: "pod on the holding node uses it", setup: func(t *testing.T, s *scenario) { s.podOnHold(t) },
-			opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrStuck, out: "shared-claim"},
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrStuck, out: "shared-claim"},
 		{name: "pod on the holding node while asking", answer: func(t *testing.T, s *scenario) { s.podOnHold(t) },
 			wantErr: ErrRefused, out: "on node podrace-hold uses volume pv-podrace"},
-		{name: "changed between check and delete", hook: touch, opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrRefused, out: "changed since it was checked"},
-		{name: "no terminal and no yes", opts: DiagnoseOptions{Fix: true, In: strings.NewReader("y\n")}, wantErr: ErrRefused, out: "Nothing changed."},
+		{name: "changed between check and delete", hook: touch, opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrRefused, out: "changed since it was checked"},
+		{name: "no terminal and no yes", opts: DiagnoseOptions{Fix: true, Consent: Consent{In: strings.NewReader("y\n")}}, wantErr: ErrRefused, out: "Nothing changed."},
 		{name: "dead node whose BMC reads on", setup: func(t *testing.T, s *scenario) { s.setReady(t, corev1.ConditionUnknown) },
 			inv:  fakeInventory{"deadon-hold": {state: vocab.PowerOn, guid: nodeUUID}},
-			opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrRefused, out: "power ON"},
-		{name: "safe", opts: DiagnoseOptions{Fix: true, Yes: true}, deleted: true, out: "Deleted volumeattachment va-safe"},
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrRefused, out: "power ON"},
+		{name: "safe", opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, deleted: true, out: "Deleted volumeattachment va-safe"},
 		{name: "safe after asking", answer: func(*testing.T, *scenario) {}, deleted: true},
 		{name: "node deleted", setup: func(t *testing.T, s *scenario) {
 			if err := admin.CoreV1().Nodes().Delete(ctx, s.hold, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-		}, opts: DiagnoseOptions{Fix: true, Yes: true}, deleted: true, out: "deleted-node"},
+		}, opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, deleted: true, out: "deleted-node"},
 		{name: "stuck in deletion: released", setup: func(t *testing.T, s *scenario) { s.stuckInDeletion(t) },
-			opts: DiagnoseOptions{Fix: true, Yes: true}, deleted: true, out: "Removed the finalizers of volumeattachment va-release"},
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, deleted: true, out: "Removed the finalizers of volumeattachment va-release"},
 		{name: "stuck in deletion, changed before the release", setup: func(t *testing.T, s *scenario) { s.stuckInDeletion(t) },
-			hook: touch, opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrRefused, out: "changed since it was checked"},
+			hook: touch, opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrRefused, out: "changed since it was checked"},
 		{name: "stuck in deletion, volume in volumesInUse", setup: func(t *testing.T, s *scenario) { s.stuckInDeletion(t); s.setInUse(t) },
-			opts: DiagnoseOptions{Fix: true, Yes: true}, wantErr: ErrStuck, out: "will NOT release-volumeattachment"},
+			opts: DiagnoseOptions{Fix: true, Consent: Consent{Yes: true}}, wantErr: ErrStuck, out: "will NOT release-volumeattachment"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

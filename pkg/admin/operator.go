@@ -130,12 +130,22 @@ func (o *Operator) log() *slog.Logger {
 
 // warn records a Warning Event on the node, if there is a Recorder.
 func (o *Operator) warn(n *corev1.Node, reason vocab.EventReason, format string, args ...any) {
-	if o.Recorder != nil {
-		// A reference rather than the Node, as pkg/taint does, so that any
-		// recorder, whatever scheme it was built with, can use it.
-		ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
-		o.Recorder.Eventf(ref, corev1.EventTypeWarning, string(reason), format, args...)
+	o.record(n, corev1.EventTypeWarning, reason, format, args...)
+}
+
+// record records an Event on a Node or a ConfigMap (the pause), if there is
+// a Recorder.
+func (o *Operator) record(obj metav1.Object, eventType string, reason vocab.EventReason, format string, args ...any) {
+	if o.Recorder == nil {
+		return
 	}
+	// A reference rather than the object, as pkg/taint does, so that any
+	// recorder, whatever scheme it was built with, can use it.
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: obj.GetName(), Namespace: obj.GetNamespace(), UID: obj.GetUID()}
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		ref.Kind = "ConfigMap"
+	}
+	o.Recorder.Eventf(ref, eventType, string(reason), format, args...)
 }
 
 // bmc returns node's BMC and endpoint, if an inventory has it.
@@ -155,7 +165,15 @@ func (o *Operator) bmc(node string) (device.BMC, string, bool) {
 // operator's must be the one the cluster authenticated, not one the caller
 // typed. An API server that refuses (old version, RBAC) is no reason to stop
 // an operator at 3 a.m., so the fallback is "unknown", said out loud.
+//
+// The question is bounded by identityTimeout: a command that switches a
+// machine off by hand must not hang on an API server that does not answer.
 func (o *Operator) identity(ctx context.Context) string {
+	if o.Client == nil {
+		return o.unknownIdentity(errors.New("no connection to the API server"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, identityTimeout)
+	defer cancel()
 	r, err := o.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err == nil && r.Status.UserInfo.Username != "" {
 		return r.Status.UserInfo.Username
@@ -163,6 +181,15 @@ func (o *Operator) identity(ctx context.Context) string {
 	if err == nil {
 		err = errors.New("the API server returned no user name")
 	}
+	return o.unknownIdentity(err)
+}
+
+// identityTimeout bounds identity's question.
+const identityTimeout = 10 * time.Second
+
+// unknownIdentity says out loud that the caller will be recorded as
+// UnknownIdentity, and why.
+func (o *Operator) unknownIdentity(err error) string {
 	fmt.Fprintf(o.Out, "WARNING: could not ask the API server who you are (%v); you will be recorded as %q\n", err, UnknownIdentity)
 	o.log().Warn("SelfSubjectReview failed; recording the operator as unknown", "err", err)
 	return UnknownIdentity

@@ -217,7 +217,7 @@ func hasEvent(evs []string, prefix string, contains ...string) bool {
 func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
 	bmc := &fakeBMC{state: vocab.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
-	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
+	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, Reason: "r"})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "power ON") {
 		t.Fatalf("err = %v, want a refusal because the power is on", err)
 	}
@@ -232,7 +232,7 @@ func TestConfirmRefusesWhenBMCReadsOn(t *testing.T) {
 func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
 	bmc := &fakeBMC{state: vocab.PowerOn, guid: "00000000-1111-2222-3333-444444444444"}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
-	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true})
+	err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, PowerOff: true})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "another machine") {
 		t.Fatalf("err = %v", err)
 	}
@@ -244,7 +244,7 @@ func TestConfirmRefusesAnotherMachinesBMC(t *testing.T) {
 func TestConfirmPowerOffSwitchesOffThenTaints(t *testing.T) {
 	bmc := &fakeBMC{state: vocab.PowerOn, guid: nodeUUID}
 	e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionUnknown))
-	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true, Reason: "hung"}); err != nil {
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, PowerOff: true, Reason: "hung"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
 	}
 	if bmc.off() != 1 {
@@ -267,7 +267,6 @@ func TestConfirmNeedsATerminalOrYes(t *testing.T) {
 		answer    string
 		wantTaint bool
 	}{
-		{"no terminal, no --yes", false, "y\n", false},
 		{"terminal, answer n", true, "n\n", false},
 		{"terminal, empty answer", true, "\n", false},
 		{"terminal, answer y", true, "y\n", true},
@@ -275,7 +274,7 @@ func TestConfirmNeedsATerminalOrYes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, newNode("n1", corev1.ConditionUnknown))
-			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Terminal: tc.terminal, In: strings.NewReader(tc.answer)})
+			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Terminal: tc.terminal, In: strings.NewReader(tc.answer)}})
 			if tc.wantTaint != (err == nil) || (err != nil && !errors.Is(err, ErrRefused)) {
 				t.Fatalf("err = %v", err)
 			}
@@ -284,6 +283,111 @@ func TestConfirmNeedsATerminalOrYes(t *testing.T) {
 			}
 			if !strings.Contains(e.out.String(), "WARNING: if node n1 is not really powered off, two machines will write to the same disks") {
 				t.Errorf("no warning:\n%s", e.out)
+			}
+		})
+	}
+}
+
+// TestDangerousCommandsWithoutTerminalOrYes: confirm, unfence --force and a
+// power action by hand, run without a terminal and without --yes, do
+// nothing at all — no read, no write, no Event — and say to pass --yes.
+func TestDangerousCommandsWithoutTerminalOrYes(t *testing.T) {
+	noTTY := Consent{In: strings.NewReader("y\n")} // an answer nobody typed: a pipe
+	for _, tc := range []struct {
+		name string
+		run  func(*env) error
+	}{
+		{"confirm", func(e *env) error {
+			return e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Reason: "r", Consent: noTTY})
+		}},
+		{"unfence --force", func(e *env) error {
+			return e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: true, Reason: "r", Consent: noTTY})
+		}},
+		{"bmc off", func(e *env) error {
+			return e.op.AllowPower(context.Background(), ByHand{Consent: noTTY}.About("n1", PowerOff, "its BMC", "fenced bmc"))
+		}},
+		{"device cycle", func(e *env) error {
+			return e.op.AllowPower(context.Background(), ByHand{Consent: noTTY}.About("n1", PowerCycle, "level 2", "fenced device"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bmc := &fakeBMC{state: vocab.PowerOff, guid: nodeUUID}
+			e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionFalse, fencedWith(bootA)))
+			err := tc.run(e)
+			if !errors.Is(err, ErrNeedsYes) || !strings.Contains(err.Error(), "pass --yes") {
+				t.Fatalf("err = %v, want ErrNeedsYes", err)
+			}
+			if n := len(e.cs.Actions()); n != 0 || len(e.events()) != 0 || e.out.Len() != 0 {
+				t.Fatalf("did something: %d API calls, output %q", n, e.out)
+			}
+		})
+	}
+}
+
+func TestConsent(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		c                Consent
+		wantCheck, wantA error
+	}{
+		{"--yes", Consent{Yes: true}, nil, nil},
+		{"--yes, no terminal", Consent{Yes: true, In: strings.NewReader("")}, nil, nil},
+		{"no terminal", Consent{In: strings.NewReader("y\n")}, ErrNeedsYes, ErrNeedsYes},
+		{"terminal, no reader", Consent{Terminal: true}, ErrNeedsYes, ErrNeedsYes},
+		{"terminal, y", Consent{Terminal: true, In: strings.NewReader("y\n")}, nil, nil},
+		{"terminal, YES", Consent{Terminal: true, In: strings.NewReader(" YES \n")}, nil, nil},
+		{"terminal, n", Consent{Terminal: true, In: strings.NewReader("n\n")}, nil, ErrRefused},
+		{"terminal, end of input", Consent{Terminal: true, In: strings.NewReader("")}, nil, ErrRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.c.Check(); !errors.Is(err, tc.wantCheck) || (tc.wantCheck == nil && err != nil) {
+				t.Errorf("Check() = %v, want %v", err, tc.wantCheck)
+			}
+			var out bytes.Buffer
+			err := tc.c.Ask(context.Background(), &out, "Go?")
+			if !errors.Is(err, tc.wantA) || (tc.wantA == nil && err != nil) {
+				t.Errorf("Ask() = %v, want %v", err, tc.wantA)
+			}
+			if asked := strings.Contains(out.String(), "Go? [y/N]"); asked != (tc.c.Terminal && tc.c.In != nil && !tc.c.Yes) {
+				t.Errorf("asked %v: %q", asked, out.String())
+			}
+		})
+	}
+}
+
+// TestAllowPowerRecordsWhoAndWhy: a power action by hand, once the
+// operator has said yes, leaves a Warning Event on the Node naming the
+// caller, the action, the device and the reason; a no leaves nothing.
+func TestAllowPowerRecordsWhoAndWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		op     PowerOp
+		c      Consent
+		reason vocab.EventReason
+		want   error
+	}{
+		{"off, --yes", PowerOff, Consent{Yes: true}, vocab.EventManualPowerOff, nil},
+		{"cycle, answered y", PowerCycle, Consent{Terminal: true, In: strings.NewReader("y\n")}, vocab.EventManualPowerCycle, nil},
+		{"off, answered n", PowerOff, Consent{Terminal: true, In: strings.NewReader("n\n")}, "", ErrRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, newNode("n1", corev1.ConditionTrue))
+			err := e.op.AllowPower(context.Background(), ByHand{Reason: "hung, OPS-1", Consent: tc.c}.About("n1", tc.op, "its BMC ipmi://bmc-n1:623", "fenced bmc"))
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			evs := e.events()
+			if tc.reason == "" {
+				if len(evs) != 0 {
+					t.Fatalf("events after a no: %q", evs)
+				}
+				return
+			}
+			if !hasEvent(evs, "Warning "+string(tc.reason), "alice", "ipmi://bmc-n1:623", "fenced bmc "+string(tc.op), "hung, OPS-1") {
+				t.Errorf("events = %q", evs)
+			}
+			if !strings.Contains(e.out.String(), "you: alice") {
+				t.Errorf("output:\n%s", e.out)
 			}
 		})
 	}
@@ -298,7 +402,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	}
 	e := newEnv(bmcs, newNode("n1", corev1.ConditionUnknown), newNode("n2", corev1.ConditionTrue), pod, other)
 
-	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "PSU dead"}); err != nil {
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, Reason: "PSU dead"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
 	}
 	n := e.node(t, "n1")
@@ -332,7 +436,7 @@ func TestConfirmYesRecordsManualEvidence(t *testing.T) {
 	}
 
 	// A BMC reading of off goes into the evidence.
-	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n2", Yes: true}); err != nil {
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n2", Consent: Consent{Yes: true}}); err != nil {
 		t.Fatal(err)
 	}
 	ev, _, _ = taint.EvidenceOf(e.node(t, "n2"))
@@ -347,7 +451,7 @@ func TestConfirmOnExcludedNode(t *testing.T) {
 	n := newNode("n1", corev1.ConditionUnknown)
 	n.Labels = map[string]string{taint.Medik8sExcludeLabel: "true"}
 	e := newEnv(fakeInventory{"n1": {state: vocab.PowerOff, guid: nodeUUID}}, n)
-	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "maintenance, checked on site"}); err != nil {
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, Reason: "maintenance, checked on site"}); err != nil {
 		t.Fatalf("Confirm: %v\n%s", err, e.out)
 	}
 	if !taint.HasTaint(e.node(t, "n1")) {
@@ -363,7 +467,7 @@ func TestConfirmFallsBackToUnknownIdentity(t *testing.T) {
 	e.cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}, "", errors.New("no"))
 	})
-	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true}); err != nil {
+	if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if ev, _, _ := taint.EvidenceOf(e.node(t, "n1")); ev.By != UnknownIdentity {
@@ -379,7 +483,7 @@ func TestConfirmOnFencedNodeIsANoop(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bmc := &fakeBMC{state: vocab.PowerOn}
 			e := newEnv(fakeInventory{"n1": bmc}, newNode("n1", corev1.ConditionFalse, mod))
-			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, PowerOff: true}); err != nil {
+			if err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, PowerOff: true}); err != nil {
 				t.Fatal(err)
 			}
 			if e.writes() != 0 || bmc.off() != 0 || len(e.events()) != 0 {
@@ -465,7 +569,7 @@ func TestUnfence(t *testing.T) {
 // refusal (wantErr "" for none) and its output.
 func unfence(t *testing.T, e *env, force bool, wantErr string, wantOut []string) {
 	t.Helper()
-	err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: force, Reason: "back"})
+	err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: force, Reason: "back", Consent: Consent{Yes: force}})
 	if wantErr == "" && err != nil {
 		t.Fatalf("Unfence: %v\n%s", err, e.out)
 	}
@@ -532,6 +636,37 @@ func TestUnfenceReturning(t *testing.T) {
 	}
 }
 
+// TestUnfenceForceAsks: on a terminal, --force asks before it skips a
+// failed check, and a no changes nothing; checks that pass need no question.
+func TestUnfenceForceAsks(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		node         *corev1.Node
+		wantErr      error
+		asked        bool
+	}{
+		{"failed check, answered n", "n\n", newNode("n1", corev1.ConditionTrue, fencedWith(bootA)), ErrRefused, true},
+		{"failed check, answered y", "y\n", newNode("n1", corev1.ConditionTrue, fencedWith(bootA)), nil, true},
+		{"checks pass: not asked", "", newNode("n1", corev1.ConditionTrue, fencedWith(bootB)), nil, false},
+		{"returning, not answered, answered n", "n\n", returningNode(false), ErrRefused, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, tc.node)
+			err := e.op.Unfence(context.Background(), UnfenceOptions{Node: "n1", Force: true, Reason: "r",
+				Consent: Consent{Terminal: true, In: strings.NewReader(tc.answer)}})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v\n%s", err, tc.wantErr, e.out)
+			}
+			if asked := strings.Contains(e.out.String(), "[y/N]"); asked != tc.asked {
+				t.Errorf("asked %v, want %v:\n%s", asked, tc.asked, e.out)
+			}
+			if tc.wantErr != nil && e.writes() != 0 {
+				t.Errorf("a no wrote %d times", e.writes())
+			}
+		})
+	}
+}
+
 const agentMetrics = `# HELP fenced_members Gossip ring members by state.
 # TYPE fenced_members gauge
 fenced_members{state="alive"} 2
@@ -584,7 +719,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"NAME":    {"READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
+		"NAME":    {"READY", "PHASE", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"},
 		"fenced":  {"False", "3m", "Fenced", "off", "-", "fenced", "bmc-power-off", "by", "fencer-1", "10m", "-"},
 		"foreign": {"Unknown", "60m", "-", "-", "-", "other", "-", "10m", "-"},
 		"healthy": {"True", "60m", "Healthy", "on", "2", "-", "-", "-", "excluded"},
@@ -626,8 +761,15 @@ func TestStatus(t *testing.T) {
 	if len(back.Nodes) != 4 || back.Nodes[0].Name != "fenced" || back.Nodes[0].Evidence == nil ||
 		back.Nodes[0].Evidence.Method != vocab.EvidenceBMCPowerOff || back.Nodes[0].Taint != TaintFenced ||
 		back.Nodes[3].PowerErrorKind != "timeout" || back.Nodes[2].Excluded != taint.ExcludeLabel || back.Nodes[0].Excluded != "" || back.Nodes[3].Power != "unknown" ||
-		back.Agent == nil || back.Agent.Members["alive"] != 2 {
+		back.Agent == nil || back.Agent.Members["alive"] != 2 || back.Nodes[0].Phase != "Fenced" || back.Nodes[0].Gossip != back.Nodes[0].Phase {
 		t.Fatalf("json:\n%s", js.String())
+	}
+	// Every column printed is in the help, under the name printed.
+	help := StatusColumnsHelp()
+	for _, col := range strings.Fields(strings.SplitN(wide.String(), "\n", 2)[0]) {
+		if !strings.Contains(help, "  "+col+" ") {
+			t.Errorf("column %s is not in the help:\n%s", col, help)
+		}
 	}
 	var yml bytes.Buffer
 	if err := printer.Print(&yml, "yaml", s.Doc(t0)); err != nil || !strings.Contains(yml.String(), "taint: other") {
@@ -725,7 +867,7 @@ func TestConfirmReadsTheOtherLevels(t *testing.T) {
 			bmc := &fakeBMC{err: timeoutErr("n1")}
 			inv := topologyInventory{fakeInventory{"n1": bmc}, map[string][]*fakeBMC{"n1": {{state: c.outlets[0]}, {state: c.outlets[1]}}}}
 			e := newEnv(inv, newNode("n1", corev1.ConditionUnknown))
-			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Yes: true, Reason: "r"})
+			err := e.op.Confirm(context.Background(), ConfirmOptions{Node: "n1", Consent: Consent{Yes: true}, Reason: "r"})
 			if c.refused != "" {
 				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.refused) || e.writes() != 0 {
 					t.Fatalf("err = %v, writes %d; want a refusal %q and nothing written", err, e.writes(), c.refused)

@@ -49,8 +49,11 @@ type NodeStatus struct {
 	// empty when the node has none; ReadySince its last transition.
 	Ready      string     `json:"ready,omitempty"`
 	ReadySince *time.Time `json:"readySince,omitempty"`
-	// Gossip is the decision phase the --agent fencer reports for the node
+	// Phase is the decision phase the --agent fencer reports for the node
 	// (fenced_node_state); empty when unknown (see AgentView).
+	Phase string `json:"phase,omitempty"`
+	// Gossip is Phase under its first, wrong name (it never was the gossip
+	// state): kept for the scripts that read it. Deprecated: read phase.
 	Gossip string `json:"gossip,omitempty"`
 	// Power is "on", "off" or "unknown" when the node is in the BMC
 	// inventory, empty otherwise. A failed read has PowerErrorKind
@@ -83,6 +86,8 @@ type Status struct {
 	Nodes []NodeStatus `json:"nodes"`
 	// Agent is the --agent view, if one was asked for.
 	Agent *AgentView `json:"agent,omitempty"`
+	// Fencing is whether fencing is armed, as the API shows it.
+	Fencing *FencingView `json:"fencing,omitempty"`
 }
 
 // Status reads every Node, the agent's metrics if asked, and the power state
@@ -103,6 +108,7 @@ func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, err
 	for i := range list.Items {
 		s.Nodes[i] = nodeStatus(&list.Items[i], s.Agent)
 	}
+	s.Fencing = o.fencingView(ctx, list.Items)
 	o.readPower(ctx, s.Nodes, opts.BMCTimeout)
 	return s, nil
 }
@@ -116,7 +122,8 @@ func nodeStatus(n *corev1.Node, agent *AgentView) NodeStatus {
 		}
 	}
 	if agent != nil {
-		ns.Gossip = agent.Phases[n.Name]
+		ns.Phase = agent.Phases[n.Name]
+		ns.Gossip = ns.Phase
 		if r, ok := agent.LevelsReady[n.Name]; ok {
 			ns.LevelsReady = &r
 		}
@@ -184,32 +191,35 @@ func (s *Status) Doc(now time.Time) printer.Doc {
 		Text: func(w io.Writer, o printer.TextOptions) error { return s.writeTable(w, o, now) }}
 }
 
-// writeTable prints s as a table (wider with o.Wide), then what the
-// agent said.
+// writeTable prints s as a table (wider with o.Wide), then whether
+// fencing is armed and what the agent said.
 func (s *Status) writeTable(w io.Writer, o printer.TextOptions, now time.Time) error {
 	wide := o.Wide
-	header := []string{"NAME", "READY", "GOSSIP", "POWER", "LEVELS", "TAINT", "EVIDENCE", "SINCE", "FENCING"}
-	if wide {
-		header = append(header, "BOOT-ID", "BMC", "REASON")
+	var header []string
+	for _, c := range statusColumns {
+		if wide || !c.wide {
+			header = append(header, c.name)
+		}
 	}
 	tw := o.Table(w, header...)
 	for _, n := range s.Nodes {
-		cells := []string{n.Name, readyCell(n, now), dash(n.Gossip), powerCell(n), levelsCell(n), dash(n.Taint), evidenceCell(n), sinceCell(n, now), fencingCell(n)}
-		if wide {
-			reason := ""
-			if n.Evidence != nil {
-				reason = n.Evidence.Reason
+		var cells []string
+		for _, c := range statusColumns {
+			if wide || !c.wide {
+				cells = append(cells, c.cell(n, now))
 			}
-			cells = append(cells, dash(n.BootID), dash(n.BMCEndpoint), dash(reason))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if s.Fencing != nil {
+		fmt.Fprintf(w, "\n%s\n", s.Fencing.Text())
+	}
 	if a := s.Agent; a != nil {
 		if a.Error != "" {
-			fmt.Fprintf(w, "\nagent: %s (GOSSIP shows -)\n", a.Error)
+			fmt.Fprintf(w, "\nagent: %s (PHASE and LEVELS show -)\n", a.Error)
 		} else {
 			fmt.Fprintf(w, "\nagent %s: gossip ring %s\n", a.URL, a.MembersText())
 			if a.Paused {
@@ -221,6 +231,78 @@ func (s *Status) writeTable(w io.Writer, o printer.TextOptions, now time.Time) e
 		}
 	}
 	return nil
+}
+
+// statusColumn is one column of the table: its name, whether only -o wide
+// shows it, what its --help says, and its cell. The table and the help are
+// both made from statusColumns, so that the help lists every column printed.
+type statusColumn struct {
+	name string
+	wide bool
+	help string
+	cell func(NodeStatus, time.Time) string
+}
+
+var statusColumns = []statusColumn{
+	{name: "NAME", help: "the Node", cell: func(n NodeStatus, _ time.Time) string { return n.Name }},
+	{name: "READY", help: `its Ready condition and for how long ("False 3m")`, cell: readyCell},
+	{name: "PHASE", help: "the decision phase (Healthy, Suspect, Confirming, PoweringOff, Fenced,\n" +
+		"Recovering, Returning) that the fencer at --agent reports for the node in its\n" +
+		"fenced_node_state metric; \"-\" without --agent, or for a node that fencer does\n" +
+		"not track (-o json: phase; gossip, its old name, says the same)",
+		cell: func(n NodeStatus, _ time.Time) string { return dash(n.Phase) }},
+	{name: "POWER", help: "read from the node's BMC when it is in the inventory (--config): on,\n" +
+		"off, or the kind of failure (timeout, unreachable, auth, bmc-error); \"-\" when\n" +
+		"not in the inventory. All BMCs are read concurrently, each as the agent reads\n" +
+		"it (bmc.timeout per attempt, bmc.retries), or within --bmc-timeout when given",
+		cell: func(n NodeStatus, _ time.Time) string { return powerCell(n) }},
+	{name: "LEVELS", help: "how many of the node's fencing levels answered the --agent fencer's\n" +
+		"last device check; \"0 (cannot fence)\" when none did; \"-\" without --agent",
+		cell: func(n NodeStatus, _ time.Time) string { return levelsCell(n) }},
+	{name: "TAINT", help: "the out-of-service taint: fenced (applied by fenced), other (by someone\n" +
+		"else, fenced never removes it), returning (fenced took it off and keeps\n" +
+		"fenced.io/returning until the controller-manager has seen that), or -",
+		cell: func(n NodeStatus, _ time.Time) string { return dash(n.Taint) }},
+	{name: "EVIDENCE", help: "what fenced recorded for its taint: method and who",
+		cell: func(n NodeStatus, _ time.Time) string { return evidenceCell(n) }},
+	{name: "SINCE", help: "how long the taint has been there", cell: sinceCell},
+	{name: "FENCING", help: "excluded when an exclusion label keeps fenced away from the node\n" +
+		"(fenced exclude; -o json names the label), else -",
+		cell: func(n NodeStatus, _ time.Time) string { return fencingCell(n) }},
+	{name: "BOOT-ID", wide: true, help: "the boot ID the node reports",
+		cell: func(n NodeStatus, _ time.Time) string { return dash(n.BootID) }},
+	{name: "BMC", wide: true, help: "the node's BMC endpoint in the inventory",
+		cell: func(n NodeStatus, _ time.Time) string { return dash(n.BMCEndpoint) }},
+	{name: "REASON", wide: true, help: "the reason recorded in the evidence",
+		cell: func(n NodeStatus, _ time.Time) string {
+			if n.Evidence == nil {
+				return "-"
+			}
+			return dash(n.Evidence.Reason)
+		}},
+}
+
+// StatusColumnsHelp lists every column of `fenced status` for its --help,
+// those of -o wide marked, each help wrapped to fit a terminal.
+func StatusColumnsHelp() string {
+	var b strings.Builder
+	for _, c := range statusColumns {
+		name := c.name
+		if c.wide {
+			name += " (wide)"
+		}
+		// Wrapped here, so that the help strings need not be.
+		line := ""
+		for _, word := range strings.Fields(c.help) {
+			if line != "" && len(line)+1+len(word) > 60 {
+				fmt.Fprintf(&b, "  %-18s%s\n", name, line)
+				name, line = "", ""
+			}
+			line = strings.TrimPrefix(line+" "+word, " ")
+		}
+		fmt.Fprintf(&b, "  %-18s%s\n", name, line)
+	}
+	return b.String()
 }
 
 func readyCell(n NodeStatus, now time.Time) string {

@@ -23,6 +23,17 @@ type UnfenceOptions struct {
 	Reason string
 	// Force removes the taint even when checks fail; recorded.
 	Force bool
+	// Consent is the go-ahead Force needs: without a terminal and without
+	// Yes, Unfence with Force does nothing (ErrNeedsYes); on a terminal it
+	// asks once a check has failed.
+	Consent
+}
+
+// forced asks for the go-ahead to skip the failed checks named in what.
+func (o *Operator) forced(ctx context.Context, opts UnfenceOptions, node, what string) error {
+	fmt.Fprintf(o.Out, "WARNING: --force %s on node %s. If the node is not really back on a new boot, or still\n"+
+		"holds its volumes, its pods may run twice and write to the same disks.\n", what, node)
+	return opts.Ask(ctx, o.Out, fmt.Sprintf("Go on with node %s anyway?", node))
 }
 
 // Unfence is `fenced unfence`: it removes the out-of-service taint fenced
@@ -38,6 +49,11 @@ type UnfenceOptions struct {
 // observed the removal; a fencer then lifts it, or `fenced unfence` run
 // again on the returning node (unfenceReturning).
 func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
+	if opts.Force {
+		if err := opts.Check(); err != nil {
+			return err
+		}
+	}
 	w := o.Out
 	n, err := o.getNode(ctx, opts.Node)
 	if err != nil {
@@ -82,6 +98,11 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 			n.Name, strings.Join(failed, ", "))
 	}
 
+	if len(failed) > 0 {
+		if err := o.forced(ctx, opts, n.Name, "removes the out-of-service taint although "+strings.Join(failed, ", ")+" failed"); err != nil {
+			return err
+		}
+	}
 	user := o.identity(ctx)
 	why := fmt.Sprintf("unfenced by %s (fenced unfence), checks passed: %s", user, reasonOr(opts.Reason))
 	skipped := "none failed"
@@ -113,6 +134,12 @@ func (o *Operator) Unfence(ctx context.Context, opts UnfenceOptions) error {
 		o.warn(n, vocab.EventUnfenceForced, "%s removed the out-of-service taint with --force, checks skipped (%s): %s",
 			user, skipped, reasonOr(opts.Reason))
 	}
+	removed := taint.HistoryEntry{Node: n.Name, Action: taint.HistoryUnfence, At: o.now(), By: "fenced-unfence/" + user,
+		Reason: why, Forced: opts.Force && len(failed) > 0}
+	if evErr == nil {
+		removed.Method, removed.Evidence = ev.Method, ev.Summary()
+	}
+	o.recordHistory(ctx, removed)
 	fmt.Fprintf(w, "Removed %s from node %s.\n", taint.TaintKey, n.Name)
 	fmt.Fprintf(w, "%s:%s takes its place until the controller-manager has observed the removal; a fencer lifts it then (or run fenced unfence %s again).\n",
 		taint.ReturningTaintKey, corev1.TaintEffectNoExecute, n.Name)
@@ -148,6 +175,11 @@ func (o *Operator) unfenceReturning(ctx context.Context, n *corev1.Node, opts Un
 	if !observed && !opts.Force {
 		return refused("node %s keeps %s: the controller-manager may still act on the out-of-service taint it no longer has. "+
 			"A fencer lifts it once the controller-manager has observed the removal; --force lifts it now (recorded)", n.Name, taint.ReturningTaintKey)
+	}
+	if !observed {
+		if err := o.forced(ctx, opts, n.Name, "lifts "+taint.ReturningTaintKey+" before the controller-manager has observed the removal"); err != nil {
+			return err
+		}
 	}
 	user := o.identity(ctx)
 	tn := taint.NewTainter(o.Client, "fenced-unfence/"+user, o.Recorder)

@@ -178,6 +178,9 @@ type Fencer struct {
 	applied atomic.Pointer[applied]
 	applyMu sync.RWMutex
 
+	// history queues the fence history entries to write (history.go).
+	history chan taint.HistoryEntry
+
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
 
@@ -223,6 +226,7 @@ func New(cfg Config) (*Fencer, error) {
 		cleanFences: map[string]time.Time{},
 		fenceable:   map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
+		history:     make(chan taint.HistoryEntry, historyQueue),
 	}
 	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
 	f.applied.Store(&applied{Settings: Settings{Inventory: cfg.Inventory, Policy: cfg.Policy,
@@ -376,6 +380,11 @@ func (f *Fencer) Run(ctx context.Context) error {
 	go func() {
 		defer f.bg.Done()
 		f.monitorDevices(ctx)
+	}()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		f.writeHistory(ctx)
 	}()
 	<-ctx.Done()
 	return nil
@@ -744,6 +753,8 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			}
 			f.log.Warn("out-of-service taint applied", "node", name, "evidence", ev.Method, "reason", ev.Reason,
 				"sinceSuspected", f.cfg.Now().Sub(suspectSince).Round(time.Millisecond))
+			f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryFence, At: f.cfg.Now(), By: f.cfg.Identity,
+				Method: ev.Method, Evidence: ev.Summary(), Reason: ev.Reason})
 		}
 	case core.ActMarkNotReady:
 		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
@@ -775,6 +786,13 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.cfg.Metrics.TaintsRemoved.Inc()
 			f.log.Info("out-of-service taint removed, returning taint in its place", "node", name, "reason", a.Message,
 				"cordoned", res.Node.Spec.Unschedulable, "cordonIsFenced", res.Record.Cordoned)
+			removed := taint.HistoryEntry{Node: name, Action: taint.HistoryUnfence, At: f.cfg.Now(), By: f.cfg.Identity, Reason: a.Message}
+			if ev, ok, err := taint.EvidenceOf(node); ok && err == nil {
+				// The evidence the taint rested on, as the node showed it
+				// before the write that removed it.
+				removed.Method, removed.Evidence = ev.Method, ev.Summary()
+			}
+			f.recordHistory(removed)
 		} else if res.Node != nil {
 			f.log.Info("returning: cordon changed again for the controller-manager to answer", "node", name, "cordoned", res.Node.Spec.Unschedulable)
 		}

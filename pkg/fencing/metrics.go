@@ -60,6 +60,10 @@ type Metrics struct {
 	// PowerReadsWaiting is the number of power reads waiting for a slot
 	// (fenced_power_reads_waiting).
 	PowerReadsWaiting prometheus.Gauge
+	// HistoryWriteFailures counts fence history entries this fencer could
+	// not write (fenced_history_write_failures_total): the history is a
+	// record for people, so a failure is counted and logged, nothing more.
+	HistoryWriteFailures prometheus.Counter
 }
 
 // NewMetrics registers the fencer's metrics with reg.
@@ -135,9 +139,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_power_reads_waiting",
 			Help: "Power reads waiting for a slot under fencer.maxConcurrentPowerReads.",
 		}),
+		HistoryWriteFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_history_write_failures_total",
+			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
+		}),
 	}
 	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
-		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting)
+		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
+		m.HistoryWriteFailures)
 	return m
 }
 

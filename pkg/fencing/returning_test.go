@@ -64,6 +64,15 @@ func TestReturningWaitsForTheControllerManager(t *testing.T) {
 	}
 
 	poll.Until(t, 10*time.Second, "the swap", func() bool { return taint.HasReturningTaint(get()) })
+	// The removal is in the fence history, with the evidence it ended.
+	var removed []taint.HistoryEntry
+	poll.Until(t, 10*time.Second, "the history entry", func() bool {
+		removed, err = taint.ReadHistory(ctx, client, hostileNS, "victim")
+		return err == nil && len(removed) == 1
+	})
+	if e := removed[0]; e.Action != taint.HistoryUnfence || e.By != "fencer" || e.Method != vocab.EvidenceBMCPowerOff || e.Reason == "" {
+		t.Errorf("history entry = %+v", e)
+	}
 	n = get()
 	if taint.HasTaint(n) || !n.Spec.Unschedulable || taint.CordonOf(n).Taint {
 		t.Fatalf("after the swap: taints %+v, unschedulable %v", n.Spec.Taints, n.Spec.Unschedulable)

@@ -54,8 +54,9 @@ func (s *switchMember) Challenge(ctx context.Context, name, addr string) (heartb
 }
 
 // newSwitchBed creates node (Ready, with labels) and starts a fencer under
-// policy p; the node loses power when the test calls powerLoss.
-func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node string, p core.Policy, labels map[string]string) *switchBed {
+// policy p, its Config changed by mods; the node loses power when the test
+// calls powerLoss.
+func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node string, p core.Policy, labels map[string]string, mods ...func(*Config)) *switchBed {
 	t.Helper()
 	client := c.Client()
 	now := metav1.Now()
@@ -74,13 +75,17 @@ func newSwitchBed(ctx context.Context, t *testing.T, c *cluster.Cluster, node st
 	t.Cleanup(stop)
 	b := &switchBed{t: t, ctx: ctx, client: client, node: node, bmc: newCountingBMC(vocab.PowerOff),
 		member: &switchMember{m: heartbeat.Member{Name: node, State: vocab.MemberAlive, Since: time.Now()}}}
-	b.f = startFencer(t, Config{
+	cfg := Config{
 		Identity: "fencer", Client: client,
 		Inventory: inventoryOf(map[string]device.BMC{node: b.bmc}, map[string]string{node: "test://" + node}),
 		Members:   b.member,
 		Tainter:   taint.NewTainter(client, "fencer", rec), Recorder: rec,
 		Policy: p, LeaseNamespace: hostileNS, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: testLog(t, "fencer"),
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	b.f = startFencerWatching(t, cfg, client)
 	// The fencer has seen the node Ready (so it is not joining).
 	b.waitFor(30*time.Second, "the fencer to see the node", func() bool {
 		b.f.mu.Lock()

@@ -1,6 +1,7 @@
 package taint
 
 import (
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,26 @@ const (
 	PauseKey       = "paused"
 	PauseReasonKey = "reason"
 )
+
+// ExcludeValue is the value of ExcludeLabel that `fenced exclude` writes;
+// ExcludedBy takes it in any case, with spaces around it.
+const ExcludeValue = "true"
+
+// SetPaused writes the pause into cm's data as Paused reads it: paused
+// with reason (no reason key when empty), or not paused ("false", the
+// reason dropped). Only `fenced pause` and `fenced resume` write it; the
+// reader and the writer live here together so that they cannot drift.
+func SetPaused(cm *corev1.ConfigMap, paused bool, reason string) {
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[PauseKey] = strconv.FormatBool(paused)
+	if reason = strings.TrimSpace(reason); paused && reason != "" {
+		cm.Data[PauseReasonKey] = reason
+	} else {
+		delete(cm.Data, PauseReasonKey)
+	}
+}
 
 // ExcludedBy returns the label that excludes n from fencing, or "".
 func ExcludedBy(n *corev1.Node) string {

@@ -166,6 +166,24 @@ const (
 	// EventUnfenceForced, a Warning on the Node: `fenced unfence --force`
 	// skipped the checks.
 	EventUnfenceForced EventReason = "UnfenceForced"
+	// EventManualPowerOff, a Warning on the Node: who ran `fenced bmc off`
+	// or `fenced device off`, through which device, and why; recorded
+	// before the request is sent.
+	EventManualPowerOff EventReason = "ManualPowerOff"
+	// EventManualPowerCycle: the same for `fenced bmc cycle` and `fenced
+	// device cycle`.
+	EventManualPowerCycle EventReason = "ManualPowerCycle"
+	// EventPauseRequested, on the pause ConfigMap: who ran `fenced pause`,
+	// and why (each fencer then says FencingPaused).
+	EventPauseRequested EventReason = "PauseRequested"
+	// EventResumeRequested, on the pause ConfigMap: who ran `fenced
+	// resume` (each fencer then says FencingResumed).
+	EventResumeRequested EventReason = "ResumeRequested"
+	// EventNodeExcludedFromFencing, on the Node: who ran `fenced exclude`,
+	// and why.
+	EventNodeExcludedFromFencing EventReason = "NodeExcludedFromFencing"
+	// EventNodeIncludedInFencing, on the Node: who ran `fenced include`.
+	EventNodeIncludedInFencing EventReason = "NodeIncludedInFencing"
 )
 
 // Stale VolumeAttachments (pkg/stale's reporter in the fencer, and

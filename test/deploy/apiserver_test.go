@@ -135,6 +135,12 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		{verb: "update", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
 		{verb: "patch", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
 		{verb: "delete", resource: "configmaps", name: taint.PauseConfigMap, namespace: namespace},
+		// The history's grant changes no other ConfigMap: not the fencers'
+		// configuration (policy.dryRun, mode), and the history is not
+		// deleted.
+		{verb: "update", resource: "configmaps", name: "fenced-fencer-config", namespace: namespace},
+		{verb: "patch", resource: "configmaps", name: "fenced-fencer-config", namespace: namespace},
+		{verb: "delete", resource: "configmaps", name: taint.HistoryConfigMap, namespace: namespace},
 		{verb: "create", resource: "pods", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
 		{verb: "create", resource: "pods", subresource: "exec", namespace: "default"},

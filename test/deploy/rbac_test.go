@@ -94,13 +94,16 @@ func agentLeaseRules() []rbacv1.PolicyRule {
 }
 
 // leaseRules: pkg/fencing's power Leases, in the lease namespace only
-// (informer: list/watch; acquire: create/update; release: delete), and its
+// (informer: list/watch; acquire: create/update; release: delete), its
 // informer on the pause ConfigMap there (that object only: list and watch by
-// metadata.name).
+// metadata.name), and the fence history (taint.AppendHistory: get and update
+// that one ConfigMap, create it when absent — a create cannot name its object).
 func leaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{taint.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{taint.HistoryConfigMap}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 	}
 }
 
