@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,13 +90,18 @@ bmc:
 		"confirm":           {args: []string{"confirm", "nobody", "--yes"}, config: true, api: true, node: true},
 		"unfence":           {args: []string{"unfence", "nobody"}, config: true, api: true, node: true},
 		"bmc status":        {args: []string{"bmc", "status", "nobody"}, config: true, node: true, prints: true},
-		"bmc off":           {args: []string{"bmc", "off", "nobody"}, config: true, node: true, prints: true},
+		"bmc off":           {args: []string{"bmc", "off", "nobody", "--yes"}, config: true, node: true, prints: true},
 		"device status":     {args: []string{"device", "status", "nobody"}, config: true, node: true, prints: true},
-		"device cycle":      {args: []string{"device", "cycle", "nobody"}, config: true, node: true, prints: true},
+		"device cycle":      {args: []string{"device", "cycle", "nobody", "--yes"}, config: true, node: true, prints: true},
 		"topology check":    {args: []string{"topology", "check", "nobody"}, config: true, node: true, prints: true},
 		"credentials issue": {args: []string{"credentials", "issue", "nobody", "--out", filepath.Join(dir, "kc"), "--certificate-authority", filepath.Join(dir, "pw")}, api: true},
 		"agent":             {args: []string{"agent", "--node-name", "nobody", "--insecure-gossip"}, config: true},
 		"version":           {args: []string{"version"}, prints: true},
+		"pause":             {args: []string{"pause", "--reason", "test"}, config: true, api: true, prints: true},
+		"resume":            {args: []string{"resume"}, config: true, api: true, prints: true},
+		"exclude":           {args: []string{"exclude", "nobody"}, config: true, api: true, node: true, prints: true},
+		"include":           {args: []string{"include", "nobody"}, config: true, api: true, node: true, prints: true},
+		"history":           {args: []string{"history", "nobody"}, config: true, api: true, node: true, prints: true},
 	}
 	type input struct {
 		name  string
@@ -179,12 +185,19 @@ bmc:
 		{[]string{"device", "status", "node-a", "--level", "2", "--config", cfg}, exitUsage, "--level 2"},
 		{[]string{"bmc", "status", "node-a", "--config", cfg}, exitCannotCheck, "hint: nothing answers"},
 		{[]string{"bmc", "status", "node-a", "-o", "json", "--config", cfg}, exitCannotCheck, `"errorKind": "unreachable"`},
-		{[]string{"bmc", "off", "node-a", "--config", cfg}, exitCannotCheck, "unreachable"},
+		{[]string{"bmc", "off", "node-a", "--yes", "--config", cfg}, exitCannotCheck, "unreachable"},
 		{[]string{"device", "status", "node-a", "--config", cfg}, exitCannotCheck, "power-status: unreachable"},
-		{[]string{"device", "off", "node-a", "--config", cfg}, exitCannotCheck, "node-a:"},
+		{[]string{"device", "off", "node-a", "--yes", "--config", cfg}, exitCannotCheck, "node-a:"},
 		// What topology check exists to find: a finding, not a failure to check.
 		{[]string{"topology", "check", "--config", cfg}, exitFailure, "node-a: no fencing level answers"},
 		{[]string{"status", "--server", fmt.Sprintf("https://127.0.0.1:%d", closedPort(t))}, exitCannotCheck, "connection refused"},
+		{[]string{"pause", "extra"}, exitUsage, `unexpected argument "extra"`},
+		{[]string{"exclude"}, exitUsage, "expected exactly one NODE"},
+		{[]string{"include", "a", "b"}, exitUsage, "expected exactly one NODE"},
+		{[]string{"history", "a", "b"}, exitUsage, "expected exactly one NODE"},
+		{[]string{"history"}, exitOK, "No fence recorded"},
+		{[]string{"config", "nosuch"}, exitUsage, `unknown command "nosuch" for "fenced config"`},
+		{[]string{"config", "validate", missing}, exitCannotCheck, "nope.yaml"},
 	}
 	for _, tc := range others {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -194,4 +207,66 @@ bmc:
 			}
 		})
 	}
+
+	// No terminal and no --yes: a command that can do harm does nothing
+	// at all, not even read — no request to the API server, no packet to
+	// the BMC — and exits 2 (the test's standard input is /dev/null).
+	var requests atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(api.Close)
+	watched := kubeconfigFor(t, t.TempDir(), api.URL)
+	bmc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bmc.Close() })
+	watchedCfg := writeFile(t, dir, "watched.yaml", fmt.Sprintf(`apiVersion: fenced.io/v1alpha1
+kind: FencedConfiguration
+bmc:
+  nodes:
+    - {name: node-a, protocol: ipmi, address: 127.0.0.1, port: %d, username: u, passwordFile: %s, timeout: 300ms, retries: 0}
+`, bmc.LocalAddr().(*net.UDPAddr).Port, filepath.Join(dir, "pw")))
+	for _, args := range [][]string{
+		{"bmc", "off", "node-a"},
+		{"bmc", "cycle", "node-a"},
+		{"device", "off", "node-a"},
+		{"device", "cycle", "node-a", "-o", "json"},
+		{"confirm", "node-a", "--power-off"},
+		{"unfence", "node-a", "--force"},
+	} {
+		t.Run(strings.Join(args, " ")+"/no terminal without --yes", func(t *testing.T) {
+			before := requests.Load()
+			code, out := run(t, watched, append(args, "--config", watchedCfg)...)
+			if code != exitUsage || !strings.Contains(out, "pass --yes") {
+				t.Errorf("exit %d, want %d and %q in:\n%s", code, exitUsage, "pass --yes", out)
+			}
+			if n := requests.Load() - before; n > 0 {
+				t.Errorf("%d request(s) to the API server", n)
+			}
+			_ = bmc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if _, _, err := bmc.ReadFrom(make([]byte, 512)); err == nil {
+				t.Error("a packet reached the BMC")
+			}
+		})
+	}
+	// The control: with --yes the same command asks the API server (who
+	// are you, the Event) and the BMC, so the watchers above see what
+	// they would have to see.
+	t.Run("bmc off node-a --yes/the watchers see it", func(t *testing.T) {
+		before := requests.Load()
+		code, out := run(t, watched, "bmc", "off", "node-a", "--yes", "--config", watchedCfg)
+		if code != exitCannotCheck {
+			t.Errorf("exit %d, want %d:\n%s", code, exitCannotCheck, out)
+		}
+		if requests.Load() == before {
+			t.Error("no request to the API server")
+		}
+		_ = bmc.SetReadDeadline(time.Now().Add(time.Second))
+		if _, _, err := bmc.ReadFrom(make([]byte, 512)); err != nil {
+			t.Errorf("no packet reached the BMC: %v", err)
+		}
+	})
 }

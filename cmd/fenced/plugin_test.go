@@ -98,6 +98,9 @@ bmc:
 		{[]string{"bmc", "status", "worker-1", ""}, ":4\n"},
 		{[]string{"topology", "check", "worker-1", "wor"}, "worker-2\n:4\n"},
 		{[]string{"confirm", "--kubeconfig", unreachable, "db"}, "db-1\n:4\n"},
+		{[]string{"exclude", "--kubeconfig", unreachable, "db"}, "db-1\n:4\n"},
+		{[]string{"include", "--kubeconfig", unreachable, "worker-1", ""}, ":4\n"},
+		{[]string{"history", "--kubeconfig", unreachable, "w"}, "worker-1\nworker-2\n:4\n"},
 		{[]string{"status", "-o", ""}, "text\nwide\n"},
 	}
 	for _, tc := range cases {
