@@ -27,8 +27,9 @@ credentials after adding a node, or to switch a node by hand.
 
 Exit codes: 0 done (state read, or action confirmed by reading the new state),
 1 failed (the BMC refused the action, or did not reach the state in time),
-2 usage error (wrong flags, unknown node), 3 could not check (no or unreadable
-configuration; the BMC unreachable, timed out or refused the credentials).`,
+2 usage error (wrong flags, unknown node; off or cycle without --yes and without
+a terminal), 3 could not check (no or unreadable configuration; the BMC
+unreachable, timed out or refused the credentials).`,
 		Example: `  fenced bmc status worker-3
   fenced bmc status worker-3 -o json
   fenced bmc off worker-3 --power-timeout 60s`,

@@ -20,7 +20,8 @@ func consentFlags(cmd *cobra.Command, c *admin.Consent, reason *string, recorded
 	fl.StringVar(reason, "reason", "", "why (recorded in "+recorded+")")
 }
 
-// firstArg is a command's optional NODE: "" when none was given.
+// firstArg is a command's optional argument (history's NODE, diagnose's
+// target): "" when none was given.
 func firstArg(args []string) string {
 	if len(args) == 0 {
 		return ""

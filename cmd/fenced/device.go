@@ -34,8 +34,9 @@ plug reads off. off/on/cycle switch every plug of one level (--level, default:
 the first level where all of them can be switched) and confirm the new state.
 
 Exit codes: 0 done, 1 failed (a level was reached but did not switch), 2 usage
-error (wrong flags, unknown node, no such level), 3 could not check (no or
-unreadable configuration; no level could be read; no plug of a switch answered).`,
+error (wrong flags, unknown node, no such level; off or cycle without --yes and
+without a terminal), 3 could not check (no or unreadable configuration; no level
+could be read; no plug of a switch answered).`,
 		Example: `  fenced device status worker-3
   fenced device status worker-3 -o json
   fenced device off worker-3 --level 2`,

@@ -61,7 +61,7 @@ else fenced-system) and lists the nodes whose agent said "none"; "unknown" (the
 agent cannot reach logind) and nodes without an agent are not listed.
 
 --fix cures what is safe, after printing the plan and asking y/N (without a
-terminal it changes nothing unless --yes):
+terminal it changes nothing unless --yes, and exits 2 once the plan is shown):
   - stale-attachment, deleted-node: deletes the VolumeAttachment, only if, read
     again right before, the node is Ready (or gone), no pod on it uses the volume
     and its kubelet does not list the volume in status.volumesInUse; deleted with
@@ -90,8 +90,9 @@ list/delete pods).
 finding (.findings).
 
 Exit codes: 0 nothing stuck (or everything cured), 1 something stuck (or a cure
-refused or failed), 2 usage error, 3 could not check (no kubeconfig, the API
-server does not answer, an unreadable configuration).`,
+refused or failed), 2 usage error (--fix without --yes and without a terminal
+among them), 3 could not check (no kubeconfig, the API server does not answer,
+an unreadable configuration).`,
 		Example: `  # why is this pod stuck?
   fenced diagnose -n shop postgres-0
 
@@ -123,11 +124,7 @@ server does not answer, an unreadable configuration).`,
 		if allNamespaces && explicit {
 			return usage(errors.New("-n and -A exclude each other"))
 		}
-		var target string
-		if len(args) == 1 {
-			target = args[0]
-		}
-		pod, claim, node, err := admin.ParseTarget(target)
+		pod, claim, node, err := admin.ParseTarget(firstArg(args))
 		if err != nil {
 			return usage(err)
 		}
