@@ -13,6 +13,30 @@ import "reflect"
 // its read bound, the device monitor's timer, the stale report — or
 // decides whether the agent is a fencer at all.
 
+// reloadable are the settings a running fencer applies without a
+// restart, by their paths in the file; a path stands for everything under
+// it. Not read by the reloader (which applies the whole file but for
+// restartOnly): it exists so that every field of Configuration is
+// classified here or in restartOnly, which TestEveryFieldClassified
+// checks — a field added to the file without a thought about reloading
+// fails there.
+var reloadable = []string{
+	"bmc",
+	"fenceDevices",
+	"topology",
+	"policy.mode",
+	"policy.fenceAfter",
+	"policy.maxUnhealthy",
+	"policy.maxConcurrentPowerActions",
+	"policy.fenceDelay",
+	"policy.afterFence",
+	"policy.forceDeletePods",
+	"policy.shutdownWait",
+	"policy.dryRun",
+	"fencer.leaseDuration",
+	"fencer.powerTimeout",
+}
+
 // restartOnly are the settings only a restart applies, each with its path
 // in the file and the part of a Config that holds it.
 var restartOnly = []struct {
