@@ -189,7 +189,14 @@ type running struct {
 // systemd identity (its API client is the test's).
 func startAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node, cfg string, seeds []string) *running {
 	t.Helper()
-	conf, err := config.Parse([]byte(cfg), node+".yaml")
+	// A file the fencer's configuration reloader reads back: it holds the
+	// configuration in force, so fenced_config_last_reload_success stays 1
+	// as on a real host (a path that is not there would be refused).
+	file := filepath.Join(t.TempDir(), node+".yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := config.Parse([]byte(cfg), file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +333,11 @@ func TestMonitoringMetricsExist(t *testing.T) {
 			strings.Contains(fencerScrape, metrics.AgentReadyMetric+`{role="fencer"} 1`), nil
 	}); err != nil {
 		t.Fatalf("the fencer's monitor round and the ring of two did not show in its /metrics: %v\n%s", err, fencerScrape)
+	}
+	// The configuration alerts' gauge, on the fencer only: its reloader
+	// reads back the file it started with and finds it in force.
+	if !strings.Contains(fencerScrape, "\nfenced_config_last_reload_success 1\n") {
+		t.Errorf("the fencer's /metrics lacks fenced_config_last_reload_success 1:\n%s", fencerScrape)
 	}
 	_, observerScrape := observer.get(t, "/metrics")
 	if !strings.Contains(observerScrape, metrics.AgentReadyMetric+`{role="observer"} 1`) {
