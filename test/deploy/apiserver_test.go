@@ -73,19 +73,24 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		t.Fatalf("kubectl apply: %v\n%s%s", err, stdout, stderr)
 	}
 
+	var canIAs func(t *testing.T, q query, as ...string) bool
 	// canI asks as the ServiceAccount would authenticate: its user name and
 	// the groups every ServiceAccount token carries, so a "no" also covers
 	// whatever those groups are granted.
 	canI := func(t *testing.T, sa string, q query) bool {
 		t.Helper()
+		return canIAs(t, q, "--as=system:serviceaccount:"+namespace+":"+sa,
+			"--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:"+namespace,
+			"--as-group=system:authenticated")
+	}
+	// canIAs asks as the user and groups of as (kubectl's --as flags).
+	canIAs = func(t *testing.T, q query, as ...string) bool {
+		t.Helper()
 		res := q.resource
 		if q.name != "" {
 			res += "/" + q.name
 		}
-		args := []string{"auth", "can-i", q.verb, res,
-			"--as=system:serviceaccount:" + namespace + ":" + sa,
-			"--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:" + namespace,
-			"--as-group=system:authenticated"}
+		args := append([]string{"auth", "can-i", q.verb, res}, as...)
 		if q.subresource != "" {
 			args = append(args, "--subresource="+q.subresource)
 		}
@@ -228,6 +233,13 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing the kubelets' Leases as %s: %v, want Forbidden", observerSA, err)
 		}
+	})
+
+	t.Run("operator", func(t *testing.T) {
+		testOperatorRole(ctx, t, c, func(q query) bool {
+			t.Helper()
+			return canIAs(t, q, "--as="+operatorUser, "--as-group=system:authenticated")
+		})
 	})
 
 	// Last, as it widens the fencer's rights: the opt-in that lets fencers

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
+	"fenced.io/fenced/pkg/admin"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/device"
@@ -42,6 +43,9 @@ const (
 	// The fencer's view of the kubelets' Leases, in kube-node-lease
 	// (fencing.KubeletLeaseNamespace), kept there by kubeNodeLeaseDir.
 	kubeletLeaseRole = "fenced-kubelet-leases"
+	// The operators' ClusterRole and Role (pkg/admin/rbac.go): bound to
+	// nobody by the manifests.
+	operatorRole     = "fenced-operator"
 	kubeNodeLeaseDir = "deploy/daemonset/base/kube-node-lease"
 	rbacFile         = "deploy/daemonset/base/rbac.yaml"
 	// The admission policy that lets only a node's own agent write its
@@ -169,9 +173,11 @@ func TestRBACMatchesCode(t *testing.T) {
 		}
 		return out
 	}
-	wantNames("ClusterRoles", keys(r.clusterRoles), observerCR, fencerCR)
+	wantNames("ClusterRoles", keys(r.clusterRoles), observerCR, fencerCR, operatorRole)
+	// The operators' roles are bound by whoever installs fenced, to its
+	// operators: no binding of them ships.
 	wantNames("ClusterRoleBindings", keys(r.clusterRoleBindings), observerCR, fencerCR)
-	wantNames("Roles", keys(r.roles), leaseRole, agentLeaseRole, kubeletLeaseRole)
+	wantNames("Roles", keys(r.roles), leaseRole, agentLeaseRole, kubeletLeaseRole, operatorRole)
 	wantNames("RoleBindings", keys(r.roleBindings), leaseRole, agentLeaseRole, kubeletLeaseRole)
 
 	roleRules := func(name string) []rbacv1.PolicyRule {
@@ -195,6 +201,8 @@ func TestRBACMatchesCode(t *testing.T) {
 		{"Role " + leaseRole, roleRules(leaseRole), leaseRules()},
 		{"Role " + agentLeaseRole, roleRules(agentLeaseRole), agentLeaseRules()},
 		{"Role " + kubeletLeaseRole, roleRules(kubeletLeaseRole), kubeletLeaseRules()},
+		{"ClusterRole " + operatorRole + " (admin.OperatorClusterRules)", rulesOf(r.clusterRoles[operatorRole]), admin.OperatorClusterRules()},
+		{"Role " + operatorRole + " (admin.OperatorNamespaceRules)", roleRules(operatorRole), admin.OperatorNamespaceRules()},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			g, _ := yaml.Marshal(c.got)

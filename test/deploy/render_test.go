@@ -583,9 +583,12 @@ func TestPolicyFollowsNamespace(t *testing.T) {
 	if !slices.Equal(namespaces, []string{other}) {
 		t.Errorf("Namespace objects %v, want [%s]", namespaces, other)
 	}
-	for r, want := range map[string]string{leaseRole: other, agentLeaseRole: other, kubeletLeaseRole: fencing.KubeletLeaseNamespace} {
+	for r, want := range map[string]string{leaseRole: other, agentLeaseRole: other, kubeletLeaseRole: fencing.KubeletLeaseNamespace, operatorRole: other} {
 		if roles[r] != want {
 			t.Errorf("Role %s in namespace %q, want %s", r, roles[r], want)
+		}
+		if r == operatorRole {
+			continue // bound to nobody
 		}
 		if roleBindings[r] != want {
 			t.Errorf("RoleBinding %s in namespace %q, want %s", r, roleBindings[r], want)
