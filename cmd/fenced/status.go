@@ -14,11 +14,13 @@ func newStatusCommand(g *globals) *cobra.Command {
 		Use:   "status",
 		Short: "Show every node's readiness, power, taint and fencing evidence, and whether fencing is armed",
 		Long: "Show one row per node, with these columns:\n\n" + admin.StatusColumnsHelp() + `
-Under the table, whether fencing is armed, read from the API: the fencer pods
-that are ready (fencers run as systemd units have no pod), what the fencers'
-configuration says (dry-run, mode, inventory: from the ConfigMap their pods
-mount), the cluster-wide pause and its reason (fenced pause), and how many
-nodes are excluded (fenced exclude). With --agent, that fencer's own view too:
+Under the table, whether fencing is armed, read from the API: each fencer as
+it publishes itself on its Lease in fenced's namespace, in a pod or run by
+systemd alike (ready, or stale when it has not renewed for 90 s; mode, dry-run,
+how many nodes it can fence, the hash of its configuration file), the
+cluster-wide pause and its reason (fenced pause), and how many nodes are
+excluded (fenced exclude). Armed: a ready fencer not in dry-run with nodes to
+fence, and no pause. With --agent, that fencer's own view too:
 the gossip ring, its pause and dry-run.
 
 -o json and -o yaml print everything, including the full evidence (fields:

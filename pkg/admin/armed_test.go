@@ -2,77 +2,103 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/taint"
+	"fenced.io/fenced/pkg/vocab"
 )
 
-// fencerPod is a fencer DaemonSet pod as the chart makes it: its
-// configuration from ConfigMap cm, mounted at /etc/fenced/config.
-func fencerPod(name string, ready bool, cm string) *corev1.Pod {
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
+// fencerLease is node's key Lease with the state a fencer publishes on it
+// (publish.PublishFencerState), renewed ago before t0.
+func fencerLease(node string, ago time.Duration, s publish.FencerState) *coordinationv1.Lease {
+	at := metav1.NewMicroTime(t0.Add(-ago))
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: publish.LeaseName(node), Namespace: testNS,
+			Annotations: map[string]string{publish.AnnotationBootID: "boot-" + node}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: &at},
 	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS,
-			Labels: map[string]string{"app.kubernetes.io/name": "fenced", "app.kubernetes.io/component": "fencer"}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "fenced", Args: []string{"agent", "--config=/etc/fenced/config/config.yaml"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/fenced/config"}, {Name: "bmc", MountPath: "/etc/fenced/bmc"}}}},
-			Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}},
-		},
-		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	for k, v := range map[string]string{
+		publish.AnnotationFencerReady:          map[bool]string{true: "true", false: "false"}[s.Ready],
+		publish.AnnotationFencerMode:           string(s.Mode),
+		publish.AnnotationFencerDryRun:         map[bool]string{true: "true", false: "false"}[s.DryRun],
+		publish.AnnotationFencerInventoryNodes: map[bool]string{true: "2", false: "0"}[s.InventoryNodes == 2],
+		publish.AnnotationFencerConfigHash:     s.ConfigHash,
+	} {
+		l.Annotations[k] = v
 	}
+	return l
 }
 
-func fencerConfig(dryRun string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fenced-fencer-config", Namespace: testNS},
-		Data: map[string]string{"config.yaml": `apiVersion: fenced.io/v1alpha1
-kind: FencedConfiguration
-policy: {mode: confirm-only, dryRun: ` + dryRun + `}
-bmc:
-  defaults: {protocol: ipmi, username: u, passwordFile: /etc/fenced/bmc/password}
-  nodes:
-    - {name: w1, address: 10.0.0.1}
-    - {name: w2, address: 10.0.0.2}
-`}}
+// observerLease is an observer's key Lease: no fencer state.
+func observerLease(node string) *coordinationv1.Lease {
+	at := metav1.NewMicroTime(t0)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: publish.LeaseName(node), Namespace: testNS,
+			Annotations: map[string]string{publish.AnnotationBootID: "boot-" + node}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: &at},
+	}
 }
 
 // TestFencingView: status without --agent tells from the API whether
-// fencing is armed — fencer pods ready, their configuration's dry-run and
-// inventory, the pause — and says what it could not read.
+// fencing is armed — the fencers as they publish themselves on their
+// Leases (ready and renewed, dry-run, inventory), the pause — and says
+// what it could not read.
 func TestFencingView(t *testing.T) {
 	excluded := newNode("n1", corev1.ConditionTrue)
 	excluded.Labels = map[string]string{taint.ExcludeLabel: "true"}
+	live := publish.FencerState{Ready: true, Mode: vocab.ModeConfirmOnly, InventoryNodes: 2, ConfigHash: "0a1b2c3d4e5f"}
+	with := func(edit func(*publish.FencerState)) publish.FencerState { s := live; edit(&s); return s }
+	stale := publish.FencerStateStaleAfter + time.Second
+	const forbidden = "Leases forbidden" // the case whose Leases may not be listed
 	for _, tc := range []struct {
-		name      string
-		objs      []runtime.Object
-		armed     string // "yes", "no" or "" (unknown)
-		want      []string
-		inventory int
+		name  string
+		objs  []runtime.Object
+		armed string // "yes", "no" or "" (unknown)
+		ready int
+		want  []string
 	}{
-		{"armed", []runtime.Object{fencerPod("f1", true, "fenced-fencer-config"), fencerPod("f2", false, "fenced-fencer-config"), fencerConfig("false")},
-			"yes", []string{"fencing: ARMED", "fencer pods ready: 1 of 2", "dry-run:           no", "mode:              confirm-only", "2 node(s)", "excluded nodes:    1"}, 2},
-		{"dry-run", []runtime.Object{fencerPod("f1", true, "fenced-fencer-config"), fencerConfig("true")},
-			"no", []string{"fencing: NOT ARMED", "dry-run:           YES"}, 2},
-		{"paused", []runtime.Object{fencerPod("f1", true, "fenced-fencer-config"), fencerConfig("false"),
-			pauseCM(map[string]string{"paused": "true", "reason": "SAN"})}, "no", []string{"fencing: NOT ARMED", "paused:            YES: SAN"}, 2},
-		{"no fencer ready", []runtime.Object{fencerPod("f1", false, "fenced-fencer-config"), fencerConfig("false")},
-			"no", []string{"fencing: NOT ARMED", "fencer pods ready: 0 of 1"}, 2},
-		{"systemd fencers only", nil, "", []string{"fencing: unknown", "fencers run as systemd units are not visible"}, -1},
-		{"config missing", []runtime.Object{fencerPod("f1", true, "gone")}, "", []string{"fencing: unknown", `configmaps "gone" not found`}, -1},
+		{"a fresh fencer", []runtime.Object{fencerLease("cp-1", 10*time.Second, live), observerLease("w-1")},
+			"yes", 1, []string{"fencing: ARMED", "fencers ready:     1 of 1", "cp-1: ready (renewed 10s ago), mode confirm-only, dry-run no, inventory 2 node(s), config 0a1b2c3d4e5f", "excluded nodes:    1"}},
+		{"a stale fencer", []runtime.Object{fencerLease("cp-1", stale, live)},
+			"no", 0, []string{"fencing: NOT ARMED", "fencers ready:     0 of 1", "cp-1: STALE (renewed 1m31s ago)"}},
+		{"a stale fencer beside a fresh one", []runtime.Object{fencerLease("cp-1", stale, live), fencerLease("cp-2", time.Second, live)},
+			"yes", 1, []string{"fencing: ARMED", "fencers ready:     1 of 2", "cp-1: STALE", "cp-2: ready"}},
+		{"dry-run", []runtime.Object{fencerLease("cp-1", time.Second, with(func(s *publish.FencerState) { s.DryRun = true }))},
+			"no", 1, []string{"fencing: NOT ARMED", "dry-run YES"}},
+		{"paused", []runtime.Object{fencerLease("cp-1", time.Second, live), pauseCM(map[string]string{"paused": "true", "reason": "SAN"})},
+			"no", 1, []string{"fencing: NOT ARMED", "paused:            YES: SAN"}},
+		{"joining", []runtime.Object{fencerLease("cp-1", time.Second, with(func(s *publish.FencerState) { s.Ready = false }))},
+			"no", 0, []string{"fencing: NOT ARMED", "cp-1: not ready"}},
+		{"no inventory", []runtime.Object{fencerLease("cp-1", time.Second, with(func(s *publish.FencerState) { s.InventoryNodes = 0 }))},
+			"no", 1, []string{"fencing: NOT ARMED", "inventory 0 node(s)"}},
+		{"two configurations", []runtime.Object{fencerLease("cp-1", time.Second, live),
+			fencerLease("cp-2", time.Second, with(func(s *publish.FencerState) { s.ConfigHash = "ffffffffffff" }))},
+			"yes", 2, []string{"the ready fencers run 2 different files (0a1b2c3d4e5f, ffffffffffff)"}},
+		{"no fencer", []runtime.Object{observerLease("w-1")}, "no", 0, []string{"fencing: NOT ARMED", "no fencer has published its state"}},
+		{forbidden, []runtime.Object{fencerLease("cp-1", time.Second, live)}, "", 0, []string{"fencing: unknown", "fencers: leases.coordination.k8s.io is forbidden"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(nil, append(tc.objs, excluded)...)
 			e.op.LeaseNamespace = testNS
+			if tc.name == forbidden {
+				e.cs.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "", errors.New("RBAC"))
+				})
+			}
 			s, err := e.op.Status(context.Background(), StatusOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -82,11 +108,8 @@ func TestFencingView(t *testing.T) {
 			if v.Armed != nil {
 				armed = map[bool]string{true: "yes", false: "no"}[*v.Armed]
 			}
-			if armed != tc.armed {
-				t.Errorf("armed = %q, want %q: %+v", armed, tc.armed, v)
-			}
-			if (tc.inventory < 0) != (v.InventoryNodes == nil) || (v.InventoryNodes != nil && *v.InventoryNodes != tc.inventory) {
-				t.Errorf("inventory = %v, want %d", v.InventoryNodes, tc.inventory)
+			if armed != tc.armed || v.FencersReady != tc.ready {
+				t.Errorf("armed = %q, ready %d; want %q, %d: %+v", armed, v.FencersReady, tc.armed, tc.ready, v)
 			}
 			var out strings.Builder
 			if err := printer.Print(&out, "", s.Doc(t0)); err != nil {
@@ -101,27 +124,19 @@ func TestFencingView(t *testing.T) {
 	}
 }
 
-func TestConfigMapOf(t *testing.T) {
-	p := fencerPod("f", true, "cm")
-	for _, tc := range []struct {
-		name           string
-		args           []string
-		items          []corev1.KeyToPath
-		wantCM, wantKy string
-	}{
-		{"--config=", []string{"agent", "--config=/etc/fenced/config/config.yaml"}, nil, "cm", "config.yaml"},
-		{"--config FILE", []string{"agent", "--config", "/etc/fenced/config/sub/c.yaml"}, nil, "cm", "sub/c.yaml"},
-		{"items", []string{"--config=/etc/fenced/config/c.yaml"}, []corev1.KeyToPath{{Key: "fencer.yaml", Path: "c.yaml"}}, "cm", "fencer.yaml"},
-		{"not a ConfigMap", []string{"--config=/etc/fenced/bmc/x"}, nil, "", ""},
-		{"no --config", []string{"agent"}, nil, "", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p.Spec.Containers[0].Args = tc.args
-			p.Spec.Volumes[0].ConfigMap.Items = tc.items
-			cm, key, ok := configMapOf(p)
-			if cm != tc.wantCM || key != tc.wantKy || ok != (tc.wantCM != "") {
-				t.Errorf("configMapOf = %q, %q, %v; want %q, %q", cm, key, ok, tc.wantCM, tc.wantKy)
-			}
-		})
+// TestFencingViewReadsNoPods: the armed view reads Leases and the pause,
+// never pods or the fencers' configuration (which systemd fencers do not
+// have in the API, and which the operators' role may not read).
+func TestFencingViewReadsNoPods(t *testing.T) {
+	e := newEnv(nil, fencerLease("cp-1", time.Second, publish.FencerState{Ready: true, Mode: vocab.ModePowerOff, InventoryNodes: 2}))
+	e.op.LeaseNamespace = testNS
+	if _, err := e.op.Status(context.Background(), StatusOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range e.cs.Actions() {
+		r := a.GetResource().Resource
+		if r == "pods" || (r == "configmaps" && (a.GetVerb() != "get" || a.(k8stesting.GetAction).GetName() != taint.PauseConfigMap)) {
+			t.Errorf("status %s %s: the armed view reads Leases and the pause only", a.GetVerb(), r)
+		}
 	}
 }

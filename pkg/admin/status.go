@@ -215,7 +215,7 @@ func (s *Status) writeTable(w io.Writer, o printer.TextOptions, now time.Time) e
 		return err
 	}
 	if s.Fencing != nil {
-		fmt.Fprintf(w, "\n%s\n", s.Fencing.Text())
+		fmt.Fprintf(w, "\n%s\n", s.Fencing.Text(now))
 	}
 	if a := s.Agent; a != nil {
 		if a.Error != "" {

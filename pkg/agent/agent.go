@@ -36,6 +36,7 @@ import (
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
 	"fenced.io/fenced/pkg/stale"
@@ -170,6 +171,9 @@ type parts struct {
 	// one to the fencer (nil on an observer: it reads the file at start
 	// only).
 	config *configReloader
+	// state publishes the fencer's state on its key Lease for `fenced
+	// status` (nil on an observer). Display only.
+	state *fencerStateWriter
 	// stale reports stale VolumeAttachments; it runs with the fencer
 	// (nil on an observer).
 	stale *stale.Reporter
@@ -287,6 +291,9 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.config = newConfigReloader(o.Config, a.inv, p.fencer, p.reg,
 			componentLog(o.Logger, componentAgent), componentLog(o.Logger, componentDevice))
 		p.config.eventsOn(recorder, nodeLister, o.NodeName)
+		p.state = newFencerStateWriter(o.Client, o.Config.Fencer.LeaseNamespace, o.NodeName, p.fencerState,
+			componentLog(o.Logger, componentAgent))
+		p.config.onApply = p.state.changed
 		// The stale VolumeAttachment report shares the fencer's Node and
 		// VolumeAttachment informers (the one cluster-scoped factory).
 		p.stale, err = stale.New(stale.Config{
@@ -361,6 +368,14 @@ func (p *parts) ready() error {
 	return nil
 }
 
+// fencerState is what a fencer publishes of itself for `fenced status`:
+// ready (in the ring), and the configuration in force.
+func (p *parts) fencerState() publish.FencerState {
+	cfg, hash := p.config.InForce()
+	return publish.FencerState{Ready: p.ready() == nil, Mode: cfg.Policy.Mode, DryRun: cfg.Policy.DryRun,
+		InventoryNodes: p.fencer.InventoryNodes(), ConfigHash: hash}
+}
+
 // memberStates are the states of the ring's members, for fenced_members.
 func (p *parts) memberStates() []vocab.MemberState {
 	ms := p.ring.Members()
@@ -419,6 +434,13 @@ func (p *parts) run(ctx context.Context) error {
 	// After the key: the answer is written on the key's Lease.
 	defer background(ctx, p.graceful.run)()
 
+	if p.state != nil {
+		// From before the join, so that status shows a fencer that is
+		// joining as not ready rather than not at all; after the key,
+		// whose Lease it writes on.
+		defer background(ctx, p.state.run)()
+	}
+
 	if o.InsecureGossip {
 		log.Warn("gossip is not encrypted (--insecure-gossip): anyone on the network can join the ring and pose as a node")
 	}
@@ -442,6 +464,9 @@ func (p *parts) run(ctx context.Context) error {
 		defer background(ctx, p.config.run)()
 	}
 	p.joined.Store(true)
+	if p.state != nil {
+		p.state.changed() // ready now
+	}
 	log.Info("agent started", "role", p.role, "node", o.NodeName, "boot", o.BootID, "gossip", p.ring.LocalAddr(),
 		"config", o.Config.Source, "bmcs", len(o.Config.BMCs), "fenceDevices", len(o.Config.Devices), "version", o.Version)
 	if p.watcher == nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,19 @@ type configReloader struct {
 	// poll read, not judged yet.
 	inForce, judged, pending []byte
 	problems                 problemOnce
+
+	// current is the configuration in force and its hash, for the
+	// fencer's published state (read from another goroutine);
+	// onApply, when set, is told after each applied reload.
+	current atomic.Pointer[configInForce]
+	onApply func()
+}
+
+// configInForce is the configuration a fencer runs with and the hash of
+// its file (hashText; "" when the file no longer held it at start).
+type configInForce struct {
+	cfg  *config.Config
+	hash string
 }
 
 // newConfigReloader builds the reloader of the configuration cfg, in
@@ -100,10 +114,12 @@ type configReloader struct {
 // holds cfg, that content is in force and is not judged again.
 func newConfigReloader(cfg *config.Config, inv *device.Inventory, f reconfigurer, reg prometheus.Registerer, log, devLog *slog.Logger) *configReloader {
 	r := &configReloader{path: cfg.Source, running: cfg, inv: inv, fencer: f, log: log, devLog: devLog, metrics: newConfigMetrics(reg)}
+	r.current.Store(&configInForce{cfg: cfg})
 	if data, err := os.ReadFile(r.path); err == nil {
 		if now, err := config.Parse(data, r.path); err == nil && reflect.DeepEqual(now, cfg) {
 			r.inForce, r.judged = data, data
 			r.metrics.hash.Set(contentHash(data))
+			r.current.Store(&configInForce{cfg: cfg, hash: hashText(data)})
 		}
 	}
 	r.metrics.success.Set(1)
@@ -184,12 +200,15 @@ func (r *configReloader) judge(data []byte) {
 	r.metrics.success.Set(1)
 	r.metrics.successTime.SetToCurrentTime()
 	r.metrics.hash.Set(contentHash(data))
-	sum := sha256.Sum256(data)
-	r.log.Info("configuration reloaded", "config", r.path, "sha256", hex.EncodeToString(sum[:6]),
+	r.current.Store(&configInForce{cfg: cfg, hash: hashText(data)})
+	if r.onApply != nil {
+		r.onApply()
+	}
+	r.log.Info("configuration reloaded", "config", r.path, "sha256", hashText(data),
 		"bmcs", len(cfg.BMCs), "fenceDevices", len(cfg.Devices), "mode", cfg.Policy.Mode, "dryRun", cfg.Policy.DryRun)
 	r.event(corev1.EventTypeNormal, vocab.EventConfigurationReloaded, fmt.Sprintf(
 		"configuration %s (sha256 %s) applied without a restart: power devices, topology, policy and power-action timings",
-		r.path, hex.EncodeToString(sum[:6])))
+		r.path, hashText(data)))
 	r.restartPending(cfg)
 }
 
@@ -243,6 +262,20 @@ func (r *configReloader) event(typ string, reason vocab.EventReason, msg string)
 func fencerSettings(cfg *config.Config, inv *device.Inventory) fencing.Settings {
 	return fencing.Settings{Inventory: inv, Policy: cfg.Policy.Policy, LeaseDuration: cfg.Fencer.LeaseDuration,
 		Verify: device.VerifyOptions{Timeout: cfg.Fencer.PowerTimeout}}
+}
+
+// InForce is the configuration in force and the hash of its file. Safe
+// from any goroutine.
+func (r *configReloader) InForce() (*config.Config, string) {
+	c := r.current.Load()
+	return c.cfg, c.hash
+}
+
+// hashText is the first six bytes of data's SHA-256 in hex: how the log,
+// the Events and the fencer's published state name a configuration file.
+func hashText(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:6])
 }
 
 // contentHash is the first six bytes of data's SHA-256 as a number, exact

@@ -27,6 +27,7 @@ import (
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/pkg/config"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/metrics"
 	"fenced.io/fenced/pkg/shutdown"
 )
@@ -338,6 +339,23 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	// reads back the file it started with and finds it in force.
 	if !strings.Contains(fencerScrape, "\nfenced_config_last_reload_success 1\n") {
 		t.Errorf("the fencer's /metrics lacks fenced_config_last_reload_success 1:\n%s", fencerScrape)
+	}
+	// What `fenced status` reads: the fencer publishes itself on its key
+	// Lease (ready once in the ring), the observer does not.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		l, err := c.Client().CoordinationV1().Leases(config.DefaultLeaseNamespace).Get(ctx, publish.LeaseName("node-fencer"), metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		_, st, _, ok := publish.FencerStateOf(l)
+		return ok && st.Ready && st.InventoryNodes == 1 && st.ConfigHash != "", nil
+	}); err != nil {
+		t.Errorf("the fencer's key Lease does not say it is ready with 1 node to fence: %v", err)
+	}
+	if l, err := c.Client().CoordinationV1().Leases(config.DefaultLeaseNamespace).Get(ctx, publish.LeaseName("node-observer"), metav1.GetOptions{}); err != nil {
+		t.Errorf("the observer's key Lease: %v", err)
+	} else if _, st, _, ok := publish.FencerStateOf(l); ok {
+		t.Errorf("the observer's key Lease holds a fencer's state: %+v", st)
 	}
 	_, observerScrape := observer.get(t, "/metrics")
 	if !strings.Contains(observerScrape, metrics.AgentReadyMetric+`{role="observer"} 1`) {

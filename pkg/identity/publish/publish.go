@@ -112,6 +112,11 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, node, bootID 
 		}
 		l.Annotations[AnnotationPublicKey] = key.String()
 		l.Annotations[AnnotationBootID] = bootID
+		// An earlier run's fencer state is not this run's: a fencer
+		// publishes its own once it runs (PublishFencerState).
+		for _, a := range fencerStateAnnotations {
+			delete(l.Annotations, a)
+		}
 		l.Spec.HolderIdentity = ptr.To(node)
 		l.Spec.AcquireTime = &at
 		l.Spec.RenewTime = &at
