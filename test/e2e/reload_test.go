@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,8 +20,10 @@ import (
 	"fenced.io/fenced/pkg/vocab"
 )
 
-// TestConfigReload changes the running fencers' configuration file, as an
-// update of their ConfigMap volume does (the whole file replaced at once):
+// TestConfigReload changes the running fencers' configuration, which they
+// read from a directory laid out as the kubelet lays out a ConfigMap volume
+// (Fencing.ConfigVolume), through an update as the kubelet makes it (a new
+// ..data swapped in; the file's own path is a symlink that never changes):
 // w-1's BMC moves to another address, and the fencers take it without a
 // restart — w-1's next power loss is read there and tainted. Then an
 // invalid file is refused (metric, Event on the fencer's Node) and the
@@ -30,7 +31,7 @@ import (
 func TestConfigReload(t *testing.T) {
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "cp-2", "w-1", "w-2", "w-3"},
-		Fencing:  &harness.Fencing{Fencers: []string{"cp-1", "cp-2"}},
+		Fencing:  &harness.Fencing{Fencers: []string{"cp-1", "cp-2"}, ConfigVolume: true},
 	})
 	fencers := []*harness.Machine{h.Machine("cp-1"), h.Machine("cp-2")}
 	pids := map[string]int{}
@@ -52,7 +53,7 @@ func TestConfigReload(t *testing.T) {
 	if moved == string(text) {
 		t.Fatal("w-1's BMC entry not found in the fencers' configuration")
 	}
-	replaceFile(t, file, moved)
+	must(t, h.SetFencerConfig(moved))
 	waitReload(t, fencers, `fenced_config_reload_total{result="applied"}`, 1)
 
 	must(t, h.Machine("w-1").PowerLoss())
@@ -71,7 +72,7 @@ func TestConfigReload(t *testing.T) {
 	// An invalid change: refused, said, and the configuration in force
 	// (with w-1's new address) stays.
 	invalid := strings.Replace(moved, "{name: w-2, address:", "{name: w-2, adress:", 1)
-	replaceFile(t, file, invalid)
+	must(t, h.SetFencerConfig(invalid))
 	waitReload(t, fencers, `fenced_config_reload_total{result="refused"}`, 1)
 	for _, f := range fencers {
 		if v := metricValue(t, f, "fenced_config_last_reload_success"); v != 0 {
@@ -104,15 +105,6 @@ func bmcOf(t *testing.T, text, node string) (string, int) {
 		t.Fatal(err)
 	}
 	return m[1], port
-}
-
-// replaceFile replaces path's content at once, as the kubelet's update of
-// a ConfigMap volume does (a rename over it, never a file half-written).
-func replaceFile(t *testing.T, path, text string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), ".reload.tmp")
-	must(t, os.WriteFile(tmp, []byte(text), 0o600))
-	must(t, os.Rename(tmp, path))
 }
 
 // waitReload waits until every fencer's series is at least want.

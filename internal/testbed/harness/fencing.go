@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -87,6 +88,15 @@ type Fencing struct {
 	// (MachineConfigFile). Without it every agent reads one
 	// gossip.keyFile.
 	GossipKeyDirs bool
+
+	// ConfigVolume makes the fencers read their configuration from a
+	// directory written as the kubelet writes a ConfigMap volume
+	// (internal/testbed/secretvolume: config.yaml a symlink into ..data,
+	// ..data swapped in one rename), as the fencer DaemonSet mounts its
+	// ConfigMap: SetFencerConfig then changes it as an update of the
+	// ConfigMap does, which is what a reload sees in a cluster. Not with
+	// GossipKeyDirs (each machine then reads a file of its own).
+	ConfigVolume bool
 }
 
 // IPMILanDevice is the name of machine's fence_ipmilan device
@@ -235,6 +245,10 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
+	if f.ConfigVolume && f.GossipKeyDirs {
+		return "", "", errors.New("harness: Fencing.ConfigVolume with Fencing.GossipKeyDirs: the machines would not read the volume")
+	}
+	h.fencerConfigVolume = f.ConfigVolume
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	keyFile := filepath.Join(dir, "gossip.key")
@@ -291,7 +305,7 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 		h.writeTopology(&inv, f, dir)
 	}
 	fencer = h.FencerConfigFile()
-	if err := os.WriteFile(fencer, []byte(common+inv.String()), 0o600); err != nil {
+	if err := h.SetFencerConfig(common + inv.String()); err != nil {
 		return "", "", err
 	}
 	if f.GossipKeyDirs {
@@ -338,8 +352,38 @@ func (h *Harness) SetGossipKeys(m *Machine, keys map[string][]byte) error {
 }
 
 // FencerConfigFile is the configuration file the fencers' agents read. A
-// test may rewrite it — say, to leave dry-run — and RestartAgent a fencer.
-func (h *Harness) FencerConfigFile() string { return filepath.Join(h.Dir, "fenced", "fencer.yaml") }
+// test may rewrite it — say, to leave dry-run — and RestartAgent a fencer,
+// or change it with SetFencerConfig, which a running fencer reloads.
+func (h *Harness) FencerConfigFile() string {
+	if h.fencerConfigVolume {
+		return filepath.Join(h.fencerConfigVolumeDir(), fencerConfigKey)
+	}
+	return filepath.Join(h.Dir, "fenced", "fencer.yaml")
+}
+
+// fencerConfigKey is the key of the fencers' configuration in their
+// ConfigMap volume (Fencing.ConfigVolume), as the deployment names it.
+const fencerConfigKey = "config.yaml"
+
+func (h *Harness) fencerConfigVolumeDir() string {
+	return filepath.Join(h.Dir, "fenced", "fencer-config")
+}
+
+// SetFencerConfig replaces the fencers' configuration with text at once:
+// with Fencing.ConfigVolume as the kubelet updates a ConfigMap volume (a
+// new ..data swapped in), else by a rename over FencerConfigFile — never
+// a file half-written.
+func (h *Harness) SetFencerConfig(text string) error {
+	if h.fencerConfigVolume {
+		return secretvolume.Write(h.fencerConfigVolumeDir(), map[string][]byte{fencerConfigKey: []byte(text)}, 0o644)
+	}
+	file := h.FencerConfigFile()
+	tmp := filepath.Join(filepath.Dir(file), ".fencer.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
 
 // writeTopology appends the fenceDevices and topology sections: the PDUs
 // through fence_apc_snmp (their community files as secretOptions, so a

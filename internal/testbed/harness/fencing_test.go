@@ -170,3 +170,48 @@ func TestFencingConfigGossipKeyDirs(t *testing.T) {
 		}
 	}
 }
+
+// TestFencingConfigVolume: with ConfigVolume the fencers' configuration is
+// a ConfigMap volume's key — a symlink into ..data — and SetFencerConfig
+// swaps a new ..data in, read through the same path; without it, the file
+// is replaced by a rename. Either way the path the agents were given
+// reads the new text.
+func TestFencingConfigVolume(t *testing.T) {
+	for _, volume := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file", true: "volume"}[volume], func(t *testing.T) {
+			h := configHarness(t, 0)
+			h.Machines[0].Fencer = true
+			_, fencerFile, err := h.writeFencingConfigs(&Fencing{ConfigVolume: volume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fencerFile != h.FencerConfigFile() {
+				t.Errorf("the fencers read %s, FencerConfigFile is %s", fencerFile, h.FencerConfigFile())
+			}
+			link, linkErr := os.Readlink(fencerFile)
+			if volume && (linkErr != nil || link != "..data/"+fencerConfigKey) {
+				t.Errorf("%s is not a ConfigMap volume's symlink: %q, %v", fencerFile, link, linkErr)
+			}
+			if !volume && linkErr == nil {
+				t.Errorf("%s is a symlink without ConfigVolume", fencerFile)
+			}
+			before, err := os.Readlink(filepath.Join(filepath.Dir(fencerFile), "..data"))
+			if volume && err != nil {
+				t.Fatal(err)
+			}
+			if err := h.SetFencerConfig("changed\n"); err != nil {
+				t.Fatal(err)
+			}
+			if text, err := os.ReadFile(fencerFile); err != nil || string(text) != "changed\n" {
+				t.Errorf("%s after SetFencerConfig: %q, %v", fencerFile, text, err)
+			}
+			if after, _ := os.Readlink(filepath.Join(filepath.Dir(fencerFile), "..data")); volume && after == before {
+				t.Errorf("..data still points at %s: the update was not swapped in", before)
+			}
+		})
+	}
+	h := configHarness(t, 0)
+	if _, _, err := h.writeFencingConfigs(&Fencing{ConfigVolume: true, GossipKeyDirs: true}); err == nil {
+		t.Error("ConfigVolume with GossipKeyDirs accepted")
+	}
+}

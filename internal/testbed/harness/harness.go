@@ -92,6 +92,8 @@ type Harness struct {
 
 	pdus []*PDU
 	t    testing.TB
+	// fencerConfigVolume: Fencing.ConfigVolume.
+	fencerConfigVolume bool
 }
 
 // Machine is one simulated computer and its BMC.
