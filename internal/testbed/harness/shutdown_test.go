@@ -239,7 +239,7 @@ func shutdownAndBoot(ctx context.Context, t *testing.T, h *Harness, m *Machine, 
 	}
 	t.Logf("%s (mounts held: %v), after Shutdown: pod Failed in the API %s, CSI mounts gone %s, processes gone %s, BMC reads off by %s\n"+
 		"machine.log:\n%s\nkubelet.log:\n%s",
-		m.Name, held, never(killed), never(unmounted), gone, off, grep(logs, "logind", "volume", "shutdown"), grep(kubelet, "Shutdown manager"))
+		m.Name, held, seenAt(killed), seenAt(unmounted), gone, off, grep(logs, "logind", "volume", "shutdown"), grep(kubelet, "Shutdown manager"))
 
 	// Off until switched on again; then a new boot.
 	must(t, h.WaitNodeNotReady(ctx, m.Name, 2*time.Minute))
@@ -259,8 +259,9 @@ func shutdownAndBoot(ctx context.Context, t *testing.T, h *Harness, m *Machine, 
 	must(t, rep.Err())
 }
 
-// never prints a zero duration as "never".
-func never(d time.Duration) string {
+// seenAt prints when the look from outside saw something, a zero duration
+// being one it never saw (it looks every 50 ms and may miss a short window).
+func seenAt(d time.Duration) string {
 	if d == 0 {
 		return "not seen from outside"
 	}
