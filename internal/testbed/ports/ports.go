@@ -14,17 +14,35 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // span is how many ports below the ephemeral range Free draws from.
 const span = 10000
 
+// remembered is how many of the ports it handed out last Free never hands
+// out again in this process: a port is free again once Free closes its
+// probe, but the server it was chosen for may not have bound it yet (an
+// API server picked after its etcd, before etcd listens, drew etcd's port).
+const remembered = 2000
+
+// given are the ports Free handed out last, at most remembered of them,
+// oldest first.
+var given struct {
+	sync.Mutex
+	ports []int
+}
+
 // Free returns n distinct ports that were free on addr for network ("tcp"
-// or "udp"), below the kernel's ephemeral range. All n are held until the
-// last is chosen, so none is returned twice.
+// or "udp"), below the kernel's ephemeral range, and that no other call
+// returned recently in this process. All n are held until the last is
+// chosen, so none is returned twice.
 func Free(network, addr string, n int) ([]int, error) {
+	given.Lock()
+	defer given.Unlock()
 	lo, hi := candidates()
 	var (
 		ports   []int
@@ -40,6 +58,9 @@ func Free(network, addr string, n int) ([]int, error) {
 			return nil, fmt.Errorf("no free %s port on %s in %d-%d after %d tries", network, addr, lo, hi, tries)
 		}
 		p := lo + rand.IntN(hi-lo+1)
+		if slices.Contains(given.ports, p) {
+			continue
+		}
 		hostPort := net.JoinHostPort(addr, strconv.Itoa(p))
 		switch network {
 		case "tcp":
@@ -58,6 +79,10 @@ func Free(network, addr string, n int) ([]int, error) {
 			return nil, fmt.Errorf("unknown network %q", network)
 		}
 		ports = append(ports, p)
+	}
+	given.ports = append(given.ports, ports...)
+	if extra := len(given.ports) - remembered; extra > 0 {
+		given.ports = slices.Delete(given.ports, 0, extra)
 	}
 	return ports, nil
 }

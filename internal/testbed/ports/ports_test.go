@@ -47,3 +47,21 @@ func TestFree(t *testing.T) {
 		t.Error("Free for an unknown network succeeded")
 	}
 }
+
+// TestFreeNeverHandsOutARecentPortAgain: ports chosen one call at a time
+// for servers that bind later (etcd, then the API server) are distinct,
+// though each probe is closed before the next call. 500 draws from 10000
+// candidates would repeat one almost surely without the memory.
+func TestFreeNeverHandsOutARecentPortAgain(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		ps, err := Free("tcp", "127.0.0.1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[ps[0]] {
+			t.Fatalf("port %d handed out twice", ps[0])
+		}
+		seen[ps[0]] = true
+	}
+}
