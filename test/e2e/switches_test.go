@@ -3,7 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"io"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -15,17 +15,19 @@ import (
 
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/pkg/admin"
-	"fenced.io/fenced/pkg/printer"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
 // TestSwitches runs the operator's three switches through power losses on
-// one harness: dry-run reports the taint it would write and writes none
-// (and the real run, once dry-run is switched off, fences at once); an
-// excluded node is neither read nor tainted and `fenced status` says
-// excluded; a pause set during a power loss holds the taint, and the
-// resume lets it through within seconds, without a restart.
+// one harness, the exclusion and the pause through the fenced CLI as an
+// operator types it: dry-run reports the taint it would write and writes
+// none (and the real run, once dry-run is switched off, fences at once);
+// a node `fenced exclude` excluded is neither read nor tainted and
+// `fenced status` says excluded; a `fenced pause` during a power loss holds
+// the taint and `fenced status` says paused, and `fenced resume` lets it
+// through within seconds, without a restart. `fenced history` then lists
+// each fence with its evidence.
 func TestSwitches(t *testing.T) {
 	start := time.Now()
 	ctx, h := harness.StartForTest(t, harness.Options{
@@ -33,7 +35,6 @@ func TestSwitches(t *testing.T) {
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, Policy: `{dryRun: true}`},
 	})
 	fencer := h.Machine("cp-1")
-	client := h.Cluster.Client()
 	t.Logf("harness up in %.1fs", secs(time.Now(), start))
 
 	// 1. Dry-run through a power loss.
@@ -68,7 +69,9 @@ func TestSwitches(t *testing.T) {
 	t.Logf("out of dry-run: w-1 tainted %.1fs after the fencer's restart", secs(time.Now(), restarted))
 
 	// 2. An excluded node: no read, no taint, and status says so.
-	setLabel(ctx, t, h, "w-2", taint.ExcludeLabel, "true")
+	runFenced(ctx, t, h, "exclude", "w-2", "--reason", "e2e: firmware update")
+	_, err = h.WaitEvent(ctx, "default", "w-2", vocab.EventNodeExcludedFromFencing, "e2e: firmware update", podTimeout)
+	must(t, err)
 	must(t, h.Machine("w-2").PowerLoss())
 	ev, err = h.WaitEvent(ctx, "default", "w-2", "ExcludedWouldReadPower", taint.ExcludeLabel+"=true", podTimeout)
 	must(t, err)
@@ -78,17 +81,13 @@ func TestSwitches(t *testing.T) {
 	if v := metricValue(t, fencer, "fenced_nodes_excluded"); v != 1 {
 		t.Errorf("fenced_nodes_excluded = %v", v)
 	}
-	op := &admin.Operator{Client: client, Out: io.Discard}
-	s, err := op.Status(ctx, admin.StatusOptions{})
-	must(t, err)
-	var table bytes.Buffer
-	must(t, printer.Print(&table, "", s.Doc(time.Now())))
-	for _, line := range strings.Split(table.String(), "\n") {
+	status := runFenced(ctx, t, h, "status")
+	for _, line := range strings.Split(status, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == "w-2" && f[len(f)-1] != "excluded" {
 			t.Errorf("fenced status row of w-2: %q", line)
 		}
 	}
-	t.Logf("fenced status:\n%s", table.String())
+	t.Logf("fenced status:\n%s", status)
 
 	// 3. The pause, set during a power loss: w-3 is down and its BMC does
 	// not answer yet when the operator pauses; the BMC comes back and reads
@@ -99,11 +98,11 @@ func TestSwitches(t *testing.T) {
 	must(t, w3.PowerLoss())
 	_, err = h.WaitEvent(ctx, "default", "w-3", vocab.EventCannotConfirmPowerState, "timeout", podTimeout)
 	must(t, err)
-	cms := client.CoreV1().ConfigMaps(harness.LeaseNamespace)
-	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taint.PauseConfigMap},
-		Data: map[string]string{taint.PauseKey: "true", taint.PauseReasonKey: "e2e"}}, metav1.CreateOptions{})
-	must(t, err)
+	runFenced(ctx, t, h, "pause", "--reason", "e2e: SAN maintenance")
 	waitMetric(t, fencer, "fenced_paused 1", time.Minute)
+	if status := runFenced(ctx, t, h, "status"); !strings.Contains(status, "paused:            YES: e2e: SAN maintenance") {
+		t.Errorf("fenced status while paused:\n%s", status)
+	}
 	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, taint.PauseConfigMap, "FencingPaused", "", podTimeout)
 	must(t, err)
 	w3.BMCUp()
@@ -112,30 +111,44 @@ func TestSwitches(t *testing.T) {
 	t.Logf("paused: %s", ev.Message)
 	requireNoTaintFor(ctx, t, h, "w-3", 10*time.Second)
 	requireOneEvent(ctx, t, h, "w-3", "PausedWouldTaint")
-	cm, err := cms.Get(ctx, taint.PauseConfigMap, metav1.GetOptions{})
-	must(t, err)
-	cm.Data[taint.PauseKey] = "false"
-	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-	must(t, err)
+	runFenced(ctx, t, h, "resume")
 	resumed := time.Now()
 	waitTaint(ctx, t, h, "w-3", true)
 	t.Logf("resumed: w-3 tainted %.1fs after the resume; whole test %.0fs", secs(time.Now(), resumed), secs(time.Now(), start))
 	_, err = h.WaitEvent(ctx, harness.LeaseNamespace, taint.PauseConfigMap, "FencingResumed", "", podTimeout)
 	must(t, err)
+
+	// 4. The fence history: the fences of w-1 and w-3, by the fencer, with
+	// their evidence; none of w-2, which was excluded.
+	for node, fenced := range map[string]bool{"w-1": true, "w-2": false, "w-3": true} {
+		var view admin.HistoryView
+		must(t, json.Unmarshal([]byte(runFenced(ctx, t, h, "history", node, "-o", "json")), &view))
+		if !fenced {
+			if len(view.Entries) != 0 {
+				t.Errorf("history of %s: %+v, want none", node, view.Entries)
+			}
+			continue
+		}
+		if len(view.Entries) != 1 {
+			t.Fatalf("history of %s: %+v, want one fence", node, view.Entries)
+		}
+		e := view.Entries[0]
+		if e.Node != node || e.Action != taint.HistoryFence || e.Method != vocab.EvidenceBMCPowerOff || !strings.Contains(e.By, "cp-1") {
+			t.Errorf("history of %s: %+v, want a fence with bmc-power-off evidence by cp-1's fencer", node, e)
+		}
+	}
+	t.Logf("fenced history:\n%s", runFenced(ctx, t, h, "history"))
 }
 
-// setLabel sets a label on a Node.
-func setLabel(ctx context.Context, t *testing.T, h *harness.Harness, node, key, value string) {
+// runFenced runs the fenced CLI as an operator types it and returns what
+// it printed; it fails the test unless the command exits 0.
+func runFenced(ctx context.Context, t *testing.T, h *harness.Harness, args ...string) string {
 	t.Helper()
-	nodes := h.Cluster.Client().CoreV1().Nodes()
-	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
-	must(t, err)
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
+	out, errOut, code, err := h.Fenced(ctx, args...)
+	if err != nil || code != 0 {
+		t.Fatalf("fenced %s: exit %d, %v\n%s%s", strings.Join(args, " "), code, err, out, errOut)
 	}
-	n.Labels[key] = value
-	_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
-	must(t, err)
+	return out
 }
 
 // requireOneEvent fails unless the node has exactly one Event with reason,
