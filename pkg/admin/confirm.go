@@ -136,7 +136,7 @@ func (o *Operator) Confirm(ctx context.Context, opts ConfirmOptions) error {
 	// (the pod GC would get there), so a failure here is reported, not
 	// undone.
 	var errs []error
-	if changed, err := tn.MarkNotReady(ctx, n.Name, "confirmed powered off by "+user+" (fenced confirm)"); err != nil {
+	if _, changed, err := tn.MarkNotReady(ctx, n.Name, "confirmed powered off by "+user+" (fenced confirm)"); err != nil {
 		errs = append(errs, err)
 	} else if changed {
 		fmt.Fprintf(w, "Marked node %s Ready=False (reason %s).\n", n.Name, taint.ReasonPoweredOff)

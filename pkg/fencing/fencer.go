@@ -668,6 +668,15 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 	return o
 }
 
+// readyStatus is the Node's Ready condition as its status says it, for
+// logs ("" without one).
+func readyStatus(n *corev1.Node) string {
+	if c := taint.ReadyCondition(n); c != nil {
+		return string(c.Status)
+	}
+	return ""
+}
+
 // readyCondition returns the status of the Node's Ready condition and
 // when it last changed; a Node without one counts as Unknown.
 func readyCondition(n *corev1.Node) (core.Ready, time.Time) {
@@ -757,8 +766,20 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 				Method: ev.Method, Evidence: ev.Summary(), Reason: ev.Reason})
 		}
 	case core.ActMarkNotReady:
-		_, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
-		return err
+		n, changed, err := f.cfg.Tainter.MarkNotReady(ctx, name, "fenced: the node is powered off ("+f.cfg.Identity+")")
+		if err != nil {
+			return err
+		}
+		if changed {
+			f.cfg.Metrics.NotReadyWrites.Inc()
+			f.log.Info("Ready=False written: the node is powered off", "node", name)
+		} else if n != nil {
+			f.log.Info("Ready left alone: Kubernetes says not ready already", "node", name, "ready", readyStatus(n))
+		}
+		// The Node as the API has it now: the core decides on it rather
+		// than on an informer that may lag (after an API outage, by a
+		// minute), which would ask for this write again and again.
+		f.wrote(name, n)
 	case core.ActForceDeletePods:
 		n, err := f.cfg.Tainter.ForceDeletePods(ctx, name)
 		if n > 0 {

@@ -24,6 +24,8 @@ type Metrics struct {
 	Fences *prometheus.CounterVec
 	// TaintsRemoved counts taints removed after recovery.
 	TaintsRemoved prometheus.Counter
+	// NotReadyWrites counts the Ready=False writes of fenced nodes.
+	NotReadyWrites prometheus.Counter
 	// DetectionToTaint is the time from suspicion to the taint.
 	DetectionToTaint prometheus.Histogram
 	// SafetyAlarms counts safety alarms by reason: a fenced node back with
@@ -90,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_taints_removed_total",
 			Help: "Out-of-service taints removed because the node came back with a new boot ID.",
 		}),
+		NotReadyWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_not_ready_writes_total",
+			Help: "Ready=False writes of fenced nodes whose Ready condition still said True: one per fence, unless the kubelet writes Ready=True again (False and Unknown are never written over).",
+		}),
 		DetectionToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fenced_detection_to_taint_seconds",
 			Help:    "Time from suspecting a node to applying its out-of-service taint.",
@@ -144,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
 		}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
 		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
 		m.HistoryWriteFailures)
 	return m

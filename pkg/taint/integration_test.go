@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -353,40 +354,70 @@ func integrationMarkNotReady(ctx context.Context, t *testing.T, c *cluster.Clust
 	createNode(ctx, t, client, "notready")
 	tn := NewTainter(client, "fencer-a", nil)
 
-	changed, err := tn.MarkNotReady(ctx, "notready", "BMC 198.18.0.11:623 reads power off")
+	n, changed, err := tn.MarkNotReady(ctx, "notready", "BMC 198.18.0.11:623 reads power off")
 	if err != nil || !changed {
 		t.Fatalf("MarkNotReady = %v, %v", changed, err)
 	}
-	n := getLive(ctx, t, client, "notready")
-	cond := *ReadyCondition(n)
+	if c := ReadyCondition(n); c.Status != corev1.ConditionFalse || c.Reason != ReasonPoweredOff || !strings.Contains(c.Message, "power off") {
+		t.Errorf("the Node written: Ready = %+v", c)
+	}
+	live := getLive(ctx, t, client, "notready")
+	cond := *ReadyCondition(live)
 	// The node lifecycle controller may have turned False into Unknown
 	// already; it must not have been our write that failed.
 	if cond.Status == corev1.ConditionTrue {
 		t.Fatalf("Ready = %+v", cond)
 	}
-	if cond.Status == corev1.ConditionFalse && (cond.Reason != ReasonPoweredOff || !strings.Contains(cond.Message, "power off")) {
-		t.Errorf("Ready = %+v", cond)
-	}
-	if changed, err := tn.MarkNotReady(ctx, "notready", "again"); err != nil || (changed && cond.Status == corev1.ConditionFalse) {
+	if _, changed, err := tn.MarkNotReady(ctx, "notready", "again"); err != nil || changed {
 		t.Errorf("second MarkNotReady = %v, %v; want a no-op", changed, err)
 	}
 
-	// From Unknown (what the lifecycle controller writes for a silent
-	// kubelet) as well.
-	// The lifecycle controller writes the same Node: retry on conflict.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n := getLive(ctx, t, client, "notready")
-		ReadyCondition(n).Status = corev1.ConditionUnknown
-		ReadyCondition(n).Reason = "NodeStatusUnknown"
-		_, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	// Unknown, what the lifecycle controller writes for a silent kubelet,
+	// is left alone: a write over it would read as a sign of life to it.
+	rv := setReady(ctx, t, client, "notready", corev1.ConditionUnknown, "NodeStatusUnknown")
+	n, changed, err = tn.MarkNotReady(ctx, "notready", "off")
+	if err != nil || changed {
+		t.Fatalf("MarkNotReady from Unknown = %v, %v; want no write", changed, err)
+	}
+	if c := ReadyCondition(n); c.Status == corev1.ConditionFalse || !newerOrSameRV(n.ResourceVersion, rv) {
+		t.Errorf("the Node returned after no write: Ready %+v at resource version %s (Unknown set at %s)", c, n.ResourceVersion, rv)
+	}
+
+	// The kubelet's own True (a node back, or never off) is written over
+	// again: that is the one case for a second write.
+	setReady(ctx, t, client, "notready", corev1.ConditionTrue, "KubeletReady")
+	if _, changed, err := tn.MarkNotReady(ctx, "notready", "off"); err != nil || !changed {
+		t.Fatalf("MarkNotReady after the kubelet's Ready=True = %v, %v", changed, err)
+	}
+}
+
+// setReady sets the Node's Ready condition as the kubelet or the node
+// lifecycle controller would (retrying on conflict: the controller writes
+// the same Node) and returns the resource version written.
+func setReady(ctx context.Context, t *testing.T, client kubernetes.Interface, node string, status corev1.ConditionStatus, reason string) string {
+	t.Helper()
+	var rv string
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getLive(ctx, t, client, node)
+		ReadyCondition(n).Status = status
+		ReadyCondition(n).Reason = reason
+		w, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if err == nil {
+			rv = w.ResourceVersion
+		}
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := tn.MarkNotReady(ctx, "notready", "off"); err != nil || !changed {
-		t.Fatalf("MarkNotReady from Unknown = %v, %v", changed, err)
-	}
+	return rv
+}
+
+// newerOrSameRV compares resource versions (etcd revisions).
+func newerOrSameRV(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x >= y
 }
 
 // boundPod is a pod already bound to node, tolerating every taint so that the
@@ -492,7 +523,10 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 			}
 		},
 		"nodes/status/update": func(t *testing.T, client kubernetes.Interface, user string) {
-			_, err := NewTainter(client, user, nil).MarkNotReady(ctx, "rbac-clean", "off")
+			// Ready=True, so that the write is tried (the node lifecycle
+			// controller may have said Unknown since the Node's creation).
+			setReady(ctx, t, admin, "rbac-clean", corev1.ConditionTrue, "KubeletReady")
+			_, _, err := NewTainter(client, user, nil).MarkNotReady(ctx, "rbac-clean", "off")
 			if err := forbidden("MarkNotReady", err); err != nil {
 				t.Error(err)
 			}
@@ -602,7 +636,8 @@ func integrationRBAC(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		if applied, err := tn.Apply(ctx, "rbac-full", bmcEvidence()); err != nil || !applied {
 			t.Fatalf("Apply = %v, %v", applied, err)
 		}
-		if changed, err := tn.MarkNotReady(ctx, "rbac-full", "off"); err != nil || !changed {
+		setReady(ctx, t, admin, "rbac-full", corev1.ConditionTrue, "KubeletReady")
+		if _, changed, err := tn.MarkNotReady(ctx, "rbac-full", "off"); err != nil || !changed {
 			t.Fatalf("MarkNotReady = %v, %v", changed, err)
 		}
 		if n, err := tn.ForceDeletePods(ctx, "rbac-full"); err != nil || n != 1 {

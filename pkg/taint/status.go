@@ -15,34 +15,43 @@ import (
 // cannot report, so its Ready condition stays True until the node lifecycle
 // controller's grace period (50 s) runs out, and then says Unknown. While it
 // says True the pod GC controller does not act on the out-of-service taint.
-// If the condition is True or Unknown (or missing), MarkNotReady sets it to
-// False with reason ReasonPoweredOff and message, through the status
-// subresource, conflict-safe. That is truthful, and the kubelet overwrites it
-// when the node comes back. LastHeartbeatTime is left alone: fenced is not
-// the kubelet. If the condition is already False nothing is written and
-// changed is false.
+// If the condition is True (or missing), MarkNotReady sets it to False with
+// reason ReasonPoweredOff and message, through the status subresource,
+// conflict-safe. That is truthful, and the kubelet overwrites it when the
+// node comes back. LastHeartbeatTime is left alone: fenced is not the
+// kubelet.
 //
-// The node lifecycle controller may later turn False into Unknown; both mean
-// not ready to every consumer, so the caller need not fight it.
-func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string) (changed bool, err error) {
+// False and Unknown are left alone: both mean not ready to every consumer
+// (the pod GC and the attach/detach controller act on anything but True).
+// Unknown is what the node lifecycle controller writes for a silent
+// kubelet — and it writes it again after any other write of the condition,
+// taking that write for a sign of life: writing False over it starts a war
+// of writes in which the node looks healthy to the controller now and then.
+// So after the first write only the kubelet's own Ready=True (a node back,
+// or never off) makes another.
+//
+// n is the Node as written, or as read when nothing was written (nil on an
+// error): the freshest view there is, for a caller whose cache may lag.
+func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string) (n *corev1.Node, changed bool, err error) {
 	err = t.onConflict(ctx, func(ctx context.Context) error {
 		changed = false
-		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		read, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
+		n = read
 		now := metav1.NewTime(t.now())
-		c := ReadyCondition(n)
+		c := ReadyCondition(read)
 		switch {
 		case c == nil:
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{
+			read.Status.Conditions = append(read.Status.Conditions, corev1.NodeCondition{
 				Type:               corev1.NodeReady,
 				Status:             corev1.ConditionFalse,
 				Reason:             ReasonPoweredOff,
 				Message:            message,
 				LastTransitionTime: now,
 			})
-		case c.Status == corev1.ConditionFalse:
+		case c.Status != corev1.ConditionTrue:
 			return nil
 		default:
 			c.Status = corev1.ConditionFalse
@@ -50,16 +59,17 @@ func (t *Tainter) MarkNotReady(ctx context.Context, node string, message string)
 			c.Message = message
 			c.LastTransitionTime = now
 		}
-		if _, err := t.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		written, err := t.client.CoreV1().Nodes().UpdateStatus(ctx, read, metav1.UpdateOptions{})
+		if err != nil {
 			return err
 		}
-		changed = true
+		n, changed = written, true
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("marking node %s not ready: %w", node, err)
+		return nil, false, fmt.Errorf("marking node %s not ready: %w", node, err)
 	}
-	return changed, nil
+	return n, changed, nil
 }
 
 // ReadyCondition returns the Node's Ready condition (a pointer into n, so

@@ -332,17 +332,24 @@ func TestMarkNotReady(t *testing.T) {
 		name    string
 		node    *corev1.Node
 		changed bool
+		// want is the Ready status after the call.
+		want corev1.ConditionStatus
 	}{
-		{"True", withReady(corev1.ConditionTrue), true},
-		{"Unknown", withReady(corev1.ConditionUnknown), true},
-		{"False", withReady(corev1.ConditionFalse), false},
-		{"missing", noReady, true},
+		{"True", withReady(corev1.ConditionTrue), true, corev1.ConditionFalse},
+		// The node lifecycle controller's Unknown is not written over:
+		// it takes any write of the condition for a sign of life.
+		{"Unknown", withReady(corev1.ConditionUnknown), false, corev1.ConditionUnknown},
+		{"False", withReady(corev1.ConditionFalse), false, corev1.ConditionFalse},
+		{"missing", noReady, true, corev1.ConditionFalse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn, cs, _ := newTainter("fencer-a", tc.node)
-			changed, err := tn.MarkNotReady(context.Background(), "n1", "BMC reads power off")
+			got, changed, err := tn.MarkNotReady(context.Background(), "n1", "BMC reads power off")
 			if err != nil || changed != tc.changed {
 				t.Fatalf("MarkNotReady = %v, %v; want %v, nil", changed, err, tc.changed)
+			}
+			if got == nil || ReadyCondition(got).Status != tc.want {
+				t.Errorf("the Node returned: %+v; want it as the API has it now, Ready %s", got, tc.want)
 			}
 			wantWrites := 0
 			if tc.changed {
@@ -356,8 +363,8 @@ func TestMarkNotReady(t *testing.T) {
 			}
 			n := getNode(t, cs, "n1")
 			c := *ReadyCondition(n)
-			if c.Status != corev1.ConditionFalse {
-				t.Fatalf("Ready = %s", c.Status)
+			if c.Status != tc.want {
+				t.Fatalf("Ready = %s, want %s", c.Status, tc.want)
 			}
 			if !tc.changed {
 				return
@@ -556,7 +563,7 @@ func TestMarkNotReadyConflictRetries(t *testing.T) {
 		n.Status.Conditions[1].Status = corev1.ConditionFalse
 		n.Status.Conditions[1].Reason = "KubeletNotReady"
 	})
-	changed, err := tn.MarkNotReady(context.Background(), "n1", "off")
+	_, changed, err := tn.MarkNotReady(context.Background(), "n1", "off")
 	if err != nil || changed || *calls != 1 {
 		t.Fatalf("MarkNotReady = %v, %v after %d status updates; want false, nil, 1", changed, err, *calls)
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"fenced.io/fenced/internal/testbed/cluster"
 	"fenced.io/fenced/pkg/admin"
@@ -140,7 +141,24 @@ func testOperatorRole(ctx context.Context, t *testing.T, c *cluster.Cluster, can
 			return err
 		}},
 		{"confirm's Ready=False", func() error {
-			_, err := taint.NewTainter(alice, "fenced-confirm/"+operatorUser, rec).MarkNotReady(ctx, node, "confirmed off")
+			// Ready=True first, as a kubelet leaves it: MarkNotReady writes
+			// only over True (or no condition), and the node lifecycle
+			// controller may have said Unknown since the Node's creation.
+			if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := adminClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+				_, err = adminClient.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			_, changed, err := taint.NewTainter(alice, "fenced-confirm/"+operatorUser, rec).MarkNotReady(ctx, node, "confirmed off")
+			if err == nil && !changed {
+				t.Error("confirm's Ready=False: nothing written over Ready=True")
+			}
 			return err
 		}},
 		{"confirm's pod deletion", func() error {
