@@ -52,6 +52,7 @@ func EffectiveConfiguration(cfg *config.Config) config.Configuration {
 			AfterFence:                   afterFence,
 			ForceDeletePods:              new(p.ForceDeletePods),
 			ShutdownWait:                 dur(p.ShutdownWait),
+			RestartWait:                  dur(p.RestartWait),
 			DryRun:                       new(p.DryRun),
 			StaleAttachmentGrace:         dur(cmp.Or(p.StaleAttachmentGrace, stale.DefaultGrace)),
 			DeleteStaleVolumeAttachments: new(p.DeleteStaleVolumeAttachments || stale.DefaultDelete),

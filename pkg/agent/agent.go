@@ -451,6 +451,17 @@ func (p *parts) run(ctx context.Context) error {
 		if p.watcher != nil && isClosed(p.watcher.Leaving()) {
 			return // the shutdown watcher left the ring already
 		}
+		if p.watcher != nil && p.watcher.StoppedWithHostRunning() {
+			// Stopped while the host runs on (a rollout, a restart): said
+			// in this agent's signed word before the leave, so that fencers
+			// leave the node alone while its kubelet is Ready
+			// (policy.restartWait) instead of reading its power and warning.
+			if err := p.ring.Announce(vocab.AnnounceRestarting); err != nil {
+				log.Warn("announcing the restart before leaving the ring: fencers may suspect this node until it is back", "err", err)
+			} else {
+				log.Info("stopping while the host runs on: announced a restart before leaving the gossip ring")
+			}
+		}
 		if err := p.ring.Leave(heartbeat.DefaultLeaveTimeout); err != nil {
 			log.Warn("leaving the gossip ring", "err", err)
 		}

@@ -32,6 +32,7 @@ var reloadable = []string{
 	"policy.afterFence",
 	"policy.forceDeletePods",
 	"policy.shutdownWait",
+	"policy.restartWait",
 	"policy.dryRun",
 	"fencer.leaseDuration",
 	"fencer.powerTimeout",

@@ -86,6 +86,7 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	r.MaxConcurrentPowerActions = first(p.MaxConcurrentPowerActions, def.MaxConcurrentPowerActions)
 	r.FenceDelay = duration(p.FenceDelay, def.FenceDelay)
 	r.ShutdownWait = duration(p.ShutdownWait, def.ShutdownWait)
+	r.RestartWait = duration(p.RestartWait, def.RestartWait)
 	if !r.Mode.Valid() {
 		fe.add("policy", "mode", "unknown mode %q (want %s or %s)", r.Mode, vocab.ModeConfirmOnly, vocab.ModePowerOff)
 	}
@@ -116,6 +117,9 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 	}
 	if r.ShutdownWait < 0 || r.ShutdownWait > time.Hour {
 		fe.add("policy", "shutdownWait", "%s is out of range (0 to 1h; 0 does not wait)", r.ShutdownWait)
+	}
+	if r.RestartWait < 0 || r.RestartWait > time.Hour {
+		fe.add("policy", "restartWait", "%s is out of range (0 to 1h; 0 does not wait)", r.RestartWait)
 	}
 	if p.StaleAttachmentGrace != nil && (r.StaleAttachmentGrace < 10*time.Second || r.StaleAttachmentGrace > 24*time.Hour) {
 		fe.add("policy", "staleAttachmentGrace", "%s is out of range (10s to 24h)", r.StaleAttachmentGrace)

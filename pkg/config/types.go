@@ -142,6 +142,12 @@ type PolicySpec struct {
 	// down cleanly while its agent is still in the ring (no BMC read, no
 	// power action), waiting for its shutdown-complete announcement.
 	ShutdownWait *metav1.Duration `json:"shutdownWait,omitempty"`
+	// RestartWait is how long fencers leave a node alone whose agent left
+	// the gossip ring announcing a restart (a rollout, `systemctl
+	// restart`), signed with its own key, while its kubelet stays Ready
+	// and renews: no power read, no Warning. 0: a restart is suspected
+	// like any leave.
+	RestartWait *metav1.Duration `json:"restartWait,omitempty"`
 	// DryRun: fencers decide and report everything (Events DryRunWould…,
 	// fenced_dry_run_actions_total) and change nothing: no taint, no
 	// Ready=False, no pod deleted, no power switched.

@@ -489,7 +489,7 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 	}
 	if m, ok := f.cfg.Members.Member(name); ok {
 		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-			Signed: f.signed(name, m)}
+			Signed: f.signedKept(name, m)}
 	}
 	configured := settings.Inventory.Fenceable(name)
 	f.mu.Lock()
@@ -632,7 +632,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 		}
 		if m, ok := f.cfg.Members.Member(name); ok {
 			o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-				Signed: f.signed(name, m)}
+				Signed: f.signedKept(name, m)}
 		}
 		f.mu.Lock()
 		if s, ok := f.state[name]; ok {

@@ -50,6 +50,10 @@ type nodeState struct {
 	// podsDeleted is when the node's pods were last force-deleted.
 	podsDeleted time.Time
 
+	// restartSigned is when the node's agent left the ring for a restart,
+	// once its word was verified (signedKept); zero otherwise.
+	restartSigned time.Time
+
 	// misfed: the device monitor found a level of this Ready node reading
 	// off while its agent answered, and raised the alarm (monitor.go).
 	misfed bool

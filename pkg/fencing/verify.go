@@ -82,7 +82,7 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 	// Only claims that could change a decision are counted: a plain
 	// "running" whose signature does not verify yet is what every reboot
 	// looks like until the fencer sees the new boot's key.
-	matters := m.Meta.State.Shutdown() ||
+	matters := m.Meta.State.Shutdown() || m.Meta.State == vocab.AnnounceRestarting ||
 		m.State == vocab.MemberLeft
 	reject := func(kind string) bool {
 		if matters {
@@ -142,6 +142,35 @@ func (f *Fencer) signed(node string, m heartbeat.Member) bool {
 		return reject(forgedReplay)
 	}
 	return true
+}
+
+// signedKept is signed, except that a restart's word — the announcement
+// and the leave of an agent that left the ring to restart — verified once
+// counts for as long as its member stays left: the agent's next run
+// publishes a key of its own on the node's Lease, against which the word
+// of the run before no longer verifies, and would be taken for a forgery
+// (a warning and a count) while the new run joins. The word delays a
+// suspicion and no more (core.agentRestarting), so keeping it cannot lead
+// to a taint or a power action.
+func (f *Fencer) signedKept(node string, m heartbeat.Member) bool {
+	restart := m.State == vocab.MemberLeft && m.Meta.State == vocab.AnnounceRestarting
+	f.mu.Lock()
+	s := f.stateOf(node)
+	kept := restart && s.restartSigned.Equal(m.Since) && !m.Since.IsZero()
+	if !restart {
+		s.restartSigned = time.Time{}
+	}
+	f.mu.Unlock()
+	if kept {
+		return true
+	}
+	ok := f.signed(node, m)
+	if ok && restart {
+		f.mu.Lock()
+		f.stateOf(node).restartSigned = m.Since
+		f.mu.Unlock()
+	}
+	return ok
 }
 
 // forgery counts and logs a rejected claim once per distinct claim.

@@ -98,6 +98,9 @@ type Watcher struct {
 
 	mu     sync.Mutex
 	result Result
+	// stoppedWithHostRunning: Run ended (the agent is stopped) while the
+	// Watcher held its lock and no shutdown was under way.
+	stoppedWithHostRunning bool
 }
 
 // New returns a Watcher; Run runs it.
@@ -127,6 +130,18 @@ func (w *Watcher) Result() Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.result
+}
+
+// StoppedWithHostRunning reports, once Run has returned, whether the
+// agent was stopped while its host runs on: Run ended holding its shutdown
+// delay lock with no shutdown under way. With the lock held, logind tells
+// the Watcher of a shutdown before the service manager may stop anything,
+// so the stop is not the host's: a rollout, a restart, or a stop for good.
+// Without the lock (logind unreachable) it cannot be told: false.
+func (w *Watcher) StoppedWithHostRunning() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stoppedWithHostRunning
 }
 
 // Run holds a shutdown delay lock and handles a shutdown when logind
@@ -196,6 +211,9 @@ func (w *Watcher) session(ctx context.Context, l Logind) (done bool, err error) 
 	for {
 		select {
 		case <-ctx.Done():
+			w.mu.Lock()
+			w.stoppedWithHostRunning = true
+			w.mu.Unlock()
 			return true, nil
 		case starting, ok := <-signals:
 			if !ok {

@@ -392,3 +392,55 @@ func TestBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedWithHostRunning: the agent knows its stop is not the host's
+// only when the Watcher held its lock, with no shutdown under way, as it
+// was stopped; stopped in the middle of a shutdown, or without the lock
+// (logind unreachable), it cannot say so.
+func TestStoppedWithHostRunning(t *testing.T) {
+	t.Run("lock held, no shutdown", func(t *testing.T) {
+		r := startRig(t, time.Minute)
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		if !r.w.StoppedWithHostRunning() {
+			t.Error("stopped holding the lock with no shutdown under way: want true")
+		}
+	})
+	t.Run("in the middle of a shutdown", func(t *testing.T) {
+		r := startRig(t, time.Minute, mountA)
+		r.logind.signals <- true
+		r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		if r.w.StoppedWithHostRunning() {
+			t.Error("stopped during the host's shutdown: want false")
+		}
+	})
+	t.Run("after a cancelled shutdown", func(t *testing.T) {
+		r := startRig(t, time.Minute, mountA)
+		r.logind.signals <- true
+		r.j.waitFor(t, "announce "+string(vocab.AnnounceShuttingDown))
+		r.logind.signals <- false
+		r.j.waitFor(t, "announce "+string(vocab.AnnounceRunning))
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		if !r.w.StoppedWithHostRunning() {
+			t.Error("stopped after the shutdown was cancelled, lock held: want true")
+		}
+	})
+	t.Run("logind unreachable", func(t *testing.T) {
+		w := New(Config{Dial: func() (Logind, error) { return nil, errors.New("no bus") }, Ring: fakeRing{newJournal()},
+			Mounts: newFakeMounts(), RetryInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := w.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if w.StoppedWithHostRunning() {
+			t.Error("without the lock: want false")
+		}
+	})
+}

@@ -37,12 +37,19 @@ const (
 	// where no CSI volume is mounted any more. Signed by the agent's own
 	// key and followed by its signed leave, it is clean-shutdown evidence.
 	AnnounceShutdownComplete Announcement = "shutdown-complete"
+	// AnnounceRestarting: the agent is stopping while its host runs on —
+	// a DaemonSet rollout, a configuration change, `systemctl restart` —
+	// and expects to be back. Signed by the agent's own key and followed
+	// by its signed leave, it keeps fencers from reading the power of a
+	// node whose kubelet is still Ready (policy.restartWait bounds it). It
+	// is no evidence of anything: it can only delay a suspicion.
+	AnnounceRestarting Announcement = "restarting"
 )
 
 // Valid reports whether a is one of the announcements.
 func (a Announcement) Valid() bool {
 	switch a {
-	case AnnounceRunning, AnnounceShuttingDown, AnnounceShutdownComplete:
+	case AnnounceRunning, AnnounceShuttingDown, AnnounceShutdownComplete, AnnounceRestarting:
 		return true
 	}
 	return false

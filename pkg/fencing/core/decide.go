@@ -427,6 +427,10 @@ func (d *decider) responsiveSince(t time.Time) bool {
 // detect handles Healthy, Suspect and Confirming.
 func (d *decider) detect() {
 	o, t := d.o, d.t
+	if until, ok := d.agentRestarting(); ok {
+		d.awaitRestart(until)
+		return
+	}
 	if !d.unresponsive() {
 		if t.Phase != PhaseHealthy {
 			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
@@ -1256,6 +1260,52 @@ func (d *decider) finishFence(fence *Evidence) {
 	}
 }
 
+// KubeletSilent is how long a kubelet may go without renewing its node
+// Lease and still count as running while its agent restarts
+// (agentRestarting): two and a half of its renewals (every 10 s by
+// default), so that one late renewal is no alarm.
+const KubeletSilent = 25 * time.Second
+
+// agentRestarting returns until when a node whose agent is away for a
+// restart is left alone, and whether it is now: its agent announced, in
+// its own signed word for the node's current boot, that it restarts, and
+// left the ring; the kubelet — the channel no gossip-key holder can forge —
+// still says Ready and has renewed its Lease within KubeletSilent (when
+// its Lease is known); and RestartWait since the leave has not passed.
+// A node that dies meanwhile stops renewing: it is suspected KubeletSilent
+// after its last renewal at the latest. Only a delay can come of this, as
+// of a forged gossip alive; no evidence rests on it.
+func (d *decider) agentRestarting() (until time.Time, ok bool) {
+	o, p := d.o, d.p
+	m, n := o.Member, o.Node
+	if p.RestartWait <= 0 || !m.Known || !m.Signed || m.State != vocab.MemberLeft || m.Announced != vocab.AnnounceRestarting {
+		return time.Time{}, false
+	}
+	if m.BootID == "" || m.BootID != n.BootID || n.Ready != ReadyTrue {
+		return time.Time{}, false
+	}
+	if !n.KubeletRenew.IsZero() && o.Now.Sub(n.KubeletRenew) > KubeletSilent {
+		return time.Time{}, false
+	}
+	until = m.Since.Add(p.RestartWait)
+	return until, o.Now.Before(until)
+}
+
+// awaitRestart leaves a node alone whose agent restarts
+// (agentRestarting): no suspicion, no read, no Warning — a rollout
+// restarts every agent, and each would otherwise cost a power read and two
+// Warnings. A suspicion under way ends: the kubelet answers, and the agent
+// said why it is away. The node is looked at again when the wait ends.
+func (d *decider) awaitRestart(until time.Time) {
+	if d.t.Phase != PhaseHealthy {
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
+			Message: "its kubelet is Ready and its agent left the ring for a restart, in its own signed word; no action taken"})
+		d.becomeHealthy("agent restarting, kubelet Ready", voided{})
+	}
+	d.reason = "agent restarting (its own signed word), kubelet Ready: waiting until " + until.UTC().Format(time.RFC3339) + " for it to rejoin"
+	d.requeue(until.Sub(d.o.Now))
+}
+
 // shuttingDown reports whether the node is in a clean shutdown that is
 // still going on: its agent is in the ring and it (or its kubelet) said
 // so, and ShutdownWait since the suspicion began has not passed.
@@ -1335,8 +1385,12 @@ func (d *decider) channels() string {
 	if d.o.Node.Ready != ReadyTrue {
 		c = append(c, "Kubernetes Ready="+string(d.o.Node.Ready))
 	}
-	if s := d.o.Member.State; s.Gone() {
-		c = append(c, "gossip "+string(s))
+	if m := d.o.Member; m.State.Gone() {
+		g := "gossip " + string(m.State)
+		if m.State == vocab.MemberLeft && m.Signed && m.Announced == vocab.AnnounceRestarting {
+			g += fmt.Sprintf(" for a restart %s ago, not back", d.o.Now.Sub(m.Since).Round(time.Second))
+		}
+		c = append(c, g)
 	}
 	if d.aliveUnbacked() {
 		c = append(c, "gossip alive, but its agent does not answer challenges")

@@ -885,7 +885,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			case 5:
 				o.Cluster.LeaseHeld = !o.Cluster.LeaseHeld
 			case 6:
-				o.Member.Announced = []vocab.Announcement{vocab.AnnounceRunning, vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete}[rng.IntN(3)]
+				o.Member.Announced = []vocab.Announcement{vocab.AnnounceRunning, vocab.AnnounceShuttingDown, vocab.AnnounceShutdownComplete, vocab.AnnounceRestarting}[rng.IntN(4)]
 				o.Member.BootID = []string{"boot-1", "boot-0"}[rng.IntN(2)]
 				// A hostile member forges announcements it cannot sign.
 				o.Member.Signed = rng.IntN(3) != 0

@@ -36,6 +36,12 @@ type Policy struct {
 	// still in the ring is left alone — no BMC read, no power action —
 	// waiting for its shutdown-complete announcement. 0: not at all.
 	ShutdownWait time.Duration
+	// RestartWait is how long a node whose agent left the ring announcing
+	// a restart (its own signed word, for its current boot) is left alone
+	// while its kubelet stays Ready and renews its Lease: no suspicion, no
+	// power read, no Event. A DaemonSet rollout restarts every agent. 0:
+	// not at all (a restart is a suspicion like any leave).
+	RestartWait time.Duration
 	// ChallengeInterval is how often the agent of a node that may be
 	// switched off is asked for a proof of life.
 	ChallengeInterval time.Duration
@@ -56,7 +62,7 @@ type Policy struct {
 // core owns these defaults; pkg/config starts from them and overrides
 // what the file's policy section sets (the file exposes Mode, FenceAfter,
 // MaxUnhealthy, MaxConcurrentPowerActions, FenceDelay, PowerOnAfterFence
-// as afterFence, ForceDeletePods, ShutdownWait and DryRun; the rest is
+// as afterFence, ForceDeletePods, ShutdownWait, RestartWait and DryRun; the rest is
 // fixed here).
 func DefaultPolicy() Policy {
 	return Policy{
@@ -88,6 +94,10 @@ func DefaultPolicy() Policy {
 		// is shutting down is not read or switched off for this long while
 		// its agent is still in the ring.
 		ShutdownWait: 5 * time.Minute,
+		// Covers a DaemonSet rollout's restart of one agent, image pull
+		// included; an agent that does not come back within it is suspected
+		// like any other.
+		RestartWait: 2 * time.Minute,
 		// In power-off mode, the agent of a node that may be switched off is
 		// asked for a proof of life this often.
 		ChallengeInterval: 5 * time.Second,
