@@ -18,7 +18,8 @@ fenced confirm) and each it removed (by a fencer or fenced unfence): when, the
 node, who (the fencer's identity, or fenced-confirm/<you> and fenced-unfence/<you>
 as the API server knows you), the evidence's method and summary, and why. It
 outlives the Events (an hour) and the Node's evidence annotation (gone with the
-taint).
+taint). A fenced node's Node object deleted and registered again are entries
+too (node-deleted, node-registered).
 
 It is kept in the ConfigMap ` + taint.HistoryConfigMap + ` in fenced's namespace (fencer.leaseNamespace
 of --config, default fenced-system): the newest ` + strconv.Itoa(taint.HistoryPerNode) + ` entries of each node,

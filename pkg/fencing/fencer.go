@@ -180,6 +180,9 @@ type Fencer struct {
 
 	// history queues the fence history entries to write (history.go).
 	history chan taint.HistoryEntry
+	// deleted are the fences of deleted Nodes, by node name, remembered
+	// for their return (deleted.go); under mu.
+	deleted map[string]deletedFence
 
 	bg sync.WaitGroup // BMC calls and renewals, waited for on stop
 }
@@ -227,6 +230,7 @@ func New(cfg Config) (*Fencer, error) {
 		fenceable:   map[string]bool{},
 		reads:       newReadGate(cfg.MaxConcurrentPowerReads, cfg.Metrics),
 		history:     make(chan taint.HistoryEntry, historyQueue),
+		deleted:     map[string]deletedFence{},
 	}
 	f.forgeryWarnings = heartbeat.NewWarnLimiter(forgeryWarningsPerMinute)
 	f.applied.Store(&applied{Settings: Settings{Inventory: cfg.Inventory, Policy: cfg.Policy,
@@ -483,6 +487,7 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 		if o.Node.Evidence != nil {
 			o.Node.PodsForceDeleted = s.podsDeleted.After(o.Node.Evidence.At)
 		}
+		o.Node.FencedWhenDeleted = f.fencedWhenDeleted(name, now)
 		f.mu.Unlock()
 	} else {
 		node = nil
@@ -839,9 +844,11 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			// per node (the core's notice).
 			f.log.Warn(a.Message, "node", name)
 		}
-		if node != nil {
-			f.cfg.Recorder.Event(node, a.EventType, string(a.Reason), a.Message)
-		}
+		f.cfg.Recorder.Event(eventTarget(name, node), a.EventType, string(a.Reason), a.Message)
+	case core.ActNodeDeleted:
+		f.nodeDeleted(name, a.Evidence)
+	case core.ActNodeRegistered:
+		f.nodeRegistered(name, node, a.Evidence)
 	case core.ActChallenge:
 		f.startChallenge(ctx, name, node)
 	case core.ActSafetyAlarm:

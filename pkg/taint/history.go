@@ -47,7 +47,20 @@ const (
 	HistoryFence HistoryAction = "fence"
 	// HistoryUnfence: fenced took its out-of-service taint off.
 	HistoryUnfence HistoryAction = "unfence"
+	// HistoryNodeDeleted: the Node object of a fenced node was deleted,
+	// its taint and evidence with it.
+	HistoryNodeDeleted HistoryAction = "node-deleted"
+	// HistoryNodeRegistered: a node whose Node object was deleted while
+	// fenced registered again, with no taint.
+	HistoryNodeRegistered HistoryAction = "node-registered"
 )
+
+// seenByEveryFencer reports whether every fencer records a HistoryAction
+// of its own accord (each sees a Node come and go), rather than the one
+// that acted: only the first of them is kept.
+func (a HistoryAction) seenByEveryFencer() bool {
+	return a == HistoryNodeDeleted || a == HistoryNodeRegistered
+}
 
 // HistoryEntry is one fence or one removal.
 type HistoryEntry struct {
@@ -110,9 +123,16 @@ func (h History) Newest(node string) []HistoryEntry {
 	return out
 }
 
-// add appends e and applies both bounds.
+// add appends e and applies both bounds. An entry every fencer records
+// for the same change is kept once: the first, when the node's last entry
+// is of its kind and within a minute of it.
 func (h History) add(e HistoryEntry) {
 	e.Reason, e.Evidence = clip(e.Reason), clip(e.Evidence)
+	if n := len(h[e.Node]); n > 0 && e.Action.seenByEveryFencer() {
+		if last := h[e.Node][n-1]; last.Action == e.Action && e.At.Sub(last.At).Abs() < time.Minute {
+			return
+		}
+	}
 	entries := append(h[e.Node], e)
 	if len(entries) > HistoryPerNode {
 		entries = entries[len(entries)-HistoryPerNode:]

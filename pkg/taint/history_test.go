@@ -114,3 +114,32 @@ func TestParseHistorySkipsWhatItCannotRead(t *testing.T) {
 		t.Fatalf("parsed %+v", h)
 	}
 }
+
+// TestHistoryKeepsWhatEveryFencerSeesOnce: every fencer records a fenced
+// Node's deletion and its return; the first entry of each stands, the
+// others' within a minute are dropped — but a fence is each fencer's own
+// act, and a deletion a minute later is another deletion.
+func TestHistoryKeepsWhatEveryFencerSeesOnce(t *testing.T) {
+	h := History{}
+	h.add(entry("a", 0))
+	seen := func(action HistoryAction, by string, at time.Time) HistoryEntry {
+		return HistoryEntry{Node: "a", Action: action, At: at, By: by}
+	}
+	for _, e := range []HistoryEntry{
+		seen(HistoryNodeDeleted, "fencer-1", h0.Add(time.Hour)),
+		seen(HistoryNodeDeleted, "fencer-2", h0.Add(time.Hour+2*time.Second)),
+		seen(HistoryNodeRegistered, "fencer-2", h0.Add(2*time.Hour)),
+		seen(HistoryNodeRegistered, "fencer-1", h0.Add(2*time.Hour-time.Second)), // a clock a little behind
+		seen(HistoryNodeDeleted, "fencer-1", h0.Add(3*time.Hour)),
+	} {
+		h.add(e)
+	}
+	var got []string
+	for _, e := range h["a"] {
+		got = append(got, string(e.Action)+"/"+e.By)
+	}
+	want := []string{"fence/fencer-1", "node-deleted/fencer-1", "node-registered/fencer-2", "node-deleted/fencer-1"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("entries %q, want %q", got, want)
+	}
+}

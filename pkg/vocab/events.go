@@ -75,6 +75,12 @@ const (
 	// format newer than this fencer reads (a newer fenced wrote it); this
 	// fencer leaves the node alone until it is upgraded.
 	EventEvidenceFromNewerFenced EventReason = "EvidenceFromNewerFenced"
+	// EventFencedNodeDeleted: the Node object of a fenced node was
+	// deleted; its taint and evidence went with it.
+	EventFencedNodeDeleted EventReason = "FencedNodeDeleted"
+	// EventFencedNodeRegisteredAgain: a node whose Node object was deleted
+	// while fenced registered again on a new boot, with no taint.
+	EventFencedNodeRegisteredAgain EventReason = "FencedNodeRegisteredAgain"
 )
 
 // The core's Events of an action the operator's switches hold back

@@ -92,6 +92,10 @@ type NodeObs struct {
 	// Cordon is the node's cordon and the node lifecycle controller's
 	// taint for it: what tells that the controller-manager saw the swap.
 	Cordon Cordon
+	// FencedWhenDeleted is the evidence of the fence a Node of this name
+	// carried when it was deleted (ActNodeDeleted), while the fencer
+	// remembers it: this Node registered since. nil otherwise.
+	FencedWhenDeleted *Evidence
 }
 
 // MemberObs is what gossip says about the node's agent. Any holder of the
@@ -204,12 +208,14 @@ const (
 	ActRequeue         ActionKind = "Requeue"         // call Step again after After
 	ActChallenge       ActionKind = "Challenge"       // ask the node's agent for a proof of life
 	ActHeld            ActionKind = "Held"            // an effect a switch held back: report it (hold.go)
+	ActNodeDeleted     ActionKind = "NodeDeleted"     // the Node of a fenced node was deleted: remember its fence (Evidence) for its return
+	ActNodeRegistered  ActionKind = "NodeRegistered"  // a Node deleted while fenced registered again: forget its fence
 )
 
 // Action is one thing to do.
 type Action struct {
 	Kind ActionKind
-	// Evidence for ActApplyTaint.
+	// Evidence for ActApplyTaint, and the fence's for ActNodeDeleted.
 	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
 	// and ActSafetyAlarm; Message also explains ActRemoveTaint and
@@ -317,8 +323,12 @@ func (d *decider) step() {
 		if o.Cluster.LeaseHeld {
 			d.do(Action{Kind: ActReleaseLease})
 		}
+		d.deleted()
 		d.becomeHealthy("node object gone", voided{})
 		return
+	}
+	if o.Node.FencedWhenDeleted != nil {
+		d.registeredAgain(o.Node.FencedWhenDeleted)
 	}
 	if o.Node.TaintedByFenced && o.Node.NewerEvidenceFormat > 0 {
 		d.leaveToNewerFenced()
@@ -335,6 +345,40 @@ func (d *decider) step() {
 	default:
 		d.detect()
 	}
+}
+
+// deleted reports a fenced node whose Node object is gone — deleted by a
+// person or a tool while it carried fenced's out-of-service taint, which
+// went with it — and hands its fence to the fencer to remember for the
+// node's return (registeredAgain).
+func (d *decider) deleted() {
+	t := d.t
+	if (t.Phase != PhaseFenced && t.Phase != PhaseRecovering) || !t.fence.taintSeen || t.fence.evidence == nil {
+		return
+	}
+	ev := t.fence.evidence
+	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFencedNodeDeleted, Message: fmt.Sprintf(
+		"the Node object was deleted while fenced (%s evidence taken at %s, boot %s): its out-of-service taint and evidence went with it. If the node registers again, its new Node carries no taint and fenced judges it as any node — with the safety alarm if it answers with the fenced boot",
+		ev.Method, evidenceTime(ev).UTC().Format(time.RFC3339), ev.BootID)})
+	d.do(Action{Kind: ActNodeDeleted, Evidence: ev})
+}
+
+// registeredAgain reports, once, the return of a node whose Node object
+// was deleted while fenced (deleted): with the boot it was fenced at, the
+// evidence was wrong — the safety alarm; with another, a new Node with no
+// taint, judged as any node.
+func (d *decider) registeredAgain(fence *Evidence) {
+	boot := d.o.Node.BootID
+	if fence.BootID != "" && boot == fence.BootID {
+		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventFencedNodeBackWithSameBootID, Message: fmt.Sprintf(
+			"SAFETY: node registered again, after its Node object was deleted while fenced with %s evidence, with the same boot ID %s: it was never off. Two writers may have shared its volumes; investigate the BMC inventory. Its new Node carries no taint.",
+			fence.Method, boot)})
+	} else {
+		d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventFencedNodeRegisteredAgain, Message: fmt.Sprintf(
+			"registered again after its Node object was deleted while fenced (%s evidence taken at %s, boot %s); now boot %s, no taint carried over: judged as any node",
+			fence.Method, evidenceTime(fence).UTC().Format(time.RFC3339), fence.BootID, boot)})
+	}
+	d.do(Action{Kind: ActNodeRegistered, Evidence: fence})
 }
 
 // followTaint follows the taint annotations, the durable state: it adopts
