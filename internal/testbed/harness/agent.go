@@ -75,6 +75,12 @@ func (m *Machine) KillAgent() error {
 // up after 30 s. See machine.RestartRequestFile for the launcher's side.
 func (m *Machine) RestartAgent() error { return m.restartAgent(syscall.SIGKILL) }
 
+// StopAndRestartAgent restarts the machine's fenced agent as a DaemonSet
+// rollout or `systemctl restart fenced` does: SIGTERM, so that the agent
+// leaves the ring in good order, then the launcher starts it again (as
+// RestartAgent, whose notes apply).
+func (m *Machine) StopAndRestartAgent() error { return m.restartAgent(syscall.SIGTERM) }
+
 // restartAgent is RestartAgent with the agent stopped by stop: SIGKILL for
 // a crash, SIGTERM for a stop as the kubelet or systemd does it.
 func (m *Machine) restartAgent(stop syscall.Signal) error {
