@@ -36,24 +36,26 @@ func TestAgentRestartIsLeftAlone(t *testing.T) {
 		change func(*Observation)
 		// quiet: left alone (no suspicion, read or Event).
 		quiet bool
+		// restartWait replaces the policy's when set.
+		restartWait *time.Duration
 	}{
-		{"just left", time.Second, nil, true},
-		{"within restartWait, kubelet renewing", p.RestartWait - time.Second, func(o *Observation) { o.Node.KubeletRenew = o.Now.Add(-10 * time.Second) }, true},
-		{"kubelet Lease unknown (not readable): Ready decides", 30 * time.Second, func(o *Observation) { o.Node.KubeletRenew = time.Time{} }, true},
-		{"restartWait passed", p.RestartWait + time.Second, func(o *Observation) { o.Node.KubeletRenew = o.Now }, false},
-		{"not signed: anyone's word", time.Second, func(o *Observation) { o.Member.Signed = false }, false},
-		{"about another boot", time.Second, func(o *Observation) { o.Member.BootID = "boot-0" }, false},
-		{"kubelet not Ready", time.Second, func(o *Observation) { o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0 }, false},
-		{"kubelet silent past KubeletSilent", KubeletSilent + time.Second, nil, false},
-		{"a plain leave, no restart announced", time.Second, func(o *Observation) { o.Member.Announced = vocab.AnnounceRunning }, false},
-		{"dead, not left", time.Second, func(o *Observation) { o.Member.State = vocab.MemberDead }, false},
-		{"restartWait 0: no wait", time.Second, nil, false},
+		{"just left", time.Second, nil, true, nil},
+		{"within restartWait, kubelet renewing", p.RestartWait - time.Second, func(o *Observation) { o.Node.KubeletRenew = o.Now.Add(-10 * time.Second) }, true, nil},
+		{"kubelet Lease unknown (not readable): Ready decides", 30 * time.Second, func(o *Observation) { o.Node.KubeletRenew = time.Time{} }, true, nil},
+		{"restartWait passed", p.RestartWait + time.Second, func(o *Observation) { o.Node.KubeletRenew = o.Now }, false, nil},
+		{"not signed: anyone's word", time.Second, func(o *Observation) { o.Member.Signed = false }, false, nil},
+		{"about another boot", time.Second, func(o *Observation) { o.Member.BootID = "boot-0" }, false, nil},
+		{"kubelet not Ready", time.Second, func(o *Observation) { o.Node.Ready, o.Node.ReadySince = ReadyUnknown, t0 }, false, nil},
+		{"kubelet silent past KubeletSilent", KubeletSilent + time.Second, nil, false, nil},
+		{"a plain leave, no restart announced", time.Second, func(o *Observation) { o.Member.Announced = vocab.AnnounceRunning }, false, nil},
+		{"dead, not left", time.Second, func(o *Observation) { o.Member.State = vocab.MemberDead }, false, nil},
+		{"restartWait 0: no wait", time.Second, nil, false, new(time.Duration(0))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := p
-			if tc.name == "restartWait 0: no wait" {
-				p.RestartWait = 0
+			if tc.restartWait != nil {
+				p.RestartWait = *tc.restartWait
 			}
 			o := restarting()
 			o.Now = t0.Add(tc.at)
