@@ -102,7 +102,7 @@ func TestIPMIPowerActionsAgainstIPMISim(t *testing.T) {
 	if err := b.PowerCycle(ctx); err != nil {
 		t.Fatalf("PowerCycle: %v", err)
 	}
-	poll.Until(t, 10*time.Second, "machine restarted by raw power cycle", func() bool {
+	poll.Until(t, time.Minute, "machine restarted by raw power cycle", func() bool {
 		pid, alive := sim.MachinePID()
 		return alive && pid != pidCycled
 	})
@@ -116,7 +116,7 @@ func TestIPMIPowerLossReadsOff(t *testing.T) {
 	if err := sim.PowerLoss(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "power to read off after power loss", func() bool {
+	poll.Until(t, time.Minute, "power to read off after power loss", func() bool {
 		state, err := b.PowerState(context.Background())
 		return err == nil && state == vocab.PowerOff
 	})
