@@ -197,17 +197,22 @@ func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 			return err
 		}
 	}
-	return grantPauseRead(ctx, client)
+	return grantConfigMaps(ctx, client)
 }
 
-// grantPauseRead lets the fencers read the pause ConfigMap in the lease
-// namespace (that object only), as deploy/daemonset/base/rbac.yaml does.
-func grantPauseRead(ctx context.Context, client kubernetes.Interface) error {
-	const name = "fenced-pause-read"
+// grantConfigMaps gives the fencers what deploy/daemonset/base/rbac.yaml
+// gives them of the ConfigMaps in the lease namespace: read the pause
+// (that object only), read and update the fence history (that object
+// only) and create it.
+func grantConfigMaps(ctx context.Context, client kubernetes.Interface) error {
+	const name = "fenced-fencer-configmaps"
 	if _, err := client.RbacV1().Roles(LeaseNamespace).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-			ResourceNames: []string{taint.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{taint.PauseConfigMap}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{taint.HistoryConfigMap}, Verbs: []string{"get", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		},
 	}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
