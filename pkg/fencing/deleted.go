@@ -52,30 +52,23 @@ func (f *Fencer) fencedWhenDeleted(node string, now time.Time) *core.Evidence {
 }
 
 // nodeDeleted and nodeRegistered carry out the core's two actions: the
-// memory, a log line and the fence history's entry.
-func (f *Fencer) nodeDeleted(name string, ev *core.Evidence) {
+// memory, a log line and the fence history's entry, whose reason is the
+// core's (why).
+func (f *Fencer) nodeDeleted(name string, ev *core.Evidence, why string) {
 	now := f.cfg.Now()
 	f.mu.Lock()
 	f.rememberDeleted(name, *ev, now)
 	f.mu.Unlock()
 	f.log.Warn("the Node object of a fenced node was deleted: its taint and evidence went with it", "node", name, "evidence", ev.Method, "boot", ev.BootID)
 	f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryNodeDeleted, At: now, By: f.cfg.Identity,
-		Method: ev.Method, Evidence: ev.Summary(), Reason: "the Node object was deleted while fenced"})
+		Method: ev.Method, Evidence: ev.Summary(), Reason: why})
 }
 
-func (f *Fencer) nodeRegistered(name string, node *corev1.Node, ev *core.Evidence) {
+func (f *Fencer) nodeRegistered(name string, ev *core.Evidence, why string) {
 	f.mu.Lock()
 	delete(f.deleted, name)
 	f.mu.Unlock()
-	boot := ""
-	if node != nil {
-		boot = node.Status.NodeInfo.BootID
-	}
-	why := "registered again on boot " + boot + ", no taint carried over"
-	if ev.BootID != "" && boot == ev.BootID {
-		why = "registered again with the boot it was fenced at (" + boot + "): safety alarm"
-	}
-	f.log.Info("a node whose Node object was deleted while fenced registered again", "node", name, "boot", boot, "fencedAtBoot", ev.BootID)
+	f.log.Info("a node whose Node object was deleted while fenced registered again: "+why, "node", name, "fencedAtBoot", ev.BootID)
 	f.recordHistory(taint.HistoryEntry{Node: name, Action: taint.HistoryNodeRegistered, At: f.cfg.Now(), By: f.cfg.Identity,
 		Method: ev.Method, Evidence: ev.Summary(), Reason: why})
 }

@@ -492,10 +492,7 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 	} else {
 		node = nil
 	}
-	if m, ok := f.cfg.Members.Member(name); ok {
-		o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-			Signed: f.signedKept(name, m)}
-	}
+	o.Member = f.memberObs(name)
 	configured := settings.Inventory.Fenceable(name)
 	f.mu.Lock()
 	if s, ok := f.state[name]; ok {
@@ -563,6 +560,17 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 	delete(cleanFences, name)
 	o.Cluster.CleanShutdownFences = len(cleanFences)
 	return o, node, nil
+}
+
+// memberObs is what gossip says now of node's agent, its word checked
+// (signedKept); the zero MemberObs when the ring never saw it.
+func (f *Fencer) memberObs(name string) core.MemberObs {
+	m, ok := f.cfg.Members.Member(name)
+	if !ok {
+		return core.MemberObs{}
+	}
+	return core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
+		Signed: f.signedKept(name, m)}
 }
 
 // freshest returns the newer of the informer's Node and the one this
@@ -635,10 +643,7 @@ func (f *Fencer) evidenceCheck(ctx context.Context, name string, ev *core.Eviden
 		case err != nil && !apierrors.IsForbidden(err):
 			return fmt.Errorf("reading the kubelet's Lease before the write: %w", err)
 		}
-		if m, ok := f.cfg.Members.Member(name); ok {
-			o.Member = core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-				Signed: f.signedKept(name, m)}
-		}
+		o.Member = f.memberObs(name)
 		f.mu.Lock()
 		if s, ok := f.state[name]; ok {
 			o.Agent, o.BMC = s.agent, s.power
@@ -671,15 +676,6 @@ func nodeObs(n *corev1.Node) core.NodeObs {
 		o.Returning = &r
 	}
 	return o
-}
-
-// readyStatus is the Node's Ready condition as its status says it, for
-// logs ("" without one).
-func readyStatus(n *corev1.Node) string {
-	if c := taint.ReadyCondition(n); c != nil {
-		return string(c.Status)
-	}
-	return ""
 }
 
 // readyCondition returns the status of the Node's Ready condition and
@@ -779,7 +775,8 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.cfg.Metrics.NotReadyWrites.Inc()
 			f.log.Info("Ready=False written: the node is powered off", "node", name)
 		} else if n != nil {
-			f.log.Info("Ready left alone: Kubernetes says not ready already", "node", name, "ready", readyStatus(n))
+			ready, _ := readyCondition(n)
+			f.log.Info("Ready left alone: Kubernetes says not ready already", "node", name, "ready", string(ready))
 		}
 		// The Node as the API has it now: the core decides on it rather
 		// than on an informer that may lag (after an API outage, by a
@@ -846,9 +843,9 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		}
 		f.cfg.Recorder.Event(eventTarget(name, node), a.EventType, string(a.Reason), a.Message)
 	case core.ActNodeDeleted:
-		f.nodeDeleted(name, a.Evidence)
+		f.nodeDeleted(name, a.Evidence, a.Message)
 	case core.ActNodeRegistered:
-		f.nodeRegistered(name, node, a.Evidence)
+		f.nodeRegistered(name, a.Evidence, a.Message)
 	case core.ActChallenge:
 		f.startChallenge(ctx, name, node)
 	case core.ActSafetyAlarm:

@@ -181,11 +181,16 @@ func getNode(t *testing.T, client *fake.Clientset) *corev1.Node {
 
 // warnings drains rec's Events and returns the EvidenceFromNewerFenced ones.
 func warnings(rec *record.FakeRecorder) []string {
+	return drainEvents(rec, string(vocab.EventEvidenceFromNewerFenced))
+}
+
+// drainEvents drains rec's Events and returns those that contain substr.
+func drainEvents(rec *record.FakeRecorder, substr string) []string {
 	var out []string
 	for {
 		select {
 		case e := <-rec.Events:
-			if strings.Contains(e, string(vocab.EventEvidenceFromNewerFenced)) {
+			if strings.Contains(e, substr) {
 				out = append(out, e)
 			}
 		default:

@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -12,21 +11,6 @@ import (
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/vocab"
 )
-
-// eventsOf drains rec and returns the Events about node.
-func eventsOf(rec *record.FakeRecorder, node string) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			if strings.Contains(e, node) {
-				out = append(out, e)
-			}
-		default:
-			return out
-		}
-	}
-}
 
 // TestAgentRestartIsQuiet runs an agent's restart as a rollout makes it,
 // on real gossip rings: the agent announces a restart in its own signed
@@ -54,7 +38,7 @@ func TestAgentRestartIsQuiet(t *testing.T) {
 	// Reads and Events from before the restart do not count: on a loaded
 	// machine the in-process rings may suspect a member falsely, and the
 	// fencer rightly reads its power then.
-	eventsOf(rec, v.name)
+	drainEvents(rec, v.name)
 	reads, forged := v.bmc.reads.Load(), forgeries()
 	quiet := func(t *testing.T, when string) {
 		t.Helper()
@@ -64,7 +48,7 @@ func TestAgentRestartIsQuiet(t *testing.T) {
 		if n := v.bmc.reads.Load() - reads; n != 0 {
 			t.Errorf("%s: %d power read(s) of %s", when, n, v.name)
 		}
-		if evs := eventsOf(rec, v.name); len(evs) != 0 {
+		if evs := drainEvents(rec, v.name); len(evs) != 0 {
 			t.Errorf("%s: Events %q", when, evs)
 		}
 		if n := forgeries() - forged; n != 0 {

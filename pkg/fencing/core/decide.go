@@ -215,11 +215,13 @@ const (
 // Action is one thing to do.
 type Action struct {
 	Kind ActionKind
-	// Evidence for ActApplyTaint, and the fence's for ActNodeDeleted.
+	// Evidence for ActApplyTaint, and the fence's for ActNodeDeleted and
+	// ActNodeRegistered.
 	Evidence *Evidence
 	// EventType ("Normal" or "Warning"), Reason and Message for ActEvent
-	// and ActSafetyAlarm; Message also explains ActRemoveTaint and
-	// ActLiftReturning.
+	// and ActSafetyAlarm; Message also explains ActRemoveTaint,
+	// ActLiftReturning, and is the reason of ActNodeDeleted and
+	// ActNodeRegistered.
 	EventType string
 	Reason    vocab.EventReason
 	Message   string
@@ -360,7 +362,7 @@ func (d *decider) deleted() {
 	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFencedNodeDeleted, Message: fmt.Sprintf(
 		"the Node object was deleted while fenced (%s evidence taken at %s, boot %s): its out-of-service taint and evidence went with it. If the node registers again, its new Node carries no taint and fenced judges it as any node — with the safety alarm if it answers with the fenced boot",
 		ev.Method, evidenceTime(ev).UTC().Format(time.RFC3339), ev.BootID)})
-	d.do(Action{Kind: ActNodeDeleted, Evidence: ev})
+	d.do(Action{Kind: ActNodeDeleted, Evidence: ev, Message: "the Node object was deleted while fenced"})
 }
 
 // registeredAgain reports, once, the return of a node whose Node object
@@ -369,7 +371,9 @@ func (d *decider) deleted() {
 // taint, judged as any node.
 func (d *decider) registeredAgain(fence *Evidence) {
 	boot := d.o.Node.BootID
+	why := "registered again on boot " + boot + ", no taint carried over"
 	if fence.BootID != "" && boot == fence.BootID {
+		why = "registered again with the boot it was fenced at (" + boot + "): safety alarm"
 		d.do(Action{Kind: ActSafetyAlarm, EventType: "Warning", Reason: vocab.EventFencedNodeBackWithSameBootID, Message: fmt.Sprintf(
 			"SAFETY: node registered again, after its Node object was deleted while fenced with %s evidence, with the same boot ID %s: it was never off. Two writers may have shared its volumes; investigate the BMC inventory. Its new Node carries no taint.",
 			fence.Method, boot)})
@@ -378,7 +382,7 @@ func (d *decider) registeredAgain(fence *Evidence) {
 			"registered again after its Node object was deleted while fenced (%s evidence taken at %s, boot %s); now boot %s, no taint carried over: judged as any node",
 			fence.Method, evidenceTime(fence).UTC().Format(time.RFC3339), fence.BootID, boot)})
 	}
-	d.do(Action{Kind: ActNodeRegistered, Evidence: fence})
+	d.do(Action{Kind: ActNodeRegistered, Evidence: fence, Message: why})
 }
 
 // followTaint follows the taint annotations, the durable state: it adopts
