@@ -131,7 +131,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	if state == vocab.MemberLeft && noticed {
 		notice = hint.notice
 	}
-	if state == vocab.MemberDead && n.Name != r.self && r.announcedShutdownLocked(n) {
+	if state == vocab.MemberDead && n.Name != r.self && r.announcedLeavingLocked(n) {
 		r.holdDeadLocked(n.Name, n.Address(), append([]byte(nil), n.Meta...))
 		r.mu.Unlock()
 		return
@@ -139,16 +139,17 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	r.observeLocked(n.Name, n.Address(), n.Meta, state, notice)
 }
 
-// announcedShutdownLocked reports whether n's last metadata announced a
-// shutdown (shutting-down or shutdown-complete).
-func (r *Ring) announcedShutdownLocked(n *memberlist.Node) bool {
+// announcedLeavingLocked reports whether n's last metadata announced
+// that its agent leaves on purpose: a shutdown (shutting-down or
+// shutdown-complete) or a restart.
+func (r *Ring) announcedLeavingLocked(n *memberlist.Node) bool {
 	var state vocab.Announcement
 	if meta, err := DecodeMeta(n.Meta); err == nil {
 		state = meta.State
 	} else if m, ok := r.members[n.Name]; ok {
 		state = m.Meta.State
 	}
-	return state.Shutdown()
+	return state.Leaving()
 }
 
 // holdDeadLocked reports the member dead after leaveNoticeGrace unless its

@@ -48,9 +48,9 @@ const maxLeaveNotices = 16
 // real failure much later into a clean leave.
 const leaveNoticeTTL = 2 * time.Minute
 
-// leaveNoticeGrace is how long a member that announced a shutdown and
-// then vanished without our having its leave notice yet is still reported
-// alive: the notice travels over TCP, memberlist's leave broadcast over UDP
+// leaveNoticeGrace is how long a member that announced a shutdown or a
+// restart and then vanished without our having its leave notice yet is
+// still reported alive: the notice travels over TCP, memberlist's leave broadcast over UDP
 // gossip, and the broadcast can win by a few milliseconds. Reporting dead
 // first would send fencers to the BMC of a node that is shutting down
 // cleanly. Members that announced nothing are reported dead at once.

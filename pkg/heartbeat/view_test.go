@@ -206,8 +206,9 @@ func TestNotifyAlive(t *testing.T) {
 }
 
 // TestLateNoticeAfterAnnouncedShutdown: a member that announced a shutdown
-// and vanishes is not reported dead while its leave notice may still be on
-// its way; the notice makes it left, its absence dead after the grace.
+// or a restart and vanishes is not reported dead while its leave notice
+// may still be on its way; the notice makes it left, its return alive, its
+// absence dead after the grace.
 func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 	announced := func(t *testing.T, state vocab.Announcement) *memberlist.Node {
 		t.Helper()
@@ -247,6 +248,25 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 				t.Fatalf("still %s long after the grace", state(r))
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("a restart, back before the grace: alive, never dead", func(t *testing.T) {
+		// An agent restarting (a rollout) that a member declares dead —
+		// a probe missed it while it left, under load — before its leave
+		// notice or its leave came: its next run is back within the
+		// grace, and fencers never see it dead.
+		r := newViewRing(t, nil)
+		d := (*delegate)(r)
+		n := announced(t, vocab.AnnounceRestarting)
+		d.NotifyJoin(n)
+		d.NotifyLeave(n)
+		if s := state(r); s != vocab.MemberAlive {
+			t.Fatalf("right after the dead verdict: %s, want still alive (held back)", s)
+		}
+		d.NotifyJoin(announced(t, vocab.AnnounceRunning))
+		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
+		if s := state(r); s != vocab.MemberAlive {
+			t.Fatalf("after the grace: %s, want alive", s)
 		}
 	})
 	t.Run("back before the grace: alive, never dead", func(t *testing.T) {

@@ -61,6 +61,12 @@ func (a Announcement) Shutdown() bool {
 	return a == AnnounceShuttingDown || a == AnnounceShutdownComplete
 }
 
+// Leaving reports whether a announces that the agent is about to leave
+// the gossip ring on purpose: a shutdown, or its own restart.
+func (a Announcement) Leaving() bool {
+	return a.Shutdown() || a == AnnounceRestarting
+}
+
 // GracefulShutdown is what an agent found of its kubelet's graceful node
 // shutdown (shutdownGracePeriod): the kubelet's configuration is not in the
 // API, but with graceful shutdown on the kubelet holds a logind shutdown
