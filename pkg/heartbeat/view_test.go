@@ -250,37 +250,27 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	t.Run("a restart, back before the grace: alive, never dead", func(t *testing.T) {
-		// An agent restarting (a rollout) that a member declares dead —
-		// a probe missed it while it left, under load — before its leave
-		// notice or its leave came: its next run is back within the
-		// grace, and fencers never see it dead.
-		r := newViewRing(t, nil)
-		d := (*delegate)(r)
-		n := announced(t, vocab.AnnounceRestarting)
-		d.NotifyJoin(n)
-		d.NotifyLeave(n)
-		if s := state(r); s != vocab.MemberAlive {
-			t.Fatalf("right after the dead verdict: %s, want still alive (held back)", s)
-		}
-		d.NotifyJoin(announced(t, vocab.AnnounceRunning))
-		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
-		if s := state(r); s != vocab.MemberAlive {
-			t.Fatalf("after the grace: %s, want alive", s)
-		}
-	})
-	t.Run("back before the grace: alive, never dead", func(t *testing.T) {
-		r := newViewRing(t, nil)
-		d := (*delegate)(r)
-		n := announced(t, vocab.AnnounceShutdownComplete)
-		d.NotifyJoin(n)
-		d.NotifyLeave(n)
-		d.NotifyJoin(mlNode(t, "x", "boot-2"))
-		time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
-		if m, _ := r.Member("x"); m.State != vocab.MemberAlive || m.Meta.BootID != "boot-2" {
-			t.Fatalf("x is %+v, want alive with boot-2", m)
-		}
-	})
+	for _, said := range []vocab.Announcement{vocab.AnnounceShutdownComplete, vocab.AnnounceRestarting} {
+		// A restart (a rollout) declared dead — a probe missed the agent
+		// while it left, under load — before its leave notice or its
+		// leave came: its next run is back within the grace, and fencers
+		// never see it dead.
+		t.Run("announced "+string(said)+", back before the grace: alive, never dead", func(t *testing.T) {
+			r := newViewRing(t, nil)
+			d := (*delegate)(r)
+			n := announced(t, said)
+			d.NotifyJoin(n)
+			d.NotifyLeave(n)
+			if s := state(r); s != vocab.MemberAlive {
+				t.Fatalf("right after the dead verdict: %s, want still alive (held back)", s)
+			}
+			d.NotifyJoin(mlNode(t, "x", "boot-2"))
+			time.Sleep(leaveNoticeGrace + 200*time.Millisecond)
+			if m, _ := r.Member("x"); m.State != vocab.MemberAlive || m.Meta.BootID != "boot-2" {
+				t.Fatalf("x is %+v, want alive with boot-2", m)
+			}
+		})
+	}
 	t.Run("nothing announced: dead at once", func(t *testing.T) {
 		r := newViewRing(t, nil)
 		d := (*delegate)(r)
