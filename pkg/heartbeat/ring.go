@@ -50,10 +50,12 @@ const leaveNoticeTTL = 2 * time.Minute
 
 // leaveNoticeGrace is how long a member that announced a shutdown or a
 // restart and then vanished without our having its leave notice yet is
-// still reported alive: the notice travels over TCP, memberlist's leave broadcast over UDP
-// gossip, and the broadcast can win by a few milliseconds. Reporting dead
-// first would send fencers to the BMC of a node that is shutting down
-// cleanly. Members that announced nothing are reported dead at once.
+// still reported alive: the notice travels over TCP, memberlist's leave
+// broadcast over UDP gossip, and the broadcast can win by a few
+// milliseconds — or a member's probe missed the agent while it left.
+// Reporting dead first would send fencers to the BMC of a node that is
+// shutting down cleanly, or whose agent is restarting. Members that
+// announced nothing are reported dead at once.
 const leaveNoticeGrace = time.Second
 
 // leaveHint is a received leave notice.

@@ -251,10 +251,10 @@ func TestLateNoticeAfterAnnouncedShutdown(t *testing.T) {
 		}
 	})
 	for _, said := range []vocab.Announcement{vocab.AnnounceShutdownComplete, vocab.AnnounceRestarting} {
-		// A restart (a rollout) declared dead — a probe missed the agent
-		// while it left, under load — before its leave notice or its
-		// leave came: its next run is back within the grace, and fencers
-		// never see it dead.
+		// Declared dead — a probe missed the agent while it left, under
+		// load — before its leave notice or its leave came: the machine
+		// back, or the agent's next run (a rollout), within the grace,
+		// and fencers never see it dead.
 		t.Run("announced "+string(said)+", back before the grace: alive, never dead", func(t *testing.T) {
 			r := newViewRing(t, nil)
 			d := (*delegate)(r)
