@@ -370,20 +370,38 @@ func TestRedfishBMCFaults(t *testing.T) {
 	}
 }
 
+// TestRedfishTimeout: a BMC that holds every request (or the system's)
+// costs a read its per-request timeout, its retries, or the caller's
+// deadline, whichever ends first. What is asserted does not depend on how
+// fast the machine is: the requests the BMC received (one per attempt,
+// the retries, none after the caller's deadline), and that the call came
+// back long before the held request would have — each case is built so
+// that the fault it guards against would keep the call for a minute.
 func TestRedfishTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const (
+		timeout = 300 * time.Millisecond
+		// held is how long the BMC holds a request: what a read would wait
+		// with no per-request timeout or caller's deadline.
+		held = time.Minute
+	)
 	tests := []struct {
 		name    string
-		path    string
+		path    string // the slow path; "" for every request
 		retries int
+		timeout time.Duration // per request; 0: timeout
 		ctx     time.Duration // 0 = no caller deadline
-		budget  time.Duration
+		// attempts is how many requests the slow path receives, at most
+		// (exactly, without a caller's deadline).
+		attempts int
 	}{
-		{name: "slow everywhere, no retries", retries: 0, budget: timeout},
-		{name: "slow everywhere, retries", retries: 2, budget: 3*timeout + 2*redfishRetryPause},
-		{name: "slow system, retries", path: redfishsim.SystemPath, retries: 1, budget: 2*timeout + redfishRetryPause},
-		{name: "caller deadline beats retries", retries: 5, ctx: 400 * time.Millisecond, budget: 400 * time.Millisecond},
-		{name: "caller deadline beats timeout", path: redfishsim.SystemPath, retries: 0, ctx: 150 * time.Millisecond, budget: 150 * time.Millisecond},
+		{name: "slow everywhere, no retries", retries: 0, attempts: 1},
+		{name: "slow everywhere, retries", retries: 2, attempts: 3},
+		{name: "slow system, retries", path: redfishsim.SystemPath, retries: 1, attempts: 2},
+		// A second attempt could start at timeout + the retry pause, after
+		// the deadline: five retries would be six requests.
+		{name: "caller deadline beats retries", retries: 5, ctx: 400 * time.Millisecond, attempts: 2},
+		// The per-request timeout would hold the call for held.
+		{name: "caller deadline beats timeout", path: redfishsim.SystemPath, retries: 0, timeout: 2 * held, ctx: 150 * time.Millisecond, attempts: 1},
 	}
 	for _, mode := range rfAuthModes() {
 		for _, tc := range tests {
@@ -391,10 +409,11 @@ func TestRedfishTimeout(t *testing.T) {
 				sim := rfNewSim(t, redfishsim.Options{PowerState: "Off"})
 				d := rfNewDriver(t, sim.URL, func(o *RedfishOptions) {
 					o.Auth = mode
-					o.Timeout = timeout
+					o.Timeout = cmp.Or(tc.timeout, timeout)
 					o.Retries = tc.retries
 				})
-				sim.SetFault(redfishsim.Fault{Path: tc.path, Delay: 5 * time.Second})
+				sim.SetFault(redfishsim.Fault{Path: tc.path, Delay: held})
+				before := len(sim.Requests())
 				ctx := context.Background()
 				if tc.ctx > 0 {
 					ctx = rfCtx(t, tc.ctx)
@@ -406,8 +425,18 @@ func TestRedfishTimeout(t *testing.T) {
 				if got != vocab.PowerUnknown {
 					t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 				}
-				if elapsed > 2*tc.budget {
-					t.Errorf("returned after %s, want at most %s (2x budget)", elapsed, 2*tc.budget)
+				if elapsed >= held/2 {
+					t.Errorf("returned after %s: the held request was waited for", elapsed)
+				}
+				slow := 0
+				for _, r := range sim.Requests()[before:] {
+					method, path, _ := strings.Cut(r, " ")
+					if method != http.MethodDelete && (tc.path == "" || path == tc.path) {
+						slow++
+					}
+				}
+				if slow > tc.attempts || tc.ctx == 0 && slow != tc.attempts {
+					t.Errorf("%d request(s) to the slow path, want %d%s", slow, tc.attempts, map[bool]string{true: " at most"}[tc.ctx > 0])
 				}
 				if tc.path != "" {
 					// Sessions opened before the slow request must still be
@@ -429,19 +458,24 @@ func TestRedfishUnreachable(t *testing.T) {
 	endpoint := "http://" + l.Addr().String()
 	_ = l.Close()
 
+	// A refused connection is an answer: the read does not wait out its
+	// per-request timeout (a minute here, so that doing so shows however
+	// slow the machine) before each retry.
+	const timeout = time.Minute
 	for _, mode := range rfAuthModes() {
 		t.Run(mode, func(t *testing.T) {
 			d := rfNewDriver(t, endpoint, func(o *RedfishOptions) {
 				o.Auth = mode
 				o.Retries = 2
+				o.Timeout = timeout
 			})
 			start := time.Now()
-			got, err := d.PowerState(rfCtx(t, 10*time.Second))
+			got, err := d.PowerState(rfCtx(t, 3*timeout))
 			rfCheckErr(t, err, vocab.KindUnreachable, endpoint)
 			if got != vocab.PowerUnknown {
 				t.Errorf("PowerState = %s, want %s", got, vocab.PowerUnknown)
 			}
-			if elapsed := time.Since(start); elapsed > 2*time.Second {
+			if elapsed := time.Since(start); elapsed >= timeout/2 {
 				t.Errorf("refused connection took %s", elapsed)
 			}
 		})
