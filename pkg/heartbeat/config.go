@@ -82,6 +82,10 @@ type Config struct {
 	ProbeTimeout   time.Duration
 	SuspicionMult  int
 	GossipInterval time.Duration
+	// BeatInterval is how often this agent beats to each fencer, whose
+	// Detector learns each member's pace from the beats (beats.go): 0
+	// means DefaultBeatInterval, a negative value no beats.
+	BeatInterval time.Duration
 }
 
 // MemberlistConfig validates c and returns the memberlist configuration it

@@ -211,6 +211,8 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.Memb
 	if !known || m.State != state {
 		m.State = state
 		m.Since = now
+		// A new state is a new life for the beats too.
+		m.Silent, m.SilentSince = false, time.Time{}
 	}
 	m.Leave = notice
 	cur := *m
@@ -275,8 +277,8 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg receives the user messages of this package: leave notices,
-// liveness challenges and proofs. Every byte of them may come from any
-// holder of the gossip key.
+// liveness challenges and proofs, beats. Every byte of them may come from
+// any holder of the gossip key.
 func (d *delegate) NotifyMsg(buf []byte) {
 	r := (*Ring)(d)
 	if len(buf) == 0 {
@@ -296,6 +298,13 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	case msgProof:
 		if p, ok := decodeProof(buf); ok {
 			r.proofReceived(p)
+			return
+		}
+	case msgBeat:
+		if name, ok := decodeBeat(buf); ok {
+			if r.detector != nil {
+				r.beatReceived(name)
+			}
 			return
 		}
 	}
@@ -341,8 +350,9 @@ func (d *delegate) LocalState(join bool) []byte { return nil }
 // MergeRemoteState is unused, see LocalState.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {}
 
-// Message tags: the first byte of every user message of this package.
-// Other values are reserved for future messages and ignored.
+// Message tags: the first byte of every user message of this package
+// (msgBeat: beats.go). Other values are reserved for future messages and
+// ignored.
 const (
 	msgLeaveNotice byte = 1
 	msgChallenge   byte = 2

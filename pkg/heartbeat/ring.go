@@ -81,6 +81,12 @@ type Member struct {
 	// Leave is the leave notice that made the member vocab.MemberLeft (zero when
 	// it is not left, or left without a notice).
 	Leave LeaveNotice
+	// Silent: this agent, a fencer, had beats from the alive member and
+	// they stopped (beats.go); SilentSince is when its last beat came.
+	// Anyone with the gossip key can beat in its name: a forged beat can
+	// only hold Silent back.
+	Silent      bool
+	SilentSince time.Time
 }
 
 // LeaveNotice is what a member that leaves on purpose sends every other
@@ -211,6 +217,14 @@ type Ring struct {
 	// onChange is called with every member change (OnChange).
 	onChange func(Member)
 
+	// beatEvery is how often this agent beats to the fencers (0: never);
+	// detector, in a fencer's ring only, judges the members' beats, and
+	// silentOnce marks the members it found silent at the last look
+	// (beats.go).
+	beatEvery  time.Duration
+	detector   *Detector
+	silentOnce map[string]bool
+
 	// mc is the memberlist configuration New built; ml is the memberlist
 	// Join creates from it (nil before Join).
 	mc *memberlist.Config
@@ -257,6 +271,7 @@ func newRing(self string, log *slog.Logger, isNode func(string) bool) *Ring {
 		proving:     make(map[string]int),
 		lonely:      make(chan struct{}, 1),
 		keysWake:    make(chan struct{}, 1),
+		silentOnce:  make(map[string]bool),
 		done:        make(chan struct{}),
 	}
 }
@@ -286,6 +301,15 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	r := newRing(cfg.NodeName, base.With("component", "heartbeat"), opts.IsNode)
 	r.port, r.seeds, r.challengerAddrs = mc.BindPort, opts.Seeds, opts.ChallengerAddrs
 	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
+	switch {
+	case cfg.BeatInterval == 0:
+		r.beatEvery = DefaultBeatInterval
+	case cfg.BeatInterval > 0:
+		r.beatEvery = cfg.BeatInterval
+	}
+	if r.beatEvery > 0 && meta.Role == RoleFencer {
+		r.detector = NewDetector(DetectorConfig{Interval: r.beatEvery})
+	}
 	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
 	if mc.Keyring != nil {
 		r.keyring, r.keysWanted, r.keysAdvertised = mc.Keyring, cfg.Keys(), meta.Keys
@@ -337,6 +361,12 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 	r.lifeMu.Unlock()
 	if r.keyring != nil {
 		go r.keysLoop()
+	}
+	if r.beatEvery > 0 {
+		go r.beatLoop(ml)
+		if r.detector != nil {
+			go r.silenceLoop()
+		}
 	}
 
 	if r.seeds != nil {
