@@ -570,7 +570,7 @@ func (f *Fencer) memberObs(name string) core.MemberObs {
 		return core.MemberObs{}
 	}
 	return core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-		Signed: f.signedKept(name, m)}
+		Signed: f.signedKept(name, m), Silent: m.Silent, SilentSince: m.SilentSince}
 }
 
 // freshest returns the newer of the informer's Node and the one this
@@ -842,6 +842,9 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 			f.log.Warn(a.Message, "node", name)
 		}
 		f.cfg.Recorder.Event(eventTarget(name, node), a.EventType, string(a.Reason), a.Message)
+	case core.ActQuietReadOn:
+		f.cfg.Metrics.FalseSuspicions.Inc()
+		f.log.Info("false suspicion: "+a.Message, "node", name)
 	case core.ActNodeDeleted:
 		f.nodeDeleted(name, a.Evidence, a.Message)
 	case core.ActNodeRegistered:

@@ -26,6 +26,9 @@ type Metrics struct {
 	TaintsRemoved prometheus.Counter
 	// NotReadyWrites counts the Ready=False writes of fenced nodes.
 	NotReadyWrites prometheus.Counter
+	// FalseSuspicions counts the power reads on beats' silence alone that
+	// found the power on.
+	FalseSuspicions prometheus.Counter
 	// DetectionToTaint is the time from suspicion to the taint.
 	DetectionToTaint prometheus.Histogram
 	// SafetyAlarms counts safety alarms by reason: a fenced node back with
@@ -96,6 +99,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_not_ready_writes_total",
 			Help: "Ready=False writes of fenced nodes whose Ready condition still said True: one per fence, unless the kubelet writes Ready=True again (False and Unknown are never written over).",
 		}),
+		FalseSuspicions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_false_suspicions_total",
+			Help: "Power reads made because a node's beats to this fencer stopped, every other channel answering, that found its power on: each a read of a live node (lost packets, a starved node), logged and counted, never an Event.",
+		}),
 		DetectionToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fenced_detection_to_taint_seconds",
 			Help:    "Time from suspecting a node to applying its out-of-service taint.",
@@ -150,7 +157,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
 		}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.FalseSuspicions, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
 		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
 		m.HistoryWriteFailures)
 	return m

@@ -113,6 +113,13 @@ type MemberObs struct {
 	// boot, and are not a replay of an older statement. Only then is the
 	// announcement the node's own word.
 	Signed bool
+	// Silent: the alive member's beats to this fencer stopped (its
+	// Detector said so, pkg/heartbeat); SilentSince is when its last beat
+	// came. The first and cheapest sign of a power loss, and the one any
+	// gossip-key holder can hold back with forged beats: it only hastens
+	// a power read, and a forged beat only delays it.
+	Silent      bool
+	SilentSince time.Time
 }
 
 // AgentObs is what the node's agent proved to this fencer: answers to
@@ -210,6 +217,7 @@ const (
 	ActHeld            ActionKind = "Held"            // an effect a switch held back: report it (hold.go)
 	ActNodeDeleted     ActionKind = "NodeDeleted"     // the Node of a fenced node was deleted: remember its fence (Evidence) for its return
 	ActNodeRegistered  ActionKind = "NodeRegistered"  // a Node deleted while fenced registered again: forget its fence
+	ActQuietReadOn     ActionKind = "QuietReadOn"     // beats alone stopped and the power reads on: log and count it (Message)
 )
 
 // Action is one thing to do.
@@ -305,7 +313,9 @@ func (d *decider) do(a Action) bool {
 // notice emits an Event once per distinct key, so a node that stays in
 // one situation does not flood the API.
 func (d *decider) notice(key, eventType string, reason vocab.EventReason, msg string) {
-	if d.t.reports.lastNotice == key {
+	if d.t.reports.lastNotice == key || d.t.suspicion.quiet {
+		// Said once; or a quiet suspicion (beatsAlone), which says nothing
+		// until another channel agrees.
 		return
 	}
 	d.t.reports.lastNotice = key
@@ -448,7 +458,18 @@ func (d *decider) leaveToNewerFenced() {
 // after it went unanswered — is not the node's word and counts as gone.
 func (d *decider) unresponsive() bool {
 	o := d.o
-	return o.Node.Ready != ReadyTrue || o.Member.State.Gone() || d.aliveUnbacked()
+	return o.Node.Ready != ReadyTrue || o.Member.State.Gone() || d.aliveUnbacked() || o.Member.Silent
+}
+
+// beatsAlone reports whether the node's beats to this fencer stopped while
+// every other channel still answers: the first sign of a power loss —
+// gossip's verdict comes seconds later, the kubelet's a minute — and the
+// most common false one (lost packets, a starved node). It is worth one
+// power read, quietly: the suspicion it starts says nothing (no Event)
+// until another channel agrees or the power reads off.
+func (d *decider) beatsAlone() bool {
+	o := d.o
+	return o.Member.Silent && o.Member.State == vocab.MemberAlive && o.Node.Ready == ReadyTrue && !d.aliveUnbacked()
 }
 
 // aliveUnbacked reports whether gossip says the member is alive while its
@@ -481,8 +502,10 @@ func (d *decider) detect() {
 	}
 	if !d.unresponsive() {
 		if t.Phase != PhaseHealthy {
-			d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
-				Message: "node answers again on every channel; no action taken"})
+			if !t.suspicion.quiet {
+				d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
+					Message: "node answers again on every channel; no action taken"})
+			}
 			d.becomeHealthy("responsive again", voided{})
 			return
 		}
@@ -495,8 +518,21 @@ func (d *decider) detect() {
 		d.reason = "joining: not Ready since it registered"
 		return
 	}
-	if t.Phase == PhaseHealthy {
+	quiet := d.beatsAlone()
+	if t.Phase == PhaseHealthy && quiet && !t.voided.silenceRead.IsZero() && t.voided.silenceRead.Equal(o.Member.SilentSince) {
+		d.reason = "its beats stopped, but its power read on during this silence and every other channel answers: waiting for another sign"
+		return
+	}
+	say := false
+	switch {
+	case t.Phase == PhaseHealthy:
 		d.becomeSuspect("stopped answering: "+d.channels(), nil)
+		t.suspicion.quiet, say = quiet, !quiet
+	case t.suspicion.quiet && !quiet:
+		// Another channel agrees now: said as any suspicion.
+		t.suspicion.quiet, say = false, true
+	}
+	if say {
 		next := "confirming its power state before any action"
 		if o.Node.Excluded != "" {
 			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
@@ -585,6 +621,8 @@ func (d *decider) confirm() {
 		d.notice("fail:"+string(f.Kind), "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
 			"cannot read the power state (%s: %s); the node is not tainted until a power device says off. Retrying.", f.Kind, f.Message))
 		d.scheduleRead(true)
+	case fresh && r.Power == vocab.PowerOn && t.suspicion.quiet:
+		d.falseSuspicion(r)
 	case fresh && r.Power == vocab.PowerOn:
 		d.poweredOn(r)
 	default:
@@ -646,6 +684,19 @@ func (d *decider) cleanShutdownStorm() bool {
 			c.CleanShutdownFences, p.StormWindow, c.CleanShutdownFences+1, c.Nodes, 100*p.MaxUnhealthy)})
 	}
 	return true
+}
+
+// falseSuspicion ends a quiet suspicion (beatsAlone) whose power reads
+// on: read once, said nowhere but the log and a count. Not again for this
+// silence; another channel, or a new silence, starts a suspicion anew.
+func (d *decider) falseSuspicion(r *Reading) {
+	o, t := d.o, d.t
+	keep := t.voided
+	keep.silenceRead = o.Member.SilentSince
+	d.do(Action{Kind: ActQuietReadOn, Message: fmt.Sprintf(
+		"its beats stopped (last at %s) but its %s reads on and every other channel answers: not suspected",
+		o.Member.SilentSince.UTC().Format(time.RFC3339Nano), source(r))})
+	d.becomeHealthy("beats stopped, power on, every other channel answers", keep)
 }
 
 // poweredOn handles a fresh "on" reading of an unresponsive node.
@@ -1432,6 +1483,9 @@ func (d *decider) channels() string {
 	var c []string
 	if d.o.Node.Ready != ReadyTrue {
 		c = append(c, "Kubernetes Ready="+string(d.o.Node.Ready))
+	}
+	if d.o.Member.Silent {
+		c = append(c, "beats stopped")
 	}
 	if m := d.o.Member; m.State.Gone() {
 		g := "gossip " + string(m.State)

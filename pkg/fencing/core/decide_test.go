@@ -828,6 +828,9 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	api := rand.New(rand.NewPCG(seed, 5))
 	// A newer fenced's fences (a rolling upgrade, newer_test.go) too.
 	newer := rand.New(rand.NewPCG(seed, 6))
+	// The beats to this fencer stop and start (pkg/heartbeat's Detector),
+	// truly or not: a stream of their own too.
+	beats := rand.New(rand.NewPCG(seed, 7))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
@@ -963,6 +966,14 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// evidence this fencer cannot read.
 				o.Node.TaintedByFenced, o.Node.Evidence, o.Node.NewerEvidenceFormat = true, nil, 2
 				newerFences++
+			}
+			switch {
+			case o.Member.State != vocab.MemberAlive:
+				o.Member.Silent, o.Member.SilentSince = false, time.Time{} // the ring's rule: a new state is a new life
+			case beats.IntN(8) == 0 && !o.Member.Silent:
+				o.Member.Silent, o.Member.SilentSince = true, o.Now.Add(-time.Duration(beats.IntN(2000))*time.Millisecond)
+			case beats.IntN(8) == 0:
+				o.Member.Silent, o.Member.SilentSince = false, time.Time{}
 			}
 			walkCordon(cordons, &o)
 			switch {

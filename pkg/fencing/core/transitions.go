@@ -68,6 +68,9 @@ type suspicion struct {
 	readBackoff time.Duration
 	// stormAlarmed: the clean-shutdown storm alarm was raised.
 	stormAlarmed bool
+	// quiet: the node's beats alone stopped (beatsAlone); the suspicion
+	// says nothing until another channel agrees.
+	quiet bool
 }
 
 // voided is what evidence that a sign of life contradicted leaves behind.
@@ -85,6 +88,10 @@ type voided struct {
 	// when that reading was void (the node lived until the switch-off): a
 	// fence of the same boot on a later reading is still its power-off.
 	switchedOff string
+	// silenceRead is when the last beat came of the silence whose power
+	// read on while every other channel answered (poweredOn): that silence
+	// is no reason to read again.
+	silenceRead time.Time
 }
 
 // powerOff is the PoweringOff phase's state; it exists only there.

@@ -1,0 +1,107 @@
+package core
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"fenced.io/fenced/pkg/vocab"
+)
+
+// beatsStopped is a healthy node whose beats to the fencer stopped at
+// t0 (their last one), every other channel still answering.
+func beatsStopped() Observation {
+	o := healthy()
+	o.Now = t0.Add(1200 * time.Millisecond)
+	o.Member.Silent, o.Member.SilentSince = true, t0
+	return o
+}
+
+// TestBeatsAloneReadQuietly: a node whose beats alone stopped is read at
+// once — the first sign of a power loss — and says nothing while no other
+// channel agrees: a power reading of on ends it (counted, not said) and is
+// not repeated for the same silence; a reading of off, its agent silent,
+// fences it; another channel agreeing makes it an ordinary suspicion, said
+// once; beats that come back end it without a word.
+func TestBeatsAloneReadQuietly(t *testing.T) {
+	p := testPolicy(vocab.ModeConfirmOnly)
+
+	t.Run("read at once, nothing said", func(t *testing.T) {
+		tgt := &Target{Name: "node-a"}
+		d := tgt.Step(beatsStopped(), p)
+		if d.Phase == PhaseHealthy || !has(d.Actions, ActReadPower) || len(events(d.Actions)) != 0 {
+			t.Fatalf("phase %s, actions %v, events %v", d.Phase, kinds(d.Actions), events(d.Actions))
+		}
+	})
+
+	t.Run("power on: a false suspicion, read once for this silence", func(t *testing.T) {
+		tgt := &Target{Name: "node-a"}
+		o := beatsStopped()
+		tgt.Step(o, p)
+		o.Now = o.Now.Add(50 * time.Millisecond)
+		o.BMC.Reading = reading(vocab.PowerOn, o.Now, nodeUUID)
+		o.Now = o.Now.Add(time.Millisecond)
+		d := tgt.Step(o, p)
+		if d.Phase != PhaseHealthy || !has(d.Actions, ActQuietReadOn) || len(events(d.Actions)) != 0 {
+			t.Fatalf("phase %s, actions %v, events %v (reason %q)", d.Phase, kinds(d.Actions), events(d.Actions), d.Reason)
+		}
+		for i := range 30 { // a minute of the same silence
+			o.Now = o.Now.Add(2 * time.Second)
+			if d := tgt.Step(o, p); d.Phase != PhaseHealthy || has(d.Actions, ActReadPower) || len(events(d.Actions)) != 0 {
+				t.Fatalf("step %d of the same silence: phase %s, actions %v", i, d.Phase, kinds(d.Actions))
+			}
+		}
+		// A new silence is read again.
+		o.Member.SilentSince = o.Now.Add(-time.Second)
+		if d := tgt.Step(o, p); !has(d.Actions, ActReadPower) {
+			t.Fatalf("a new silence: actions %v", kinds(d.Actions))
+		}
+	})
+
+	t.Run("power off, agent silent: fenced", func(t *testing.T) {
+		tgt := &Target{Name: "node-a"}
+		o := beatsStopped()
+		d := tgt.Step(o, p)
+		if !has(d.Actions, ActChallenge) {
+			t.Fatalf("kubelet still Ready: the agent is asked with the read; actions %v", kinds(d.Actions))
+		}
+		o.Now = o.Now.Add(50 * time.Millisecond)
+		o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
+		o.Agent = AgentObs{SilentSince: o.Now, LastSilent: o.Now.Add(time.Second)}
+		o.Now = o.Now.Add(time.Second + time.Millisecond)
+		d = tgt.Step(o, p)
+		a := find(d.Actions, ActApplyTaint)
+		if a == nil || a.Evidence.Method != vocab.EvidenceBMCPowerOff {
+			t.Fatalf("phase %s, actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
+		}
+		t.Logf("evidence: %s", a.Evidence.Reason)
+	})
+
+	t.Run("another channel agrees: said once", func(t *testing.T) {
+		tgt := &Target{Name: "node-a"}
+		o := beatsStopped()
+		tgt.Step(o, p)
+		o.Now = o.Now.Add(3 * time.Second)
+		o.Member.State, o.Member.Since, o.Member.Silent = vocab.MemberDead, o.Now, false
+		d := tgt.Step(o, p)
+		if !slices.Equal(events(d.Actions), []vocab.EventReason{vocab.EventNodeSuspected}) {
+			t.Fatalf("events %v", events(d.Actions))
+		}
+		o.Now = o.Now.Add(time.Second)
+		if d := tgt.Step(o, p); slices.Contains(events(d.Actions), vocab.EventNodeSuspected) {
+			t.Fatalf("said again: %v", events(d.Actions))
+		}
+	})
+
+	t.Run("beats again: over without a word", func(t *testing.T) {
+		tgt := &Target{Name: "node-a"}
+		o := beatsStopped()
+		tgt.Step(o, p)
+		o.Now = o.Now.Add(300 * time.Millisecond)
+		o.Member.Silent, o.Member.SilentSince = false, time.Time{}
+		d := tgt.Step(o, p)
+		if d.Phase != PhaseHealthy || len(events(d.Actions)) != 0 {
+			t.Fatalf("phase %s, events %v", d.Phase, events(d.Actions))
+		}
+	})
+}
