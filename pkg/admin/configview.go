@@ -42,6 +42,7 @@ func EffectiveConfiguration(cfg *config.Config) config.Configuration {
 			ProbeTimeout:   dur(cfg.Gossip.ProbeTimeout),
 			SuspicionMult:  cfg.Gossip.SuspicionMult,
 			GossipInterval: dur(cfg.Gossip.GossipInterval),
+			BeatInterval:   dur(cfg.Gossip.BeatInterval),
 		},
 		Policy: config.PolicySpec{
 			Mode:                         p.Mode,

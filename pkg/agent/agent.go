@@ -232,6 +232,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		ClusterName: o.Config.ClusterName, SecretKey: a.keys.Primary, SecondaryKeys: a.keys.Secondary, Insecure: o.InsecureGossip,
 		ProbeInterval: o.Config.Gossip.ProbeInterval, ProbeTimeout: o.Config.Gossip.ProbeTimeout,
 		SuspicionMult: o.Config.Gossip.SuspicionMult, GossipInterval: o.Config.Gossip.GossipInterval,
+		BeatInterval: o.Config.Gossip.BeatInterval,
 	}
 	p.ring, err = heartbeat.New(hb, heartbeat.Options{
 		Meta: heartbeat.Meta{Node: o.NodeName, BootID: o.BootID, Role: p.role,

@@ -239,7 +239,7 @@ func TestSectionDefaultsAndOverrides(t *testing.T) {
 	}
 	cfg, err = Parse([]byte(header+`
 clusterName: prod
-gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms}
+gossip: {port: 17946, keyFile: /k, probeInterval: 500ms, probeTimeout: 200ms, suspicionMult: 3, gossipInterval: 100ms, beatInterval: 100ms}
 policy: {mode: power-off, fenceAfter: 30s, maxUnhealthy: "34%", maxConcurrentPowerActions: 2, fenceDelay: 0s, afterFence: "on", forceDeletePods: false, shutdownWait: 0s,
   staleAttachmentGrace: 30s, deleteStaleVolumeAttachments: true, dryRun: true}
 fencer: {leaseNamespace: kube-system, leaseDuration: 30s, powerTimeout: 60s, monitorInterval: 0s, maxConcurrentPowerReads: 4}
@@ -249,7 +249,7 @@ shutdown: {announce: false}
 		t.Fatal(err)
 	}
 	if cfg.ClusterName != "prod" || cfg.Gossip != (Gossip{Port: 17946, KeyFile: "/k", Profile: GossipProfileLAN, GossipTimings: GossipTimings{ProbeInterval: 500 * time.Millisecond,
-		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}}) {
+		ProbeTimeout: 200 * time.Millisecond, SuspicionMult: 3, GossipInterval: 100 * time.Millisecond}, BeatInterval: 100 * time.Millisecond}) {
 		t.Errorf("gossip %+v", cfg.Gossip)
 	}
 	set := core.DefaultPolicy()
@@ -279,6 +279,8 @@ func TestSectionErrors(t *testing.T) {
 		"policy: {fenceAfter: 1m, fenceAfterr: 2m}": "policy.fenceAfterr: unknown field; did you mean fenceAfter?",
 		"gossip: {port: 0x10000}":                   "gossip.port: 65536 is not a port",
 		"gossip: {suspicionMult: 50}":               "gossip.suspicionMult: 50 is out of range",
+		"gossip: {beatInterval: 10ms}":              "gossip.beatInterval: 10ms is out of range (0 for the default 200ms, 50ms to 5s)",
+		"gossip: {beatInterval: 1m}":                "gossip.beatInterval: 1m0s is out of range",
 		"gossip: {profile: wan}":                    `gossip.profile: "wan" is not a profile (lan or fast)`,
 		"gossip: {probeTimeout: 2s}":                "gossip.probeTimeout: 2s must be shorter than probeInterval 1s (profile lan)",
 		"gossip: {profile: fast, probeTimeout: 1s}": "gossip.probeTimeout: 1s must be shorter than probeInterval 300ms (profile fast)",
@@ -306,18 +308,21 @@ func TestSectionErrors(t *testing.T) {
 
 func TestGossipProfiles(t *testing.T) {
 	fast := GossipProfiles[GossipProfileFast]
+	beat := heartbeat.DefaultBeatInterval
 	cases := []struct {
 		name, yaml string
 		want       Gossip
 	}{
-		{"default is lan", "", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
-		{"lan", "gossip: {profile: lan}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
-		{"fast", "gossip: {profile: fast}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast}},
+		{"default is lan", "", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN], BeatInterval: beat}},
+		{"lan", "gossip: {profile: lan}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN], BeatInterval: beat}},
+		{"fast", "gossip: {profile: fast}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast, BeatInterval: beat}},
 		{"fast, one field overridden", "gossip: {profile: fast, suspicionMult: 5}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast,
-			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}}},
-		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast}},
+			GossipTimings: GossipTimings{ProbeInterval: fast.ProbeInterval, ProbeTimeout: fast.ProbeTimeout, SuspicionMult: 5, GossipInterval: fast.GossipInterval}, BeatInterval: beat}},
+		{"0 is the profile's value", "gossip: {profile: fast, probeInterval: 0s}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileFast, GossipTimings: fast, BeatInterval: beat}},
 		{"a key directory", "gossip: {keyDir: /etc/fenced/gossip}", Gossip{Port: heartbeat.DefaultPort, KeyDir: "/etc/fenced/gossip",
-			Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN]}},
+			Profile: GossipProfileLAN, GossipTimings: GossipProfiles[GossipProfileLAN], BeatInterval: beat}},
+		{"beats every 100ms", "gossip: {beatInterval: 100ms}", Gossip{Port: heartbeat.DefaultPort, Profile: GossipProfileLAN,
+			GossipTimings: GossipProfiles[GossipProfileLAN], BeatInterval: 100 * time.Millisecond}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -75,6 +75,12 @@ const (
 	maxPowerReads = 1024
 )
 
+// minBeatInterval and maxBeatInterval bound gossip.beatInterval.
+const (
+	minBeatInterval = 50 * time.Millisecond
+	maxBeatInterval = 5 * time.Second
+)
+
 // maxFenceAgentTimeout bounds fenceDevices[].timeout.
 const maxFenceAgentTimeout = 10 * time.Minute
 

@@ -90,6 +90,9 @@ func checkAccepted(t *testing.T, cfg *Config) {
 			fail("gossip duration %s", d)
 		}
 	}
+	if g.BeatInterval < minBeatInterval || g.BeatInterval > maxBeatInterval {
+		fail("gossip.beatInterval %s", g.BeatInterval)
+	}
 	if g.SuspicionMult < 0 || g.SuspicionMult > 20 {
 		fail("gossip.suspicionMult %d", g.SuspicionMult)
 	}

@@ -45,6 +45,8 @@ type Gossip struct {
 	// fields of the section are applied over it.
 	Profile GossipProfile
 	GossipTimings
+	// BeatInterval is how often agents beat to each fencer.
+	BeatInterval time.Duration
 }
 
 // Policy is the resolved policy section: the decision core's policy

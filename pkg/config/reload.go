@@ -53,6 +53,7 @@ var restartOnly = []struct {
 	{"gossip.probeTimeout", func(c *Config) any { return c.Gossip.ProbeTimeout }},
 	{"gossip.suspicionMult", func(c *Config) any { return c.Gossip.SuspicionMult }},
 	{"gossip.gossipInterval", func(c *Config) any { return c.Gossip.GossipInterval }},
+	{"gossip.beatInterval", func(c *Config) any { return c.Gossip.BeatInterval }},
 	{"shutdown.announce", func(c *Config) any { return c.Shutdown.Announce }},
 	{"fencer.leaseNamespace", func(c *Config) any { return c.Fencer.LeaseNamespace }},
 	{"fencer.monitorInterval", func(c *Config) any { return c.Fencer.MonitorInterval }},

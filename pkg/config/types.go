@@ -93,6 +93,12 @@ type GossipSpec struct {
 	ProbeTimeout   *metav1.Duration `json:"probeTimeout,omitempty"`
 	SuspicionMult  int              `json:"suspicionMult,omitempty"`
 	GossipInterval *metav1.Duration `json:"gossipInterval,omitempty"`
+	// BeatInterval is how often every agent sends each fencer a beat (a
+	// small packet on the gossip port, encrypted like gossip). A fencer
+	// reads a node's power as soon as its beats stop — about 5.5 intervals
+	// after the last one, more for a node whose beats come irregularly —
+	// whatever the size of the cluster. Default 200ms.
+	BeatInterval *metav1.Duration `json:"beatInterval,omitempty"`
 }
 
 // GossipProfile names a set of failure-detector timings (GossipProfiles).

@@ -850,7 +850,7 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 	case core.ActNodeRegistered:
 		f.nodeRegistered(name, a.Evidence, a.Message)
 	case core.ActChallenge:
-		f.startChallenge(ctx, name, node)
+		f.startChallenge(ctx, name, node, a.Within)
 	case core.ActSafetyAlarm:
 		f.cfg.Metrics.SafetyAlarms.WithLabelValues(string(a.Reason)).Inc()
 		f.log.Error("SAFETY ALARM", "node", name, "reason", a.Reason, "message", a.Message)

@@ -253,8 +253,12 @@ const (
 
 // startChallenge asks node's agent, at the node's InternalIP and the
 // gossip port, for a proof of life, in the background; the outcome is
-// stored for the next Observation and the node queued again.
-func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.Node) {
+// stored for the next Observation and the node queued again. within
+// bounds the wait for the answer (0: ChallengeTimeout).
+func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.Node, within time.Duration) {
+	if within <= 0 {
+		within = f.cfg.ChallengeTimeout
+	}
 	addr := f.agentAddr(node)
 	if addr == "" {
 		// Without an address from the API there is nobody to ask; silence
@@ -271,7 +275,7 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 	go func() {
 		defer f.bg.Done()
 		sent := f.cfg.Now()
-		cctx, cancel := context.WithTimeout(ctx, f.cfg.ChallengeTimeout)
+		cctx, cancel := context.WithTimeout(ctx, within)
 		proof, err := f.cfg.Members.Challenge(cctx, name, addr)
 		cancel()
 		if err == nil {

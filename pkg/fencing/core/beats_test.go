@@ -62,8 +62,8 @@ func TestBeatsAloneReadQuietly(t *testing.T) {
 		tgt := &Target{Name: "node-a"}
 		o := beatsStopped()
 		d := tgt.Step(o, p)
-		if !has(d.Actions, ActChallenge) {
-			t.Fatalf("kubelet still Ready: the agent is asked with the read; actions %v", kinds(d.Actions))
+		if c := find(d.Actions, ActChallenge); c == nil || c.Within != p.SilentChallengeTimeout || c.Within <= 0 {
+			t.Fatalf("kubelet still Ready: the agent is asked with the read, within %s; actions %+v", p.SilentChallengeTimeout, d.Actions)
 		}
 		o.Now = o.Now.Add(50 * time.Millisecond)
 		o.BMC.Reading = reading(vocab.PowerOff, o.Now, nodeUUID)
@@ -104,4 +104,19 @@ func TestBeatsAloneReadQuietly(t *testing.T) {
 			t.Fatalf("phase %s, events %v", d.Phase, events(d.Actions))
 		}
 	})
+}
+
+// TestOnlySilentAgentsGetTheShortChallenge: the short bound is for an agent
+// whose beats stopped; one that gossip alone says is gone — its beats may
+// be off, or it may be starved — gets the fencer's full bound.
+func TestOnlySilentAgentsGetTheShortChallenge(t *testing.T) {
+	p := testPolicy(vocab.ModeConfirmOnly)
+	o := healthy()
+	o.Now = t0.Add(time.Second)
+	o.Member.State, o.Member.Since = vocab.MemberDead, t0
+	tgt := &Target{Name: "node-a"}
+	d := tgt.Step(o, p)
+	if c := find(d.Actions, ActChallenge); c == nil || c.Within != 0 {
+		t.Fatalf("gossip dead, beats on: want a challenge with the fencer's bound; actions %+v", d.Actions)
+	}
 }

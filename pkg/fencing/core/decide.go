@@ -235,6 +235,9 @@ type Action struct {
 	Message   string
 	// After for ActRequeue.
 	After time.Duration
+	// Within for ActChallenge: how long the agent has to answer (0: the
+	// fencer's own bound, fencing.DefaultChallengeTimeout).
+	Within time.Duration
 	// Held and Hold, for ActHeld: the action held back, and by what.
 	Held ActionKind
 	Hold Hold
@@ -813,10 +816,17 @@ func (d *decider) challengeIfDue() {
 }
 
 // challenge asks the node's agent for a proof of life unless a challenge
-// is waiting for its answer already.
+// is waiting for its answer already. The agent of a node whose beats
+// stopped gets SilentChallengeTimeout to answer: it has been silent to
+// this fencer for over a second already, and its silence to the challenge
+// is all that keeps an off reading from being used (proofPending).
 func (d *decider) challenge() {
 	if !d.o.Agent.Challenging && !slices.ContainsFunc(d.actions, func(a Action) bool { return a.Kind == ActChallenge }) {
-		d.do(Action{Kind: ActChallenge})
+		var within time.Duration
+		if d.o.Member.Silent {
+			within = d.p.SilentChallengeTimeout
+		}
+		d.do(Action{Kind: ActChallenge, Within: within})
 	}
 }
 

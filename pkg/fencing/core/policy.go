@@ -45,6 +45,10 @@ type Policy struct {
 	// ChallengeInterval is how often the agent of a node that may be
 	// switched off is asked for a proof of life.
 	ChallengeInterval time.Duration
+	// SilentChallengeTimeout is how long the agent of a node whose beats
+	// to this fencer stopped has to answer a liveness challenge (0: the
+	// fencer's own bound for every challenge).
+	SilentChallengeTimeout time.Duration
 	// StormWindow is how far back clean-shutdown fences count for the
 	// storm guard: more than MaxUnhealthy of the nodes tainted on their own
 	// word within it stops that kind of evidence.
@@ -101,6 +105,14 @@ func DefaultPolicy() Policy {
 		// In power-off mode, the agent of a node that may be switched off is
 		// asked for a proof of life this often.
 		ChallengeInterval: 5 * time.Second,
+		// An agent answers a challenge within milliseconds, a starved one
+		// within a few hundred; one whose beats have stopped for over a
+		// second already and that stays silent this long too is taken as
+		// silent, so that an off reading of its power taints it at once. The
+		// challenge guards only against a power device that reads off a
+		// live node (a mislabelled plug), which the device monitor looks
+		// for all along; it is not what detects the node's loss.
+		SilentChallengeTimeout: 500 * time.Millisecond,
 		// Clean-shutdown fences within this window count for the storm guard
 		// (a planned shutdown of many nodes takes minutes).
 		StormWindow: 10 * time.Minute,
