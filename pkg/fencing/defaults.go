@@ -23,12 +23,18 @@ const (
 	// the same second; unbounded, that is forty BMC sessions — or forty
 	// fence agent processes (a Python interpreter each) for a PDU level.
 	// Sixteen reads a 40-node rack whose BMCs answer in three waves of
-	// milliseconds; dark BMCs hold a slot for their whole timeout
-	// (bmc.timeout × (1 + bmc.retries)), which is what a larger bound buys.
+	// milliseconds; a dark BMC holds a slot for NextLevelAfter when a
+	// next level answers, for its whole timeout (bmc.timeout × (1 +
+	// bmc.retries)) when none does, which is what a larger bound buys.
 	DefaultMaxConcurrentPowerReads = 16
 	// DefaultChallengeTimeout: an agent that does not answer a liveness
 	// challenge within this is silent. Answers take milliseconds.
 	DefaultChallengeTimeout = 2 * time.Second
+	// NextLevelAfter is how long a power read waits for a fencing level
+	// before it reads the next level beside it (readLevels): a healthy
+	// BMC answers within milliseconds, a busy one within a second; a dark
+	// one would keep the read for its whole timeout.
+	NextLevelAfter = time.Second
 	// DefaultKubeletLeaseReadTimeout: before each power request the
 	// fencer reads the node's kubelet Lease from the API server (the
 	// renewal a later sign of life must beat); an API server that does not

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,16 +30,57 @@ type Inventory interface {
 // first level that settles the matter; what the levels say together is
 // the core's rule (core.CombineLevels).
 
-// readLevels reads the node's levels in order until one decides.
+// readLevels reads the node's levels in order until one decides. A level
+// that has not answered within NextLevelAfter does not hold up the next
+// one: a dark BMC would hold the read for its whole timeout (5 s an
+// attempt, three attempts) while the PDU behind it could answer in a
+// second, so the next level is read beside it, and the first level to
+// decide ends the read (the others are cancelled). That is fencing
+// topology's own rule — a level that cannot be read gives way to the next
+// — with "cannot be read" judged sooner; the evidence is the deciding
+// level's, as ever. Only reads overlap: power actions go one level at a
+// time (powerOffLevels).
 func (f *Fencer) readLevels(ctx context.Context, name string, levels [][]device.Plug) (*core.Reading, *core.Failure) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Buffered for every level: a cancelled level still running when the
+	// read ends finishes on its own, nobody waits for it.
+	done := make(chan core.LevelRead, len(levels))
+	next, running := 0, 0
+	hedge := time.NewTimer(NextLevelAfter)
+	defer hedge.Stop()
+	startNext := func() {
+		i := next
+		next++
+		running++
+		go func() {
+			done <- f.onLevel(ctx, name, i+1, levels[i], vocab.OpPowerStatus, device.ReadPlug)
+		}()
+		hedge.Reset(NextLevelAfter)
+	}
+	startNext()
 	var reads []core.LevelRead
-	for i, plugs := range levels {
-		lr := f.onLevel(ctx, name, i+1, plugs, vocab.OpPowerStatus, device.ReadPlug)
-		reads = append(reads, lr)
-		if lr.Decides() {
-			break
+read:
+	for running > 0 {
+		select {
+		case lr := <-done:
+			running--
+			reads = append(reads, lr)
+			if lr.Decides() {
+				break read
+			}
+			if running == 0 && next < len(levels) {
+				startNext()
+			}
+		case <-hedge.C:
+			if next < len(levels) {
+				f.log.Info("power read: a level has not answered yet; reading the next one beside it",
+					"node", name, "level", next, "after", NextLevelAfter, "next", next+1)
+				startNext()
+			}
 		}
 	}
+	slices.SortFunc(reads, func(a, b core.LevelRead) int { return a.Level - b.Level })
 	return core.CombineLevels(reads)
 }
 
