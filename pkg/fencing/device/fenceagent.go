@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -95,6 +96,12 @@ type FenceAgent struct {
 	plugKey  string // "plug", or "port" for agents that only know that
 	endpoint string
 	canList  bool
+	mu       sync.Mutex
+	// canListStatus: status reads of this device's plugs share runs of
+	// list-status (sharedstatus.go), busy and next being that sharing's.
+	canListStatus bool
+	busy          bool
+	next          *statusBatch
 }
 
 // FencePlug is one plug an agent's list action reports: an outlet number,
@@ -213,6 +220,11 @@ func (a *FenceAgent) validate(md *agentMetadata) error {
 		Name string `xml:"name,attr"`
 	}) bool {
 		return x.Name == actionList
+	})
+	a.canListStatus = slices.ContainsFunc(md.Actions, func(x struct {
+		Name string `xml:"name,attr"`
+	}) bool {
+		return x.Name == actionListStatus
 	})
 
 	configured := map[string]bool{}
@@ -356,9 +368,11 @@ type FenceAgentPlug struct {
 
 var _ BMC = (*FenceAgentPlug)(nil)
 
-// PowerState runs the agent's status for the plug.
+// PowerState runs the agent's status for the plug, or shares a run with
+// the reads of the device's other plugs asking at the same time
+// (sharedstatus.go).
 func (p *FenceAgentPlug) PowerState(ctx context.Context) (vocab.PowerState, error) {
-	return p.agent.status(ctx, p.node, p.plug)
+	return p.agent.sharedStatus(ctx, p.node, p.plug)
 }
 
 // PowerOff runs the agent's off for the plug.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +127,50 @@ func TestFenceAgentIPMILan(t *testing.T) {
 		t.Fatalf("wrong password: %s, %v; want an error", got, err)
 	}
 	t.Logf("wrong password: %v (kind %s)", err, KindOf(err))
+}
+
+// TestFenceAgentAPCSNMPSharedStatus: fence_apc_snmp's list-status prints
+// no states, so a rack's outlets read at once through it are read one by
+// one, each with its own state, dark or not. And the reason fenced never
+// asks an agent for a plug list: fence_apc_snmp reads the first plug's
+// outlet for all of them.
+func TestFenceAgentAPCSNMPSharedStatus(t *testing.T) {
+	requireIntegration(t)
+	names := []string{"worker-1", "worker-2", "worker-3", "worker-4", "worker-5", "worker-6", "worker-7", "worker-8"}
+	pdu := pdusim.Start(t, pdusim.Options{Outlets: len(names), Off: []int{2, 5, 8}, Names: names})
+	a := apcAgent(t, pdu, pdu.Community)
+	ctx := context.Background()
+	if listed, err := a.listStatus(ctx); err != nil || len(listed) != 0 {
+		t.Errorf("list-status: %v, %v; fence_apc_snmp printed states?", listed, err)
+	}
+	if got, _ := a.Status(ctx, "2,3"); got != vocab.PowerOff {
+		t.Logf("status of plugs 2,3 (3 on): %s — fence_apc_snmp reads plug lists right now?", got)
+	}
+
+	for round, cut := range [][]int{nil, {1, 3, 4, 6, 7}} {
+		for _, i := range cut {
+			pdu.SetOutlet(i, false)
+		}
+		got := make([]vocab.PowerState, len(names))
+		var wg sync.WaitGroup
+		for i, name := range names {
+			wg.Go(func() {
+				s, err := a.Plug(name, strconv.Itoa(i+1)).PowerState(ctx)
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+				got[i] = s
+			})
+		}
+		wg.Wait()
+		for i := range names {
+			want := vocab.PowerState(vocab.PowerOn)
+			if !pdu.Outlet(i + 1) {
+				want = vocab.PowerOff
+			}
+			if got[i] != want {
+				t.Errorf("round %d: outlet %d read at once with the others: %s, want %s", round, i+1, got[i], want)
+			}
+		}
+	}
 }
