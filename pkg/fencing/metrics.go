@@ -80,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"node", "state"}),
 		BMCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_bmc_requests_total",
-			Help: "BMC operations by op (power-status, power-off, power-on) and result (ok, unreachable, timeout, auth, bmc-error, not-supported).",
+			Help: "BMC operations by op (power-status, power-off, power-on) and result (ok, unreachable, timeout, auth, bmc-error, not-supported, no-such-plug).",
 		}, []string{"op", "result"}),
 		BMCDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenced_bmc_request_duration_seconds",

@@ -40,6 +40,10 @@ const (
 	// KindReconfigured: a reload of the configuration changed the node's
 	// power devices while the request ran; its answer is not used.
 	KindReconfigured ErrorKind = "reconfigured"
+	// KindNoSuchPlug: the device's own list of outlets does not name the
+	// configured plug, so what it says of that plug says nothing about
+	// the node (fence agents read an outlet a PDU lacks as off).
+	KindNoSuchPlug ErrorKind = "no-such-plug"
 )
 
 // Operation names of power device requests, used in errors, logs and

@@ -102,6 +102,8 @@ type FenceAgent struct {
 	canListStatus bool
 	busy          bool
 	next          *statusBatch
+	// outlets is what the device's list last said (plugcheck.go).
+	outlets outletList
 }
 
 // FencePlug is one plug an agent's list action reports: an outlet number,
@@ -313,9 +315,18 @@ func (a *FenceAgent) On(ctx context.Context, plug string) error {
 }
 
 // Monitor checks that the device answers with the configured credentials
-// (Pacemaker's monitor operation).
+// (Pacemaker's monitor operation), and reads its outlet list again for
+// the check of off readings (plugcheck.go), so that a fence rarely waits
+// for it.
 func (a *FenceAgent) Monitor(ctx context.Context) error {
-	return a.action(ctx, a.opts.Node, OpMonitor, actionMonitor, "")
+	if err := a.action(ctx, a.opts.Node, OpMonitor, actionMonitor, ""); err != nil {
+		return err
+	}
+	if a.canList {
+		// Its failure is the check's to report, when an off reading needs it.
+		_, _ = a.outletNames(ctx, true)
+	}
+	return nil
 }
 
 func (a *FenceAgent) action(ctx context.Context, node, op, action, plug string) error {
@@ -371,8 +382,15 @@ var _ BMC = (*FenceAgentPlug)(nil)
 // PowerState runs the agent's status for the plug, or shares a run with
 // the reads of the device's other plugs asking at the same time
 // (sharedstatus.go).
+// An off reading counts only for a plug the device lists (plugcheck.go).
 func (p *FenceAgentPlug) PowerState(ctx context.Context) (vocab.PowerState, error) {
-	return p.agent.sharedStatus(ctx, p.node, p.plug)
+	state, err := p.agent.sharedStatus(ctx, p.node, p.plug)
+	if err == nil && state == vocab.PowerOff {
+		if err := p.agent.checkPlugListed(ctx, p.node, p.plug); err != nil {
+			return vocab.PowerUnknown, err
+		}
+	}
+	return state, err
 }
 
 // PowerOff runs the agent's off for the plug.

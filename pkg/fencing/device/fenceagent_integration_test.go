@@ -174,3 +174,23 @@ func TestFenceAgentAPCSNMPSharedStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceAgentAPCSNMPOutletItLacks: fence_apc_snmp reads outlet 9 of a
+// 4-outlet PDU as off; through fenced's plug handle that is an error of
+// kind no-such-plug, never an off reading.
+func TestFenceAgentAPCSNMPOutletItLacks(t *testing.T) {
+	requireIntegration(t)
+	pdu := pdusim.Start(t, pdusim.Options{Outlets: 4, Names: []string{"worker-1", "worker-2", "worker-3", "worker-4"}})
+	a := apcAgent(t, pdu, pdu.Community)
+	ctx := context.Background()
+	if got, err := a.Status(ctx, "9"); got != vocab.PowerOff || err != nil {
+		t.Logf("the agent's own status of outlet 9: %s, %v (no longer off: the agent was fixed)", got, err)
+	}
+	got, err := a.Plug("worker-9", "9").PowerState(ctx)
+	if got == vocab.PowerOff || KindOf(err) != vocab.KindNoSuchPlug {
+		t.Fatalf("outlet 9 through the plug handle: %s, %v; want kind no-such-plug", got, err)
+	}
+	if got, err := a.Plug("worker-2", "worker-2").PowerState(ctx); got != vocab.PowerOn || err != nil {
+		t.Fatalf("outlet worker-2: %s, %v", got, err)
+	}
+}

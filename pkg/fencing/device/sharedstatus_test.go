@@ -37,6 +37,13 @@ func setOutlet(t *testing.T, dir string, i int, on bool) {
 	}
 }
 
+// statusRuns are the agent's runs so far, each "action plug", but for
+// the outlet lists of the check of off readings (plugcheck.go).
+func statusRuns(t *testing.T, dir string) []string {
+	t.Helper()
+	return slices.DeleteFunc(runs(t, dir), func(r string) bool { return r == "list" })
+}
+
 // runs are the agent's runs so far, each "action plug".
 func runs(t *testing.T, dir string) []string {
 	t.Helper()
@@ -69,7 +76,7 @@ func readAll(t *testing.T, a *FenceAgent, dir string, n int) map[int]vocab.Power
 			mu.Unlock()
 		})
 		if i == 1 {
-			waitRuns(t, dir, len(runs(t, dir))+1) // the first read's run has begun
+			waitRuns(t, dir, len(statusRuns(t, dir))+1) // the first read's run has begun
 		}
 	}
 	wg.Wait()
@@ -89,7 +96,7 @@ func TestSharedStatusOneRunForARack(t *testing.T) {
 			t.Errorf("outlet %d: %s, want %s", i, got[i], want)
 		}
 	}
-	if r := runs(t, dir); !slices.Equal(r, []string{"status 1", "list-status"}) {
+	if r := statusRuns(t, dir); !slices.Equal(r, []string{"status 1", "list-status"}) {
 		t.Errorf("runs %q, want the first read's status, then one list-status", r)
 	}
 
@@ -97,7 +104,7 @@ func TestSharedStatusOneRunForARack(t *testing.T) {
 	if s, err := a.Plug("worker-5", "5").PowerState(context.Background()); s != vocab.PowerOff || err != nil {
 		t.Fatalf("outlet 5 alone: %s, %v", s, err)
 	}
-	if r := runs(t, dir); r[len(r)-1] != "status 5" {
+	if r := statusRuns(t, dir); r[len(r)-1] != "status 5" {
 		t.Errorf("a read alone ran %q, want a status of its plug", r[len(r)-1])
 	}
 }
@@ -109,14 +116,14 @@ func TestSharedStatusAgentWithoutStates(t *testing.T) {
 	off := []int{1, 4}
 	a, dir := rackAgent(t, "rack-nostate", 6, off...)
 	for round := range 2 {
-		before := len(runs(t, dir))
+		before := len(statusRuns(t, dir))
 		got := readAll(t, a, dir, 6)
 		for i := 1; i <= 6; i++ {
 			if want := stateOf(!slices.Contains(off, i)); got[i] != want {
 				t.Errorf("round %d: outlet %d: %s, want %s", round, i, got[i], want)
 			}
 		}
-		r := runs(t, dir)[before:]
+		r := statusRuns(t, dir)[before:]
 		if lists := slices.Index(r, "list-status"); (round == 0) != (lists >= 0) || len(r) != 6+(1-round) {
 			t.Errorf("round %d: runs %q, want one status each (and one list-status in the first round only)", round, r)
 		}
@@ -162,9 +169,9 @@ func TestSharedStatusNeverFromARunBegunBefore(t *testing.T) {
 		t.Errorf("outlets 1-3: %s %s %s, want on off off", s1, s2, s3)
 	}
 	if s4 != vocab.PowerOff {
-		t.Fatalf("outlet 4, switched off before it was read: %s (runs %q)", s4, runs(t, dir))
+		t.Fatalf("outlet 4, switched off before it was read: %s (runs %q)", s4, statusRuns(t, dir))
 	}
-	if r := runs(t, dir); !slices.Equal(r, []string{"status 1", "list-status", "status 4"}) {
+	if r := statusRuns(t, dir); !slices.Equal(r, []string{"status 1", "list-status", "status 4"}) {
 		t.Errorf("runs %q", r)
 	}
 }
@@ -197,7 +204,7 @@ func TestSharedStatusFailsEveryWaiter(t *testing.T) {
 			t.Errorf("outlet %d: %v, want a timeout naming worker-%d", i, errs[i], i)
 		}
 	}
-	if r := runs(t, dir); len(r) != 2 {
+	if r := statusRuns(t, dir); len(r) != 2 {
 		t.Errorf("runs %q, want the first read's and one shared", r)
 	}
 }
@@ -228,10 +235,46 @@ func TestParseListStatus(t *testing.T) {
 func waitRuns(t *testing.T, dir string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for len(runs(t, dir)) < n {
+	for len(statusRuns(t, dir)) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the agent started %d runs in a minute, want %d", len(runs(t, dir)), n)
+			t.Fatalf("the agent started %d status runs in a minute, want %d", len(statusRuns(t, dir)), n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOffReadingOfAnUnlistedPlugIsNoEvidence: an outlet the PDU lacks
+// reads off (as fence_apc_snmp reads it); the device's own list does not
+// name it, so the reading is an error of kind no-such-plug, never off. A
+// listed plug's off reading stands, the list read once for both reads of
+// a listed plug and again for the unlisted one (an outlet may have been
+// added or renamed since).
+func TestOffReadingOfAnUnlistedPlugIsNoEvidence(t *testing.T) {
+	a, dir := rackAgent(t, "rack", 6, 3)
+	ctx := context.Background()
+	for range 2 {
+		if s, err := a.Plug("worker-3", "3").PowerState(ctx); s != vocab.PowerOff || err != nil {
+			t.Fatalf("listed outlet 3: %s, %v", s, err)
+		}
+	}
+	if s, err := a.Plug("worker-9", "server 3").PowerState(ctx); s != vocab.PowerOff || err != nil {
+		t.Fatalf("outlet 3 by its alias: %s, %v", s, err)
+	}
+	lists := func() int { return len(runs(t, dir)) - len(statusRuns(t, dir)) }
+	if n := lists(); n != 1 {
+		t.Errorf("%d list runs for listed plugs, want 1 (runs %q)", n, runs(t, dir))
+	}
+	s, err := a.Plug("worker-9", "9").PowerState(ctx)
+	if s == vocab.PowerOff || KindOf(err) != vocab.KindNoSuchPlug || !strings.Contains(err.Error(), "worker-9") {
+		t.Fatalf("outlet 9 of a 6-outlet PDU: %s, %v (kind %q); want no-such-plug naming worker-9", s, err, KindOf(err))
+	}
+	t.Logf("%v", err)
+	if n := lists(); n != 2 {
+		t.Errorf("%d list runs, want the list read again for the unlisted plug", n)
+	}
+	// Added since: listed on the next read.
+	setOutlet(t, dir, 9, false)
+	if s, err := a.Plug("worker-9", "9").PowerState(ctx); s != vocab.PowerOff || err != nil {
+		t.Fatalf("outlet 9 once the PDU lists it: %s, %v", s, err)
 	}
 }
