@@ -28,7 +28,9 @@ const DefaultBeatInterval = 200 * time.Millisecond
 // msgBeat is a beat's tag; the sender's name follows, raw.
 const msgBeat byte = 4
 
-func encodeBeat(name string) []byte { return append([]byte{msgBeat}, name...) }
+// EncodeBeat is a beat in name's name, as an agent sends it (and as the
+// test beds forge it).
+func EncodeBeat(name string) []byte { return append([]byte{msgBeat}, name...) }
 
 func decodeBeat(buf []byte) (string, bool) {
 	if len(buf) < 2 || len(buf) > 1+maxNameLen || buf[0] != msgBeat {
@@ -42,7 +44,7 @@ func decodeBeat(buf []byte) (string, bool) {
 func (r *Ring) beatLoop(ml *memberlist.Memberlist) {
 	t := time.NewTicker(r.beatEvery)
 	defer t.Stop()
-	msg := encodeBeat(r.self)
+	msg := EncodeBeat(r.self)
 	for {
 		select {
 		case <-r.done:

@@ -69,16 +69,16 @@ func TestBeatAgain(t *testing.T) {
 	r.OnChange(func(m Member) { changes = append(changes, m) })
 	d := (*delegate)(r)
 
-	d.NotifyMsg(encodeBeat("a"))
+	d.NotifyMsg(EncodeBeat("a"))
 	if m, _ := r.Member("a"); m.Silent || len(changes) != 1 || changes[0].Silent {
 		t.Fatalf("after a's beat: %+v, changes %+v", m, changes)
 	}
-	d.NotifyMsg(encodeBeat("a"))
+	d.NotifyMsg(EncodeBeat("a"))
 	if len(changes) != 1 {
 		t.Errorf("a second beat was a change: %+v", changes)
 	}
 	for _, name := range []string{"gone", "nobody", "fencer"} {
-		d.NotifyMsg(encodeBeat(name))
+		d.NotifyMsg(EncodeBeat(name))
 		if r.detector.Silence(name, time.Now()).Known {
 			t.Errorf("a beat of %s was counted", name)
 		}

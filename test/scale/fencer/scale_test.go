@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"fenced.io/fenced/internal/testbed/cluster"
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/internal/testbed/pdusim"
 	"fenced.io/fenced/internal/testbed/ports"
@@ -143,6 +144,7 @@ func TestFencerAtScale(t *testing.T) {
 	must(t, err)
 	res := &results{size: sz}
 	s.startFencer(ctx, kubeconfig, res)
+	s.floodBeats(ctx, res)
 	s.atRest(res, auditLog)
 	s.rackDark(ctx, "A", s.rackA, false, &res.runs[0])
 	s.rackDark(ctx, "B", s.rackB, true, &res.runs[1])
@@ -528,6 +530,7 @@ func (s *scenario) rackDark(ctx context.Context, label string, rack []string, da
 	if len(times) > 0 {
 		run.first, run.last, run.median = times[0], times[len(times)-1], times[len(times)/2]
 	}
+	run.silent = s.stoppedBeating(rack, t0)
 	run.statusOK = s.metric(`fenced_bmc_requests_total{op="power-status",result="ok"`) - status0
 	run.statusFailed = s.metric(`fenced_bmc_requests_total{op="power-status"`) - run.statusOK - status0 - fail0
 	run.powerOffs = s.metric(`fenced_bmc_requests_total{op="power-off"`)
@@ -588,6 +591,79 @@ func (s *scenario) checkTaints() {
 	}
 }
 
+// floodBeats sends the fencer, every beat interval, a beat in the name of
+// every Node that has no gossip member here — so that it receives the
+// beats of a 1000-node cluster while the test process holds only the
+// ring's members. They go through all of a real beat's path in the
+// fencer (its UDP socket, memberlist's label check and dispatch, the beat
+// decoded, the member looked up) but the Detector's update: those names
+// are no members of its ring, so their beats are dropped. The fencer runs
+// in a process of its own, so its CPU figures are its share alone.
+func (s *scenario) floodBeats(ctx context.Context, res *results) {
+	members := map[string]bool{}
+	for _, n := range s.memberNames {
+		members[n] = true
+	}
+	var names []string
+	for _, n := range s.names() {
+		if !members[n] {
+			names = append(names, n)
+		}
+	}
+	f, err := hostile.New(nil, "scale")
+	must(s.t, err)
+	s.t.Cleanup(func() { _ = f.Close() })
+	to := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.gossipPort))
+	msgs := make([][]byte, len(names))
+	for i, n := range names {
+		msgs[i] = heartbeat.EncodeBeat(n)
+	}
+	// In ten parts per interval, so that the flood is as even as the
+	// beats of many agents are.
+	const parts = 10
+	per := (len(msgs) + parts - 1) / parts
+	go func() {
+		t := time.NewTicker(heartbeat.DefaultBeatInterval / parts)
+		defer t.Stop()
+		for i := 0; ; i = (i + 1) % parts {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, m := range msgs[min(i*per, len(msgs)):min((i+1)*per, len(msgs))] {
+				_ = f.UserUDP(to, m)
+			}
+		}
+	}()
+	res.beatsPerSecond = float64(len(s.memberNames)+len(names)) / heartbeat.DefaultBeatInterval.Seconds()
+}
+
+// stoppedBeating returns, sorted, how long after t0 the fencer logged
+// that each node of rack stopped beating.
+func (s *scenario) stoppedBeating(rack []string, t0 time.Time) []time.Duration {
+	b, err := os.ReadFile(filepath.Join(s.dir, "fencer.log"))
+	must(s.t, err)
+	in := map[string]bool{}
+	for _, n := range rack {
+		in[n] = true
+	}
+	first := map[string]time.Duration{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Time      time.Time
+			Msg, Node string
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "gossip member stopped beating" || !in[e.Node] || e.Time.Before(t0) {
+			continue
+		}
+		if _, seen := first[e.Node]; !seen {
+			first[e.Node] = e.Time.Sub(t0)
+		}
+	}
+	return slices.Sorted(maps.Values(first))
+}
+
 // falseDeaths counts the fencer's log lines that declare dead a member
 // that never lost power.
 func (s *scenario) falseDeaths() int {
@@ -641,7 +717,10 @@ type rackRun struct {
 	nodes               int
 	first, median, last time.Duration
 	// allDead is when the fencer's ring saw the whole rack dead.
-	allDead                 time.Duration
+	allDead time.Duration
+	// silent is when the fencer logged each rack node's beats stopped,
+	// sorted (its Detector's share of the detection).
+	silent                  []time.Duration
 	maxInFlight, maxWaiting float64
 	maxRSS                  float64
 	cpuSeconds              float64
@@ -661,6 +740,7 @@ type results struct {
 	startRequests, startWatches  int
 	startVerbs                   string
 	falseDeaths                  int
+	beatsPerSecond               float64
 	runs                         [2]rackRun
 	renewals, renewFailures      int64
 }
@@ -679,13 +759,14 @@ func (r *results) print(t *testing.T) {
 	fmt.Fprintf(&b, "| fencer start → informers synced / → /readyz (in the ring) | %s / %s |\n", r.toSynced.Round(time.Millisecond), r.toReady.Round(time.Millisecond))
 	fmt.Fprintf(&b, "| fencer RSS over %s at rest | median %.1f MB, max %.1f MB |\n", sz.window, r.restRSS, r.restRSSMax)
 	fmt.Fprintf(&b, "| fencer CPU at rest | %.1f %% of one core |\n", r.restCPU)
+	fmt.Fprintf(&b, "| beats the fencer receives at rest | %.0f a second (its ring's members', and the beats of the other Nodes' names — no members of its ring, so read and dropped) |\n", r.beatsPerSecond)
 	fmt.Fprintf(&b, "| fencer API requests at rest (audit log) | %.1f per minute (%d watches opened) |\n", r.restRequestsPerMin, r.restWatches)
 	fmt.Fprintf(&b, "| fencer API requests from start to rest | %d (%s), %d watches |\n", r.startRequests, r.startVerbs, r.startWatches)
 	fmt.Fprintf(&b, "| BMC reads at rest | %.0f (device monitor rounds only) |\n", r.restBMC)
 	fmt.Fprintf(&b, "| gossip deaths of members outside the racks (false, in the fencer's view) over the run | %d |\n", r.falseDeaths)
 	fmt.Fprintf(&b, "| simulated kubelet Lease renewals over the run | %d (%d failed) |\n\n", r.renewals, r.renewFailures)
-	b.WriteString("| a rack goes dark | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| a rack goes dark | beats stopped (first / median / last) | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.runs {
 		what := fmt.Sprintf("rack %s, %d nodes, BMCs up (read off)", run.label, run.nodes)
 		if run.dark {
@@ -695,7 +776,12 @@ func (r *results) print(t *testing.T) {
 		for _, k := range slices.Sorted(maps.Keys(run.evidence)) {
 			ev = append(ev, fmt.Sprintf("%d× %s", run.evidence[k], k))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %d | %.1f MB | %.1f s |  %s |\n", what, run.allDead.Round(100*time.Millisecond),
+		silent := "—"
+		if n := len(run.silent); n > 0 {
+			silent = fmt.Sprintf("%s / %s / %s (%d)", run.silent[0].Round(100*time.Millisecond), run.silent[n/2].Round(100*time.Millisecond),
+				run.silent[n-1].Round(100*time.Millisecond), n)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %d | %.1f MB | %.1f s |  %s |\n", what, silent, run.allDead.Round(100*time.Millisecond),
 			run.first.Round(100*time.Millisecond), run.median.Round(100*time.Millisecond), run.last.Round(100*time.Millisecond),
 			run.maxInFlight, run.maxWaiting, run.statusOK, run.statusFailed, run.powerOffs, run.maxPowerLeases, run.maxRSS, run.cpuSeconds, strings.Join(ev, ", "))
 	}
