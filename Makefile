@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast bench-false-reads
 
 all: build
 
@@ -235,6 +235,11 @@ bench-gossip-big: ## gossip rings of GOSSIP_BIG (default 250,500,1000) with ever
 # reads at rest, under a CPU hog and with 2 % packet loss on one machine.
 FAST_ROUNDS ?= 10
 FAST_REST   ?= 3m
+bench-false-reads: ## false power reads of healthy nodes: 100 agents in a process stalled 300ms every 1.5s (scheduling p99 >= 200 ms), 5 % loss, beats and gossip to one fencer (~35 min) -> bin/bench-false-reads.txt
+	@mkdir -p bin
+	FENCED_BENCH_FALSE_READS=1 FENCED_FALSE_READS_OUT=$(CURDIR)/bin/bench-false-reads.txt \
+	  $(GO) test -count=1 -timeout 80m -v -run '^TestFalseReads$$' ./test/scale/gossip/
+
 bench-fast: deps kube-binaries ## gossip.profile fast on the harness: FAST_ROUNDS power losses, false suspicions at rest/CPU hog/2 % loss (~30 min) -> bin/bench-fast.txt
 	@mkdir -p bin
 	@echo "progress below; the whole log in bin/bench-fast.txt"

@@ -251,7 +251,8 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.keys = newKeyReloader(a.keySource, p.ring, a.keys, componentLog(o.Logger, componentRing))
 		p.reg.MustRegister(gossipKeysCollector{keyring: p.ring.Keyring, filesOK: p.keys.filesOK.Load})
 	}
-	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused))
+	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused),
+		metrics.NewBeatsReceived(p.ring.BeatsReceived))
 
 	if o.Config.Shutdown.Announce {
 		p.watcher = p.buildWatcher()

@@ -79,6 +79,7 @@ func (r *Ring) beatReceived(name string) {
 		return
 	}
 	r.detector.Beat(name, now)
+	r.beats.Add(1)
 	if !m.Silent {
 		r.mu.Unlock()
 		return
@@ -92,6 +93,9 @@ func (r *Ring) beatReceived(name string) {
 		onChange(cur)
 	}
 }
+
+// BeatsReceived is how many beats of alive members this fencer took.
+func (r *Ring) BeatsReceived() uint64 { return r.beats.Load() }
 
 // silenceLoop looks at every alive member's beats twice per interval and
 // reports those that stopped: a member is silent once the Detector says so

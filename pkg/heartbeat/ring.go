@@ -203,6 +203,9 @@ type Ring struct {
 	// counts the member states refused for their size (NotifyAlive).
 	refusals  *WarnLimiter
 	oversized atomic.Uint64
+	// beats counts the beats of alive members this fencer's Detector
+	// took (beats.go).
+	beats atomic.Uint64
 	// challenges are this agent's liveness challenges waiting for a proof,
 	// by nonce; proving counts the reliable proof sends in flight per
 	// challenger (proof.go), challengerAddrs is Options.ChallengerAddrs.

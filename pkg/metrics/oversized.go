@@ -16,3 +16,17 @@ func NewGossipOversized(count func() uint64) prometheus.Collector {
 		Help: "Gossip member states refused for a name, address or metadata over its bound: no genuine member sends one, any holder of the gossip key can.",
 	}, func() float64 { return float64(count()) })
 }
+
+// BeatsReceivedMetric counts the beats of alive members a fencer's ring
+// took (NewBeatsReceived).
+const BeatsReceivedMetric = "fenced_beats_received_total"
+
+// NewBeatsReceived returns the collector of fenced_beats_received_total:
+// count returns the ring's count (heartbeat.Ring.BeatsReceived) and is
+// read at each scrape.
+func NewBeatsReceived(count func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: BeatsReceivedMetric,
+		Help: "Beats of alive members this fencer received (every agent beats to each fencer every gossip.beatInterval); 0 on agents that are no fencer.",
+	}, func() float64 { return float64(count()) })
+}

@@ -328,6 +328,13 @@ func schedHistogram() *metrics.Float64Histogram {
 // schedP99 is the 99th percentile of the scheduling latencies between two
 // readings of the cumulative histogram.
 func schedP99(before, after *metrics.Float64Histogram) time.Duration {
+	return schedPercentile(before, after, 0.99)
+}
+
+// schedPercentile is the p-th percentile (0 to 1) of the scheduling
+// latencies between two readings of the cumulative histogram: the upper
+// bound of the bucket it falls in.
+func schedPercentile(before, after *metrics.Float64Histogram, p float64) time.Duration {
 	if before == nil || after == nil || len(before.Counts) != len(after.Counts) {
 		return 0
 	}
@@ -340,7 +347,7 @@ func schedP99(before, after *metrics.Float64Histogram) time.Duration {
 	if total == 0 {
 		return 0
 	}
-	want := uint64(math.Ceil(0.99 * float64(total)))
+	want := uint64(math.Ceil(p * float64(total)))
 	var sum uint64
 	for i, n := range counts {
 		sum += n
