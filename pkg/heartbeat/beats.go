@@ -117,34 +117,7 @@ func (r *Ring) silenceLoop() {
 		}
 		late := now.Sub(last) > 2*every
 		last = now
-		var changed []Member
-		r.mu.Lock()
-		if late {
-			clear(r.silentOnce)
-		}
-		for name, m := range r.members {
-			if name == r.self || m.Silent {
-				continue
-			}
-			if m.State != vocab.MemberAlive {
-				r.detector.Forget(name) // its next life starts a history of its own
-				delete(r.silentOnce, name)
-				continue
-			}
-			s := r.detector.Silence(name, now)
-			switch {
-			case !s.Known || !s.Silent || late:
-				delete(r.silentOnce, name)
-			case !r.silentOnce[name]:
-				r.silentOnce[name] = true
-			default:
-				m.Silent, m.SilentSince = true, s.Last
-				delete(r.silentOnce, name)
-				changed = append(changed, *m)
-			}
-		}
-		onChange := r.onChange
-		r.mu.Unlock()
+		changed, onChange := r.lookForSilence(now, late)
 		for _, m := range changed {
 			r.log.Info("gossip member stopped beating", "node", PeerText(m.Name), "lastBeat", m.SilentSince.Format(time.RFC3339Nano))
 			if onChange != nil {
@@ -152,4 +125,38 @@ func (r *Ring) silenceLoop() {
 			}
 		}
 	}
+}
+
+// lookForSilence is one look of silenceLoop at now (late: the look came
+// late, which starts every count over): the members found silent on this
+// look and the last, marked so, and the callback to tell them to.
+func (r *Ring) lookForSilence(now time.Time, late bool) ([]Member, func(Member)) {
+	var changed []Member
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if late {
+		clear(r.silentOnce)
+	}
+	for name, m := range r.members {
+		if name == r.self || m.Silent {
+			continue
+		}
+		if m.State != vocab.MemberAlive {
+			r.detector.Forget(name) // its next life starts a history of its own
+			delete(r.silentOnce, name)
+			continue
+		}
+		s := r.detector.Silence(name, now)
+		switch {
+		case !s.Known || !s.Silent || late:
+			delete(r.silentOnce, name)
+		case !r.silentOnce[name]:
+			r.silentOnce[name] = true
+		default:
+			m.Silent, m.SilentSince = true, s.Last
+			delete(r.silentOnce, name)
+			changed = append(changed, *m)
+		}
+	}
+	return changed, r.onChange
 }

@@ -25,7 +25,7 @@ const (
 
 // freePort returns a port free on 127.0.0.1 for both TCP and UDP, which
 // memberlist binds together.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	for range 50 {
 		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -45,7 +45,7 @@ func freePort(t *testing.T) int {
 }
 
 // fastConfig is a member on 127.0.0.1 tuned for fast detection.
-func fastConfig(t *testing.T, name string, port int) Config {
+func fastConfig(t testing.TB, name string, port int) Config {
 	t.Helper()
 	if port == 0 {
 		port = freePort(t)
@@ -81,7 +81,7 @@ func newJoined(ctx context.Context, cfg Config, opts Options) (*Ring, error) {
 }
 
 // start joins a member and shuts it down at the end of the test.
-func start(t *testing.T, cfg Config, opts Options) *Ring {
+func start(t testing.TB, cfg Config, opts Options) *Ring {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t, cfg.NodeName)
@@ -131,7 +131,7 @@ func record(r *Ring) *changeLog {
 }
 
 // changesOf returns the changes r reported so far.
-func changesOf(t *testing.T, r *Ring) []Member {
+func changesOf(t testing.TB, r *Ring) []Member {
 	t.Helper()
 	l, ok := changeLogs.Load(r)
 	if !ok {
@@ -149,7 +149,7 @@ func seedsOf(addrs ...string) func() []string {
 
 // cluster starts members called names, all joining through the first,
 // and waits until every one sees all of them alive.
-func cluster(t *testing.T, names ...string) []*Ring {
+func cluster(t testing.TB, names ...string) []*Ring {
 	t.Helper()
 	rings := make([]*Ring, len(names))
 	rings[0] = start(t, fastConfig(t, names[0], 0), Options{})
@@ -166,7 +166,7 @@ func cluster(t *testing.T, names ...string) []*Ring {
 
 // waitEvent reads the changes r reported (OnChange), from where the last
 // waitEvent on r stopped, until one matches, failing after timeout.
-func waitEvent(t *testing.T, r *Ring, timeout time.Duration, what string, match func(Member) bool) Member {
+func waitEvent(t testing.TB, r *Ring, timeout time.Duration, what string, match func(Member) bool) Member {
 	t.Helper()
 	l, ok := changeLogs.Load(r)
 	if !ok {
@@ -206,7 +206,7 @@ func stateIs(r *Ring, name string, state vocab.MemberState) func() bool {
 
 // testLogger logs through t until the test ends; memberlist goroutines
 // can outlive a test by a moment, and t.Log after the end panics.
-func testLogger(t *testing.T, name string) *slog.Logger {
+func testLogger(t testing.TB, name string) *slog.Logger {
 	w := &testWriter{t: t}
 	t.Cleanup(w.stop)
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})).With("member", name)
@@ -214,7 +214,7 @@ func testLogger(t *testing.T, name string) *slog.Logger {
 
 type testWriter struct {
 	mu   sync.Mutex
-	t    *testing.T
+	t    testing.TB
 	done bool
 }
 
