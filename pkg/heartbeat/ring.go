@@ -153,8 +153,8 @@ type Options struct {
 	// (the agent starts so, and gives the key once it is published).
 	Key *identity.Key
 	// Transport, when set, carries the ring's packets and streams instead
-	// of the UDP and TCP listeners memberlist would open on
-	// BindAddr:BindPort (which must then be where it listens). The agent
+	// of the ring's own UDP and TCP listeners on BindAddr:BindPort
+	// (transport.go; BindPort must then be where it listens). The agent
 	// leaves it nil; benchmarks wrap memberlist's NetTransport to count
 	// or drop packets (test/scale/gossip). Encryption and the label are
 	// applied above it, so it carries what the network would.
@@ -355,8 +355,24 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 	if advertise != "" {
 		r.mc.AdvertiseAddr = advertise
 	}
+	var own *transport
+	if r.mc.Transport == nil {
+		t, err := newTransport(r.mc.BindAddr, r.mc.BindPort, r.log)
+		if err != nil {
+			r.lifeMu.Unlock()
+			return fmt.Errorf("heartbeat: start gossip: %w", err)
+		}
+		if r.mc.BindPort == 0 {
+			r.mc.BindPort, r.mc.AdvertisePort, r.port = t.port(), t.port(), t.port()
+		}
+		own, r.mc.Transport = t, t
+	}
 	ml, err := memberlist.Create(r.mc)
 	if err != nil {
+		if own != nil {
+			_ = own.Shutdown()
+			r.mc.Transport = nil
+		}
 		r.lifeMu.Unlock()
 		return fmt.Errorf("heartbeat: start gossip on %s:%d: %w", r.mc.BindAddr, r.mc.BindPort, err)
 	}

@@ -1,0 +1,123 @@
+package heartbeat
+
+import (
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// TestTransportHandsOnExactCopies: every datagram comes out as its own
+// bytes — exactly as long as it was, not sharing memory with the next —
+// stamped with when it was read, from where it came; streams are accepted;
+// TCP and UDP listen on one port, picked when 0 is asked for; the bound
+// address is advertised unless another is given.
+func TestTransportHandsOnExactCopies(t *testing.T) {
+	tr, err := newTransport("127.0.0.1", 0, testLogger(t, "transport"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown() })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tr.port()))
+	if ip, port, err := tr.FinalAdvertiseAddr("", 0); err != nil || !ip.Equal(net.IPv4(127, 0, 0, 1)) || port != tr.port() {
+		t.Errorf("advertised %s:%d, %v; want the bound 127.0.0.1:%d", ip, port, err, tr.port())
+	}
+	if ip, port, err := tr.FinalAdvertiseAddr("198.18.0.7", 7946); err != nil || !ip.Equal(net.IPv4(198, 18, 0, 7)) || port != 7946 {
+		t.Errorf("advertised %s:%d, %v; want the one given", ip, port, err)
+	}
+	if _, _, err := tr.FinalAdvertiseAddr("not-an-ip", 7946); err == nil {
+		t.Error("advertised a name")
+	}
+
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sent := []string{"first datagram", "2nd"}
+	before := time.Now()
+	for _, s := range sent {
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*memberlist.Packet
+	for range sent {
+		select {
+		case p := <-tr.PacketCh():
+			got = append(got, p)
+		case <-time.After(time.Minute):
+			t.Fatal("no packet in a minute")
+		}
+	}
+	for i, p := range got {
+		if string(p.Buf) != sent[i] || cap(p.Buf) != len(sent[i]) {
+			t.Errorf("packet %d: %q (cap %d), want exactly %q", i, p.Buf, cap(p.Buf), sent[i])
+		}
+		if p.Timestamp.Before(before) || p.From.String() != c.LocalAddr().String() {
+			t.Errorf("packet %d: from %s at %s", i, p.From, p.Timestamp)
+		}
+	}
+
+	s, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case conn := <-tr.StreamCh():
+		_ = conn.Close()
+	case <-time.After(time.Minute):
+		t.Fatal("no stream in a minute")
+	}
+}
+
+// BenchmarkPacketReceived is a datagram's way from the socket to
+// memberlist, through memberlist's own NetTransport (a fresh 64 KiB buffer
+// each) and through the ring's (one buffer, an exact copy handed on).
+func BenchmarkPacketReceived(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		open func() (memberlist.Transport, int, error)
+	}{
+		{"memberlist.NetTransport", func() (memberlist.Transport, int, error) {
+			nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, Logger: log.New(io.Discard, "", 0)})
+			if err != nil {
+				return nil, 0, err
+			}
+			return nt, nt.GetAutoBindPort(), nil
+		}},
+		{"heartbeat.transport", func() (memberlist.Transport, int, error) {
+			tr, err := newTransport("127.0.0.1", 0, testLogger(b, "transport"))
+			if err != nil {
+				return nil, 0, err
+			}
+			return tr, tr.port(), nil
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			tr, port, err := tc.open()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = tr.Shutdown() }()
+			c, err := net.Dial("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			beat := make([]byte, 60) // a beat's size on the wire, encrypted
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(beat); err != nil {
+					b.Fatal(err)
+				}
+				<-tr.PacketCh()
+			}
+		})
+	}
+}
