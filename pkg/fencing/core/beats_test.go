@@ -58,7 +58,7 @@ func TestBeatsAloneReadQuietly(t *testing.T) {
 		}
 	})
 
-	t.Run("power off, agent silent: fenced", func(t *testing.T) {
+	t.Run("power off, agent silent: said, and fenced", func(t *testing.T) {
 		tgt := &Target{Name: "node-a"}
 		o := beatsStopped()
 		d := tgt.Step(o, p)
@@ -75,6 +75,9 @@ func TestBeatsAloneReadQuietly(t *testing.T) {
 			t.Fatalf("phase %s, actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
 		}
 		t.Logf("evidence: %s", a.Evidence.Reason)
+		if !slices.Contains(events(d.Actions), vocab.EventNodeSuspected) {
+			t.Errorf("a power loss found by its beats is said like any: events %v", events(d.Actions))
+		}
 	})
 
 	t.Run("another channel agrees: said once", func(t *testing.T) {

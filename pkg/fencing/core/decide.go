@@ -526,22 +526,16 @@ func (d *decider) detect() {
 		d.reason = "its beats stopped, but its power read on during this silence and every other channel answers: waiting for another sign"
 		return
 	}
-	say := false
 	switch {
 	case t.Phase == PhaseHealthy:
 		d.becomeSuspect("stopped answering: "+d.channels(), nil)
-		t.suspicion.quiet, say = quiet, !quiet
+		t.suspicion.quiet = quiet
+		if !quiet {
+			d.speakUp("")
+		}
 	case t.suspicion.quiet && !quiet:
 		// Another channel agrees now: said as any suspicion.
-		t.suspicion.quiet, say = false, true
-	}
-	if say {
-		next := "confirming its power state before any action"
-		if o.Node.Excluded != "" {
-			next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
-		}
-		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeSuspected,
-			Message: "node stopped answering (" + d.channels() + "); " + next})
+		d.speakUp("")
 	}
 
 	// Evidence 2: the node announced, in its own signed word, a clean
@@ -606,6 +600,10 @@ func (d *decider) confirm() {
 	failedSince := o.BMC.Failure != nil && o.BMC.Failure.At.After(t.suspicion.since) &&
 		(r == nil || o.BMC.Failure.At.After(r.At))
 
+	if fresh && r.Power == vocab.PowerOff && t.suspicion.quiet {
+		// Off is no false suspicion: said from here on, as any.
+		d.speakUp(fmt.Sprintf(", and its %s reads off", source(r)))
+	}
 	switch {
 	case fresh && r.Power == vocab.PowerOff && !d.guidMatches(r):
 		bad := r.GUIDMismatch(o.Node.SystemUUID)
@@ -632,6 +630,20 @@ func (d *decider) confirm() {
 		d.becomeConfirming("reading the BMC", nil)
 		d.scheduleRead(false)
 	}
+}
+
+// speakUp says the suspicion, once: at its start, or when a quiet one
+// (beatsAlone) finds another channel agreeing or its power off (what
+// adds, e.g. ", and its BMC reads off").
+func (d *decider) speakUp(what string) {
+	o, t := d.o, d.t
+	t.suspicion.quiet = false
+	next := "confirming its power state before any action"
+	if o.Node.Excluded != "" {
+		next = "it is excluded from fencing (label " + o.Node.Excluded + "=true): fenced takes no action"
+	}
+	d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventNodeSuspected,
+		Message: "node stopped answering (" + d.channels() + ")" + what + "; " + next})
 }
 
 // offEvidence is the evidence of a fresh reading of off.
