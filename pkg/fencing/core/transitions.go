@@ -89,7 +89,7 @@ type voided struct {
 	// fence of the same boot on a later reading is still its power-off.
 	switchedOff string
 	// silenceRead is when the last beat came of the silence whose power
-	// read on while every other channel answered (poweredOn): that silence
+	// read on while every other channel answered (falseSuspicion): that silence
 	// is no reason to read again.
 	silenceRead time.Time
 }
