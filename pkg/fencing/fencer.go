@@ -570,7 +570,7 @@ func (f *Fencer) memberObs(name string) core.MemberObs {
 		return core.MemberObs{}
 	}
 	return core.MemberObs{Known: true, State: m.State, Since: m.Since, BootID: m.Meta.BootID, Announced: m.Meta.State,
-		Signed: f.signedKept(name, m), Silent: m.Silent, SilentSince: m.SilentSince}
+		Signed: f.signedKept(name, m), Silent: m.Silent, SilentSince: m.SilentSince, Doubt: m.Doubt}
 }
 
 // freshest returns the newer of the informer's Node and the one this

@@ -289,12 +289,12 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 		a := &st.agent
 		a.Challenging = false
 		if err == nil {
-			a.LastProof, a.SilentSince, a.LastSilent = f.cfg.Now(), time.Time{}, time.Time{}
+			a.LastProof, a.SilentSince, a.LastSilent, a.SilentUntil = f.cfg.Now(), time.Time{}, time.Time{}, time.Time{}
 		} else {
 			if a.SilentSince.IsZero() {
 				a.SilentSince = sent
 			}
-			a.LastSilent = sent
+			a.LastSilent, a.SilentUntil = sent, f.cfg.Now()
 		}
 		f.mu.Unlock()
 		switch {

@@ -80,15 +80,18 @@ func (r *Ring) beatReceived(name string) {
 	}
 	r.detector.Beat(name, now)
 	r.beats.Add(1)
-	if !m.Silent {
+	if !m.Silent && !m.Doubt {
 		r.mu.Unlock()
 		return
 	}
-	m.Silent, m.SilentSince = false, time.Time{}
+	wasSilent := m.Silent
+	m.Silent, m.Doubt, m.SilentSince = false, false, time.Time{}
 	delete(r.silentOnce, name)
 	cur, onChange := *m, r.onChange
 	r.mu.Unlock()
-	r.log.Info("gossip member beats again", "node", PeerText(name))
+	if wasSilent {
+		r.log.Info("gossip member beats again", "node", PeerText(name))
+	}
 	if onChange != nil {
 		onChange(cur)
 	}
@@ -119,7 +122,11 @@ func (r *Ring) silenceLoop() {
 		last = now
 		changed, onChange := r.lookForSilence(now, late)
 		for _, m := range changed {
-			r.log.Info("gossip member stopped beating", "node", PeerText(m.Name), "lastBeat", m.SilentSince.Format(time.RFC3339Nano))
+			if m.Silent {
+				r.log.Info("gossip member stopped beating", "node", PeerText(m.Name), "lastBeat", m.SilentSince.Format(time.RFC3339Nano))
+			} else {
+				r.log.Debug("gossip member's beats are late", "node", PeerText(m.Name), "lastBeat", m.SilentSince.Format(time.RFC3339Nano))
+			}
 			if onChange != nil {
 				onChange(m)
 			}
@@ -128,8 +135,9 @@ func (r *Ring) silenceLoop() {
 }
 
 // lookForSilence is one look of silenceLoop at now (late: the look came
-// late, which starts every count over): the members found silent on this
-// look and the last, marked so, and the callback to tell them to.
+// late, which starts every count over): the members found in doubt on
+// this look, or silent on this look and the last, marked so, and the
+// callback to tell them to.
 func (r *Ring) lookForSilence(now time.Time, late bool) ([]Member, func(Member)) {
 	var changed []Member
 	r.mu.Lock()
@@ -148,12 +156,17 @@ func (r *Ring) lookForSilence(now time.Time, late bool) ([]Member, func(Member))
 		}
 		s := r.detector.Silence(name, now)
 		switch {
-		case !s.Known || !s.Silent || late:
+		case !s.Known || !s.Doubt || late:
 			delete(r.silentOnce, name)
+		case !s.Silent && !m.Doubt:
+			// Late beats: one look is enough to ask the agent.
+			m.Doubt, m.SilentSince = true, s.Last
+			changed = append(changed, *m)
+		case !s.Silent:
 		case !r.silentOnce[name]:
 			r.silentOnce[name] = true
 		default:
-			m.Silent, m.SilentSince = true, s.Last
+			m.Silent, m.Doubt, m.SilentSince = true, true, s.Last
 			delete(r.silentOnce, name)
 			changed = append(changed, *m)
 		}

@@ -212,7 +212,7 @@ func (r *Ring) observeLocked(name, addr string, rawMeta []byte, state vocab.Memb
 		m.State = state
 		m.Since = now
 		// A new state is a new life for the beats too.
-		m.Silent, m.SilentSince = false, time.Time{}
+		m.Silent, m.Doubt, m.SilentSince = false, false, time.Time{}
 	}
 	m.Leave = notice
 	cur := *m

@@ -35,6 +35,9 @@ type DetectorConfig struct {
 	// probability of 1e-8 that its next beat is merely late, by its own
 	// history.
 	Threshold float64
+	// DoubtThreshold is the phi above which a member is in doubt: its
+	// beats are late enough to ask its agent, not yet to read its power.
+	DoubtThreshold float64
 	// MinStdDev bounds the deviation from below: a member beating like
 	// clockwork would otherwise be suspected a hair after its usual
 	// interval.
@@ -52,11 +55,15 @@ type DetectorConfig struct {
 // 1.11 s after its last beat (phi 8 is 5.2 deviations past the mean: 200
 // ms + the 550 ms pause + 5.2 × the 70 ms floor), between four lost beats
 // in a row (a gap of 1.0 s) and five (1.2 s). Five in a row, at 5 %
-// packet loss, happen 0.13 times a day per member; four would be 2.7.
+// packet loss, happen 0.13 times a day per member; four would be 2.7. It
+// is in doubt at phi 1 — 0.84 s after its last beat, when a fencer asks
+// its agent, so that the answer (or silence) is in by the time it is
+// silent.
 func DefaultDetectorConfig() DetectorConfig {
 	return DetectorConfig{
 		Interval:        200 * time.Millisecond,
 		Threshold:       8,
+		DoubtThreshold:  1,
 		MinStdDev:       70 * time.Millisecond,
 		AcceptablePause: 550 * time.Millisecond,
 		Window:          100,
@@ -70,6 +77,9 @@ func (c DetectorConfig) withDefaults() DetectorConfig {
 	}
 	if c.Threshold <= 0 {
 		c.Threshold = d.Threshold
+	}
+	if c.DoubtThreshold <= 0 || c.DoubtThreshold > c.Threshold {
+		c.DoubtThreshold = min(d.DoubtThreshold, c.Threshold)
 	}
 	if c.MinStdDev <= 0 {
 		c.MinStdDev = d.MinStdDev
@@ -181,8 +191,9 @@ func phi(elapsed, mean, std float64) float64 {
 type Silence struct {
 	// Known: the member has beaten at least once.
 	Known bool
-	// Silent: phi is above the threshold.
-	Silent bool
+	// Silent: phi is above the threshold; Doubt: above the doubt
+	// threshold (so whenever Silent).
+	Silent, Doubt bool
 	// Last is when its last beat arrived.
 	Last time.Time
 	// Phi is the value behind Silent.
@@ -198,7 +209,7 @@ func (d *Detector) Silence(name string, now time.Time) Silence {
 		return Silence{}
 	}
 	p := d.phi(a, now)
-	return Silence{Known: true, Silent: p > d.cfg.Threshold, Last: a.last, Phi: p}
+	return Silence{Known: true, Silent: p > d.cfg.Threshold, Doubt: p > d.cfg.DoubtThreshold, Last: a.last, Phi: p}
 }
 
 // SilentAfter is how long after its last beat member name will be silent

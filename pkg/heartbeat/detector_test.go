@@ -33,17 +33,19 @@ func TestDetectorDefaults(t *testing.T) {
 		t.Fatalf("silent %s after the last beat; want between 1.0 s (four lost) and 1.2 s (five lost)", after)
 	}
 	for _, tc := range []struct {
-		since  time.Duration
-		silent bool
+		since         time.Duration
+		doubt, silent bool
 	}{
-		{200 * time.Millisecond, false},
-		{time.Second, false},
-		{after - time.Millisecond, false},
-		{after + time.Millisecond, true},
-		{5 * time.Second, true},
+		{200 * time.Millisecond, false, false},
+		{600 * time.Millisecond, false, false}, // two lost beats
+		{850 * time.Millisecond, true, false},  // in doubt: its agent is asked
+		{time.Second, true, false},
+		{after - time.Millisecond, true, false},
+		{after + time.Millisecond, true, true},
+		{5 * time.Second, true, true},
 	} {
-		if s := d.Silence("a", last.Add(tc.since)); s.Silent != tc.silent || !s.Known {
-			t.Errorf("%s after the last beat: %+v, want silent=%v", tc.since, s, tc.silent)
+		if s := d.Silence("a", last.Add(tc.since)); s.Silent != tc.silent || s.Doubt != tc.doubt || !s.Known {
+			t.Errorf("%s after the last beat: %+v, want doubt=%v silent=%v", tc.since, s, tc.doubt, tc.silent)
 		}
 	}
 	t.Logf("default detector: silent %s after the last beat of a member on time", after.Round(time.Millisecond))

@@ -83,10 +83,11 @@ type Member struct {
 	Leave LeaveNotice
 	// Silent: this agent, a fencer, had beats from the alive member and
 	// they stopped (beats.go); SilentSince is when its last beat came.
-	// Anyone with the gossip key can beat in its name: a forged beat can
-	// only hold Silent back.
-	Silent      bool
-	SilentSince time.Time
+	// Doubt: they are late, not yet stopped (SilentSince is set then
+	// too). Anyone with the gossip key can beat in its name: a forged beat
+	// can only hold Silent and Doubt back.
+	Silent, Doubt bool
+	SilentSince   time.Time
 }
 
 // LeaveNotice is what a member that leaves on purpose sends every other

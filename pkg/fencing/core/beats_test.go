@@ -123,3 +123,72 @@ func TestOnlySilentAgentsGetTheShortChallenge(t *testing.T) {
 		t.Fatalf("gossip dead, beats on: want a challenge with the fencer's bound; actions %+v", d.Actions)
 	}
 }
+
+// TestLateBeatsAskTheAgentFirst: beats that are late (not yet stopped) make
+// the fencer ask the agent — with the short bound, once per silence, no
+// suspicion, no read, no Event — so that when they have stopped the
+// agent's silence is in: an off reading then taints without a second
+// challenge and its wait. An answer ends nothing (the node stays healthy)
+// and is not asked again for the same silence.
+func TestLateBeatsAskTheAgentFirst(t *testing.T) {
+	p := testPolicy(vocab.ModeConfirmOnly)
+	late := func() Observation {
+		o := healthy()
+		o.Now = t0.Add(850 * time.Millisecond)
+		o.Member.Doubt, o.Member.SilentSince = true, t0
+		return o
+	}
+
+	tgt := &Target{Name: "node-a"}
+	o := late()
+	d := tgt.Step(o, p)
+	if c := find(d.Actions, ActChallenge); c == nil || c.Within != p.SilentChallengeTimeout || d.Phase != PhaseHealthy ||
+		has(d.Actions, ActReadPower) || len(events(d.Actions)) != 0 {
+		t.Fatalf("late beats: phase %s, actions %+v", d.Phase, d.Actions)
+	}
+	o.Agent.Challenging = true
+	o.Now = o.Now.Add(100 * time.Millisecond)
+	if d := tgt.Step(o, p); has(d.Actions, ActChallenge) {
+		t.Fatalf("asked again while the first challenge waits: %v", kinds(d.Actions))
+	}
+
+	// Unanswered; the beats have stopped; the power reads off.
+	o.Agent = AgentObs{SilentSince: t0.Add(850 * time.Millisecond), LastSilent: t0.Add(850 * time.Millisecond), SilentUntil: t0.Add(1450 * time.Millisecond)}
+	o.Now = t0.Add(1350 * time.Millisecond)
+	o.Member.Silent = true
+	d = tgt.Step(o, p)
+	if has(d.Actions, ActChallenge) || !has(d.Actions, ActReadPower) {
+		t.Fatalf("beats stopped, the agent silent already: want a read and no second challenge; actions %v", kinds(d.Actions))
+	}
+	o.BMC.Reading = reading(vocab.PowerOff, o.Now.Add(50*time.Millisecond), nodeUUID)
+	o.Now = o.Now.Add(60 * time.Millisecond)
+	// The reading came before the challenge's wait ended: silent through it.
+	d = tgt.Step(o, p)
+	if a := find(d.Actions, ActApplyTaint); a == nil {
+		t.Fatalf("off, the agent silent through the reading since its beats were late: want the taint now; phase %s, actions %v (reason %q)", d.Phase, kinds(d.Actions), d.Reason)
+	}
+
+	// A reading after the challenge's wait ended is not covered by it:
+	// the agent is asked again first.
+	tgt = &Target{Name: "node-a"}
+	o = late()
+	tgt.Step(o, p)
+	o.Agent = AgentObs{SilentSince: t0.Add(850 * time.Millisecond), LastSilent: t0.Add(850 * time.Millisecond), SilentUntil: t0.Add(1350 * time.Millisecond)}
+	o.Member.Silent, o.Now = true, t0.Add(1400*time.Millisecond)
+	tgt.Step(o, p)
+	o.BMC.Reading = reading(vocab.PowerOff, t0.Add(1900*time.Millisecond), nodeUUID)
+	o.Now = t0.Add(1910 * time.Millisecond)
+	if d := tgt.Step(o, p); has(d.Actions, ActApplyTaint) || !has(d.Actions, ActChallenge) {
+		t.Fatalf("a reading after the challenge's silence: want a new challenge, no taint; actions %v", kinds(d.Actions))
+	}
+
+	// Answered: healthy, and the same silence is not asked about again.
+	tgt = &Target{Name: "node-a"}
+	o = late()
+	tgt.Step(o, p)
+	o.Agent = AgentObs{LastProof: o.Now.Add(5 * time.Millisecond)}
+	o.Now = o.Now.Add(10 * time.Millisecond)
+	if d := tgt.Step(o, p); d.Phase != PhaseHealthy || has(d.Actions, ActChallenge) || len(events(d.Actions)) != 0 {
+		t.Fatalf("answered: phase %s, actions %v", d.Phase, kinds(d.Actions))
+	}
+}

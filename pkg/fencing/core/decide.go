@@ -120,6 +120,11 @@ type MemberObs struct {
 	// a power read, and a forged beat only delays it.
 	Silent      bool
 	SilentSince time.Time
+	// Doubt: its beats are late, not yet stopped (SilentSince is its last
+	// beat then too): worth a liveness challenge, not a power read, so
+	// that the agent's answer or silence is in when the beats have
+	// stopped.
+	Doubt bool
 }
 
 // AgentObs is what the node's agent proved to this fencer: answers to
@@ -130,9 +135,10 @@ type AgentObs struct {
 	// LastProof is when the agent last answered a challenge.
 	LastProof time.Time
 	// SilentSince is when the first of the current run of unanswered
-	// challenges was sent, LastSilent when the latest one was; both are
-	// zero after an answer.
-	SilentSince, LastSilent time.Time
+	// challenges was sent, LastSilent when the latest one was, and
+	// SilentUntil when the wait for its answer ended; all are zero after
+	// an answer.
+	SilentSince, LastSilent, SilentUntil time.Time
 	// Challenging: a challenge is waiting for its answer.
 	Challenging bool
 }
@@ -475,6 +481,29 @@ func (d *decider) beatsAlone() bool {
 	return o.Member.Silent && o.Member.State == vocab.MemberAlive && o.Node.Ready == ReadyTrue && !d.aliveUnbacked()
 }
 
+// beatsLate reports whether the node's beats are late (MemberObs.Doubt)
+// and its agent was not asked since its last beat: asked now, its answer
+// or silence is in by the time the beats have stopped — a challenge, not
+// a power read, and no suspicion.
+func (d *decider) beatsLate() bool {
+	o := d.o
+	m, a := o.Member, o.Agent
+	return m.Doubt && m.State == vocab.MemberAlive && !m.SilentSince.IsZero() && !a.Challenging &&
+		!a.LastProof.After(m.SilentSince) && !a.LastSilent.After(m.SilentSince)
+}
+
+// silenceFrom is when the agent's silence to a challenge starts to count
+// for this suspicion: its start — or, for a node whose beats stopped,
+// its last beat, for a challenge sent when they were late asked about the
+// same silence (beatsLate).
+func (d *decider) silenceFrom() time.Time {
+	since := d.t.suspicion.since
+	if m := d.o.Member; m.Silent && !m.SilentSince.IsZero() && m.SilentSince.Before(since) {
+		return m.SilentSince
+	}
+	return since
+}
+
 // aliveUnbacked reports whether gossip says the member is alive while its
 // agent left a challenge sent after that unanswered.
 func (d *decider) aliveUnbacked() bool {
@@ -513,6 +542,10 @@ func (d *decider) detect() {
 			return
 		}
 		d.reason = "responsive"
+		if d.beatsLate() {
+			d.challenge()
+			d.reason = "responsive, but its beats are late: asking its agent"
+		}
 		return
 	}
 	if t.Phase == PhaseHealthy && o.Node.NeverReady {
@@ -592,7 +625,7 @@ func (d *decider) confirm() {
 	// The kubelet shows life: ask the agent together with the first read,
 	// so that an off reading (of a mislabelled plug, say) meets its answer,
 	// or its silence, without waiting (proofPending).
-	if d.kubeletShowsLife() && o.Agent.LastSilent.Before(t.suspicion.since) && !o.Agent.LastProof.After(t.suspicion.since) {
+	if from := d.silenceFrom(); d.kubeletShowsLife() && o.Agent.LastSilent.Before(from) && !o.Agent.LastProof.After(from) {
 		d.challenge()
 	}
 	r := o.BMC.Reading
@@ -828,14 +861,14 @@ func (d *decider) challengeIfDue() {
 }
 
 // challenge asks the node's agent for a proof of life unless a challenge
-// is waiting for its answer already. The agent of a node whose beats
-// stopped gets SilentChallengeTimeout to answer: it has been silent to
+// is waiting for its answer already. The agent of a node whose beats are
+// late or stopped gets SilentChallengeTimeout to answer: it has been silent to
 // this fencer for over a second already, and its silence to the challenge
 // is all that keeps an off reading from being used (proofPending).
 func (d *decider) challenge() {
 	if !d.o.Agent.Challenging && !slices.ContainsFunc(d.actions, func(a Action) bool { return a.Kind == ActChallenge }) {
 		var within time.Duration
-		if d.o.Member.Silent {
+		if m := d.o.Member; m.Silent || m.Doubt {
 			within = d.p.SilentChallengeTimeout
 		}
 		d.do(Action{Kind: ActChallenge, Within: within})
@@ -1029,9 +1062,10 @@ func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, 
 // outlet, another node's VM — must meet the agent's answer before any
 // taint (the answer voids the reading). The agent is asked when either
 //
-//   - gossip says it is alive, and no challenge sent after the evidence
-//     has been answered or gone unanswered (a node cut off from the API
-//     server only is NotReady yet alive); or
+//   - gossip says it is alive, and the agent was not silent through the
+//     evidence (silentThrough: no challenge sent after it went unanswered,
+//     nor one whose wait spanned it) and has not answered since (a node
+//     cut off from the API server only is NotReady yet alive); or
 //   - for power evidence, the kubelet shows life since the suspicion began
 //     (kubeletShowsLife), whatever gossip says, and no challenge sent since
 //     then went unanswered. Gossip's dead can be forged by any key holder
@@ -1045,10 +1079,19 @@ func EvidenceHolds(ev *Evidence, o Observation, maxAge time.Duration) (ok bool, 
 // whichever of the two answers last.
 func (d *decider) proofPending(ev *Evidence) bool {
 	o, at := d.o, evidenceTime(ev)
-	if o.Member.State == vocab.MemberAlive && !o.Agent.LastSilent.After(at) && !o.Agent.LastProof.After(at) {
+	if o.Member.State == vocab.MemberAlive && !d.silentThrough(at) && !o.Agent.LastProof.After(at) {
 		return true
 	}
-	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.t.suspicion.since)
+	return ev.BMC != nil && d.kubeletShowsLife() && !d.silentSince(d.silenceFrom())
+}
+
+// silentThrough reports whether the agent was silent at t and after: a
+// challenge sent after t went unanswered, or one sent for this silence
+// (since silenceFrom: when the node's beats were late) was still waiting
+// at t and got no answer.
+func (d *decider) silentThrough(t time.Time) bool {
+	a := d.o.Agent
+	return a.LastSilent.After(t) || (!a.LastSilent.IsZero() && !a.LastSilent.Before(d.silenceFrom()) && !a.SilentUntil.Before(t))
 }
 
 // kubeletShowsLife reports whether the node shows life since the

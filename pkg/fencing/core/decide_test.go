@@ -831,6 +831,8 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	// The beats to this fencer stop and start (pkg/heartbeat's Detector),
 	// truly or not: a stream of their own too.
 	beats := rand.New(rand.NewPCG(seed, 7))
+	// And how long ago an unanswered challenge was sent.
+	waits := rand.New(rand.NewPCG(seed, 8))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
@@ -899,7 +901,10 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				case 0:
 					o.Agent = AgentObs{LastProof: o.Now}
 				case 1:
-					o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Duration(rng.IntN(120)) * time.Second), LastSilent: o.Now}
+					// Unanswered, sent up to a second ago: its wait spans
+					// what happened meanwhile.
+					sent := o.Now.Add(-time.Duration(waits.IntN(1000)) * time.Millisecond)
+					o.Agent = AgentObs{SilentSince: sent.Add(-time.Duration(rng.IntN(120)) * time.Second), LastSilent: sent, SilentUntil: o.Now}
 				case 2:
 					o.Agent.Challenging = !o.Agent.Challenging
 				}
@@ -909,7 +914,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				// A node hung for a minute, everything allowing a power
 				// action: the walk must reach power-offs to test them.
 				o.Node.Ready, o.Node.ReadySince = ReadyUnknown, o.Now.Add(-time.Minute)
-				o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Minute), LastSilent: o.Now}
+				o.Agent = AgentObs{SilentSince: o.Now.Add(-time.Minute), LastSilent: o.Now, SilentUntil: o.Now}
 				o.BMC.Reading, o.BMC.InFlight = reading(vocab.PowerOn, o.Now, nodeUUID), false
 				o.Cluster.GossipAlive, o.Cluster.LeaseHeld = 5, true
 			case 11:
@@ -969,11 +974,13 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 			switch {
 			case o.Member.State != vocab.MemberAlive:
-				o.Member.Silent, o.Member.SilentSince = false, time.Time{} // the ring's rule: a new state is a new life
-			case beats.IntN(8) == 0 && !o.Member.Silent:
-				o.Member.Silent, o.Member.SilentSince = true, o.Now.Add(-time.Duration(beats.IntN(2000))*time.Millisecond)
+				o.Member.Silent, o.Member.Doubt, o.Member.SilentSince = false, false, time.Time{} // the ring's rule: a new state is a new life
+			case beats.IntN(8) == 0 && !o.Member.Doubt:
+				o.Member.Doubt, o.Member.SilentSince = true, o.Now.Add(-time.Duration(beats.IntN(1000))*time.Millisecond)
+			case beats.IntN(8) == 0 && o.Member.Doubt && !o.Member.Silent:
+				o.Member.Silent = true
 			case beats.IntN(8) == 0:
-				o.Member.Silent, o.Member.SilentSince = false, time.Time{}
+				o.Member.Silent, o.Member.Doubt, o.Member.SilentSince = false, false, time.Time{}
 			}
 			walkCordon(cordons, &o)
 			switch {
