@@ -214,8 +214,13 @@ func (b *hostileBed) join(name, boot, ip string, key *identity.Key, isNode func(
 	if b.ring != nil {
 		seeds = func() []string { return []string{b.ring.LocalAddr()} }
 	}
+	// The fencer's ring judges the victims' beats, as a fencer's does.
+	role := heartbeat.RoleObserver
+	if name == "fencer" {
+		role = heartbeat.RoleFencer
+	}
 	r, err := heartbeat.New(cfg, heartbeat.Options{
-		Meta: heartbeat.Meta{Node: name, BootID: boot}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name),
+		Meta: heartbeat.Meta{Node: name, BootID: boot, Role: role}, Seeds: seeds, IsNode: isNode, Key: key, Logger: b.logf(b.t, name),
 		ChallengerAddrs: b.nodeGossipAddrs})
 	if err != nil {
 		b.t.Fatal(err)
