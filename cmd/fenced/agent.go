@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -94,6 +95,11 @@ func runAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 }
 
 func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
+	for flag, addr := range map[string]string{"--gossip-bind-address": f.gossipBind, "--gossip-advertise-address": f.gossipAdvertise} {
+		if addr != "" && net.ParseIP(addr) == nil {
+			return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("%s %q is not an IP address", flag, addr)}
+		}
+	}
 	cfg, err := g.loadConfig(false)
 	if err != nil {
 		return err

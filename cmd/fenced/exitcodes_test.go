@@ -196,6 +196,10 @@ bmc:
 		{[]string{"include", "a", "b"}, exitUsage, "expected exactly one NODE"},
 		{[]string{"history", "a", "b"}, exitUsage, "expected exactly one NODE"},
 		{[]string{"history"}, exitOK, "No fence recorded"},
+		{[]string{"agent", "--node-name", "a", "--insecure-gossip", "--gossip-bind-address", "node-a.example", "--config", cfg}, exitUsage,
+			`--gossip-bind-address "node-a.example" is not an IP address`},
+		{[]string{"agent", "--node-name", "a", "--insecure-gossip", "--gossip-advertise-address", "10.0.0.300", "--config", cfg}, exitUsage,
+			`--gossip-advertise-address "10.0.0.300" is not an IP address`},
 		{[]string{"config", "nosuch"}, exitUsage, `unknown command "nosuch" for "fenced config"`},
 		{[]string{"config", "validate", missing}, exitCannotCheck, "nope.yaml"},
 	}
