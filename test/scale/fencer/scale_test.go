@@ -89,10 +89,10 @@ const leaseNamespace = "fenced-system"
 
 // TestFencerAtScale: one fencer (the fenced binary) watching a cluster of
 // Nodes kept alive by the light kubelet simulator; measured at rest; then
-// a rack goes dark with its BMCs up (read off), then another with its BMCs
-// dark and its PDU's outlets off (read off at the PDU level). Asserted:
-// every rack node is tainted, every taint carries evidence, no node
-// outside the racks is tainted, no power action (every rack node reads
+// one node loses power, then a rack goes dark with its BMCs up (read off),
+// then another with its BMCs dark and its PDU's outlets off (read off at
+// the PDU level). Asserted: every node that lost power is tainted, every
+// taint carries evidence, no other node is tainted, no power action (every rack node reads
 // off: there is nothing to switch) and never more power Leases than
 // maxConcurrentPowerActions, never more reads in flight than the bound.
 func TestFencerAtScale(t *testing.T) {
@@ -146,8 +146,9 @@ func TestFencerAtScale(t *testing.T) {
 	s.startFencer(ctx, kubeconfig, res)
 	s.floodBeats(ctx, res)
 	s.atRest(res, auditLog)
-	s.rackDark(ctx, "A", s.rackA, false, &res.runs[0])
-	s.rackDark(ctx, "B", s.rackB, true, &res.runs[1])
+	s.rackDark(ctx, "solo", []string{s.solo}, false, &res.runs[0])
+	s.rackDark(ctx, "A", s.rackA, false, &res.runs[1])
+	s.rackDark(ctx, "B", s.rackB, true, &res.runs[2])
 	s.checkTaints()
 	res.falseDeaths = s.falseDeaths()
 	res.renewals, res.renewFailures = sim.renewals.Load(), sim.failures.Load()
@@ -163,16 +164,18 @@ type scenario struct {
 
 	nodes        []simNode
 	rackA, rackB []string
-	memberNames  []string
-	ips          map[string]string
-	bmcs         map[string]*ipmisim.Sim
-	pdu          *pdusim.PDU
-	outlet       map[string]int
-	kubelets     *kubelets
-	rings        map[string]*heartbeat.Ring
-	gossipPort   int
-	metricsURL   string
-	pid          int
+	// solo is the node that loses power alone, first.
+	solo        string
+	memberNames []string
+	ips         map[string]string
+	bmcs        map[string]*ipmisim.Sim
+	pdu         *pdusim.PDU
+	outlet      map[string]int
+	kubelets    *kubelets
+	rings       map[string]*heartbeat.Ring
+	gossipPort  int
+	metricsURL  string
+	pid         int
 
 	mu      sync.Mutex
 	tainted map[string]time.Time // first time seen tainted
@@ -200,9 +203,17 @@ func (s *scenario) layout() {
 			s.rackA = append(s.rackA, name)
 		case i < 2*sz.rack:
 			s.rackB = append(s.rackB, name)
+		case i == 2*sz.rack:
+			s.solo = name
 		}
 		s.nodes = append(s.nodes, simNode{name: name, ip: ip})
 	}
+}
+
+// lost are the nodes that lose power in the run: the solo node and the
+// racks, each with a BMC.
+func (s *scenario) lost() []string {
+	return append(append([]string{s.solo}, s.rackA...), s.rackB...)
 }
 
 func (s *scenario) names() []string {
@@ -213,11 +224,12 @@ func (s *scenario) names() []string {
 	return out
 }
 
-// startBMCs starts an ipmi_sim for every rack node (their system UUIDs go
-// on the Nodes) and the PDU that feeds rack B, one outlet per node.
+// startBMCs starts an ipmi_sim for the solo node and every rack node
+// (their system UUIDs go on the Nodes) and the PDU that feeds rack B, one
+// outlet per node.
 func (s *scenario) startBMCs() {
 	t := s.t
-	racks := append(slices.Clone(s.rackA), s.rackB...)
+	racks := s.lost()
 	s.bmcs = map[string]*ipmisim.Sim{}
 	var mu sync.Mutex
 	stop := startProgress(t, "starting ipmi_sim BMCs", func() string {
@@ -333,8 +345,7 @@ func (s *scenario) fencerConfig() string {
 		fmt.Fprintf(&b, ", timeout: %s, retries: %d", s.sz.bmcTimeout, s.sz.bmcRetries)
 	}
 	b.WriteString("}\n  nodes:\n")
-	racks := append(slices.Clone(s.rackA), s.rackB...)
-	for _, n := range racks {
+	for _, n := range s.lost() {
 		bmc := s.bmcs[n]
 		pw := filepath.Join(s.dir, n+".bmc-password")
 		must(s.t, os.WriteFile(pw, []byte(bmc.Password+"\n"), 0o600))
@@ -349,7 +360,7 @@ func (s *scenario) fencerConfig() string {
 	fmt.Fprintf(&b, "fenceDevices:\n  - name: pdu-b\n    agent: fence_apc_snmp\n    options: {ip: %s, ipport: \"%d\", snmp_version: \"2c\"}\n"+
 		"    secretOptions: {community: %s}\n    plugs: {%s}\n", s.pdu.Host, s.pdu.Port, community, strings.Join(plugs, ", "))
 	b.WriteString("topology:\n  nodes:\n")
-	for _, n := range s.rackA {
+	for _, n := range append([]string{s.solo}, s.rackA...) {
 		fmt.Fprintf(&b, "    - {name: %s, levels: [[bmc]]}\n", n)
 	}
 	for _, n := range s.rackB {
@@ -578,7 +589,7 @@ func (s *scenario) checkTaints() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	off := map[string]bool{}
-	for _, n := range append(slices.Clone(s.rackA), s.rackB...) {
+	for _, n := range s.lost() {
 		off[n] = true
 	}
 	for n := range s.tainted {
@@ -670,7 +681,7 @@ func (s *scenario) falseDeaths() int {
 	b, err := os.ReadFile(filepath.Join(s.dir, "fencer.log"))
 	must(s.t, err)
 	off := map[string]bool{}
-	for _, n := range append(slices.Clone(s.rackA), s.rackB...) {
+	for _, n := range s.lost() {
 		off[n] = true
 	}
 	n := 0
@@ -741,7 +752,7 @@ type results struct {
 	startVerbs                   string
 	falseDeaths                  int
 	beatsPerSecond               float64
-	runs                         [2]rackRun
+	runs                         [3]rackRun
 	renewals, renewFailures      int64
 }
 
@@ -765,10 +776,13 @@ func (r *results) print(t *testing.T) {
 	fmt.Fprintf(&b, "| BMC reads at rest | %.0f (device monitor rounds only) |\n", r.restBMC)
 	fmt.Fprintf(&b, "| gossip deaths of members outside the racks (false, in the fencer's view) over the run | %d |\n", r.falseDeaths)
 	fmt.Fprintf(&b, "| simulated kubelet Lease renewals over the run | %d (%d failed) |\n\n", r.renewals, r.renewFailures)
-	b.WriteString("| a rack goes dark | beats stopped (first / median / last) | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
+	b.WriteString("| power lost | beats stopped (first / median / last) | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.runs {
 		what := fmt.Sprintf("rack %s, %d nodes, BMCs up (read off)", run.label, run.nodes)
+		if run.nodes == 1 {
+			what = "one node, BMC up (read off)"
+		}
 		if run.dark {
 			what = fmt.Sprintf("rack %s, %d nodes, BMCs dark, PDU outlets off", run.label, run.nodes)
 		}
