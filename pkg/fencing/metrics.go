@@ -29,6 +29,8 @@ type Metrics struct {
 	// FalseSuspicions counts the power reads on beats' silence alone that
 	// found the power on.
 	FalseSuspicions prometheus.Counter
+	// Challenges counts the liveness challenges sent, by result.
+	Challenges *prometheus.CounterVec
 	// DetectionToTaint is the time from suspicion to the taint.
 	DetectionToTaint prometheus.Histogram
 	// SafetyAlarms counts safety alarms by reason: a fenced node back with
@@ -103,6 +105,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_false_suspicions_total",
 			Help: "Power reads made because a node's beats to this fencer stopped, every other channel answering, that found its power on: each a read of a live node (lost packets, a starved node), logged and counted, never an Event.",
 		}),
+		Challenges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_liveness_challenges_total",
+			Help: "Liveness challenges this fencer sent to agents, by result: answered, silent (no proof in time) or failed (no address, a bad proof). Sent when a node's beats are late, with a power read, and in power-off mode while a switch-off is considered.",
+		}, []string{"result"}),
 		DetectionToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fenced_detection_to_taint_seconds",
 			Help:    "Time from suspecting a node to applying its out-of-service taint.",
@@ -157,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
 		}),
 	}
-	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.FalseSuspicions, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
+	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.FalseSuspicions, m.Challenges, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
 		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
 		m.HistoryWriteFailures)
 	return m

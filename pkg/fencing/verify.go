@@ -299,10 +299,13 @@ func (f *Fencer) startChallenge(ctx context.Context, name string, node *corev1.N
 		f.mu.Unlock()
 		switch {
 		case err == nil:
+			f.cfg.Metrics.Challenges.WithLabelValues("answered").Inc()
 			f.log.Info("agent answered a liveness challenge", "node", name, "addr", addr, "boot", proof.BootID)
 		case errors.Is(err, heartbeat.ErrNoProof) || errors.Is(err, context.DeadlineExceeded):
+			f.cfg.Metrics.Challenges.WithLabelValues("silent").Inc()
 			f.log.Info("agent silent to a liveness challenge", "node", name, "addr", addr, "err", err)
 		default:
+			f.cfg.Metrics.Challenges.WithLabelValues("failed").Inc()
 			f.log.Warn("liveness challenge failed", "node", name, "addr", addr, "err", err)
 		}
 		if ctx.Err() == nil {

@@ -444,6 +444,7 @@ func (s *scenario) atRest(res *results, auditLog string) {
 	time.Sleep(s.sz.settle)
 	cpu0 := procstat.CPUSeconds(s.pid)
 	bmc0 := s.metric(`fenced_bmc_requests_total{op="power-status"`)
+	challenges0 := s.metric("fenced_liveness_challenges_total")
 	start := time.Now()
 	var rss []float64
 	stop := startProgress(t, "at rest", func() string { return fmt.Sprintf("RSS %.1f MB", procstat.RSSMB(s.pid)) })
@@ -456,6 +457,7 @@ func (s *scenario) atRest(res *results, auditLog string) {
 	res.restCPU = 100 * (procstat.CPUSeconds(s.pid) - cpu0) / end.Sub(start).Seconds()
 	res.restRSS, res.restRSSMax = median(rss), slices.Max(rss)
 	res.restBMC = s.metric(`fenced_bmc_requests_total{op="power-status"`) - bmc0
+	res.restChallenges = s.metric("fenced_liveness_challenges_total") - challenges0
 	req, watches := auditCounts(t, auditLog, start, end)
 	res.restRequestsPerMin = float64(req) / end.Sub(start).Minutes()
 	res.restWatches = watches
@@ -747,7 +749,7 @@ type results struct {
 	restRSS, restRSSMax, restCPU float64
 	restRequestsPerMin           float64
 	restWatches                  int
-	restBMC                      float64
+	restBMC, restChallenges      float64
 	startRequests, startWatches  int
 	startVerbs                   string
 	falseDeaths                  int
@@ -774,6 +776,7 @@ func (r *results) print(t *testing.T) {
 	fmt.Fprintf(&b, "| fencer API requests at rest (audit log) | %.1f per minute (%d watches opened) |\n", r.restRequestsPerMin, r.restWatches)
 	fmt.Fprintf(&b, "| fencer API requests from start to rest | %d (%s), %d watches |\n", r.startRequests, r.startVerbs, r.startWatches)
 	fmt.Fprintf(&b, "| BMC reads at rest | %.0f (device monitor rounds only) |\n", r.restBMC)
+	fmt.Fprintf(&b, "| liveness challenges at rest (beats late) | %.0f |\n", r.restChallenges)
 	fmt.Fprintf(&b, "| gossip deaths of members outside the racks (false, in the fencer's view) over the run | %d |\n", r.falseDeaths)
 	fmt.Fprintf(&b, "| simulated kubelet Lease renewals over the run | %d (%d failed) |\n\n", r.renewals, r.renewFailures)
 	b.WriteString("| power lost | beats stopped (first / median / last) | whole rack dead in gossip | first taint | median | last taint | reads in flight (max) | waiting (max) | reads ok / failed | power-offs | power Leases (max) | fencer RSS max | fencer CPU | evidence |\n")
