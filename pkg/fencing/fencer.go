@@ -117,8 +117,11 @@ type Config struct {
 	// MaxConcurrentPowerReads bounds the power reads in flight at once
 	// (readgate.go); 0: DefaultMaxConcurrentPowerReads.
 	MaxConcurrentPowerReads int
-	Metrics                 *Metrics
-	Logger                  *slog.Logger
+	// Workers carry out decisions for that many nodes at once (0:
+	// DefaultWorkers); the decisions themselves are taken one at a time.
+	Workers int
+	Metrics *Metrics
+	Logger  *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -137,6 +140,11 @@ type Fencer struct {
 	// kubeletLeases are the kubelets' node Leases (their heartbeats).
 	kubeletLeases coordlisters.LeaseNamespaceLister
 	synced        []cache.InformerSynced
+
+	// decideMu makes the decisions one at a time, so that each sees what
+	// the ones before it reserved (reserve) while their writes run beside
+	// it; taken before mu.
+	decideMu sync.Mutex
 
 	mu sync.Mutex
 	// state is what this fencer keeps about each node, dropped whole with
@@ -218,6 +226,9 @@ func New(cfg Config) (*Fencer, error) {
 	}
 	if cfg.MaxConcurrentPowerReads <= 0 {
 		cfg.MaxConcurrentPowerReads = DefaultMaxConcurrentPowerReads
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
 	}
 	f := &Fencer{
 		cfg:         cfg,
@@ -372,14 +383,17 @@ func (f *Fencer) Run(ctx context.Context) error {
 		f.log.Warn("dry-run (policy.dryRun): deciding and reporting everything, changing nothing — no taint, no Ready=False, no pod deleted, no power switched")
 	}
 
-	// The worker is waited for on return like the background calls: a
-	// decision still running must not outlive Run (and log after it).
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		for f.processNext(ctx) {
-		}
-	}()
+	// The workers are waited for on return like the background calls: a
+	// decision still running must not outlive Run (and log after it). The
+	// queue hands a node to one worker at a time.
+	for range f.cfg.Workers {
+		f.bg.Add(1)
+		go func() {
+			defer f.bg.Done()
+			for f.processNext(ctx) {
+			}
+		}()
+	}
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
@@ -414,11 +428,16 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	if name == f.cfg.Identity {
 		return nil // a fencer is never its own target
 	}
+	// One decision at a time (decideMu): the cluster-wide guards count
+	// what the decisions before this one reserved, and their writes run
+	// beside it.
+	f.decideMu.Lock()
 	// One decision, one set of settings: a reload during it applies to
 	// the next.
 	settings := f.settings()
 	o, node, err := f.observe(name, settings)
 	if err != nil {
+		f.decideMu.Unlock()
 		return err
 	}
 	f.mu.Lock()
@@ -433,8 +452,12 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	gone := d.Phase == core.PhaseHealthy && !o.Node.Exists
 	if gone {
 		f.forget(name)
+	} else {
+		s.reserve(d.Actions)
+		defer f.unreserve(name)
 	}
 	f.mu.Unlock()
+	f.decideMu.Unlock()
 
 	if !gone {
 		f.cfg.Metrics.setPhase(name, before, d.Phase)
@@ -506,6 +529,23 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 			delete(f.cleanFences, n)
 		}
 	}
+	// What the other nodes' decisions reserved counts as done: their
+	// workers may still be writing it.
+	powerActions, pendingTaints := map[string]bool{}, map[string]bool{}
+	for n, s := range f.state {
+		if n == name {
+			continue
+		}
+		if s.acquiring || s.renew != nil {
+			powerActions[n] = true
+		}
+		if s.taintPending != "" {
+			pendingTaints[n] = true
+		}
+		if s.taintPending == vocab.EvidenceCleanShutdown {
+			cleanFences[n] = true
+		}
+	}
 	f.mu.Unlock()
 	o.BMC.Configured = configured
 
@@ -523,7 +563,10 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 		}
 		m, known := f.cfg.Members.Member(n.Name)
 		gone := known && m.State.Gone()
-		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n)
+		if n.Name != name {
+			n = f.freshest(n)
+		}
+		fenced := taint.AppliedByFenced(n) && taint.HasTaint(n) || pendingTaints[n.Name]
 		if ready, _ := readyCondition(n); ready != core.ReadyTrue || gone || fenced {
 			o.Cluster.Unhealthy++
 		}
@@ -537,7 +580,7 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 			}
 		}
 		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
-		if n.Name != name && isCP && (fenced || f.leaseActive(n.Name, now) != "") {
+		if n.Name != name && isCP && (fenced || powerActions[n.Name] || f.leaseActive(n.Name, now) != "") {
 			o.Cluster.ControlPlaneDown++
 		}
 	}
@@ -553,9 +596,10 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 			continue
 		}
 		if f.leaseActive(target, now) != "" {
-			o.Cluster.PowerActions++
+			powerActions[target] = true
 		}
 	}
+	o.Cluster.PowerActions = len(powerActions)
 	o.Cluster.LeaseHeld = f.leaseActive(name, now) == f.cfg.Identity
 	delete(cleanFences, name)
 	o.Cluster.CleanShutdownFences = len(cleanFences)

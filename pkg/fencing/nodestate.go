@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/vocab"
 )
 
 // nodeState is what this fencer keeps about one node between its
@@ -41,6 +42,16 @@ type nodeState struct {
 	// runs (powerlease.go).
 	renew context.CancelFunc
 
+	// What this fencer decided and has not written yet: the decisions of
+	// other nodes count it as written (observe), as the write may still be
+	// running on another worker (reserve, Fencer.unreserve).
+
+	// acquiring: the node's power Lease is being acquired.
+	acquiring bool
+	// taintPending is the evidence of the out-of-service taint being
+	// written, "" when none is.
+	taintPending vocab.EvidenceMethod
+
 	// What this fencer wrote that its informers may not show yet.
 
 	// written is the Node as this fencer's own taint write returned it,
@@ -57,6 +68,29 @@ type nodeState struct {
 	// misfed: the device monitor found a level of this Ready node reading
 	// off while its agent answered, and raised the alarm (monitor.go).
 	misfed bool
+}
+
+// reserve marks what a decision's actions will write; f.mu held.
+func (s *nodeState) reserve(actions []core.Action) {
+	for _, a := range actions {
+		switch a.Kind {
+		case core.ActAcquireLease:
+			s.acquiring = true
+		case core.ActApplyTaint:
+			s.taintPending = a.Evidence.Method
+		}
+	}
+}
+
+// unreserve ends node's reservations once its actions were carried out
+// (a Lease acquired is counted by its renewal from then on, a taint
+// written by the Node the write returned: freshest).
+func (f *Fencer) unreserve(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.state[node]; ok {
+		s.acquiring, s.taintPending = false, ""
+	}
 }
 
 // stateOf is node's state, made when it has none; f.mu held.

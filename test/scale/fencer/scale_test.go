@@ -406,6 +406,13 @@ func (s *scenario) startFencer(ctx context.Context, kubeconfig string, res *resu
 			<-done
 		}
 		_ = logFile.Close()
+		if keep := os.Getenv("FENCED_BENCH_SCALE_FENCER_LOG"); keep != "" {
+			// The fencer's own account of each fence (make bench-scale
+			// keeps it beside the table).
+			if b, err := os.ReadFile(logPath); err == nil {
+				_ = os.WriteFile(keep, b, 0o644)
+			}
+		}
 		if t.Failed() {
 			if b, err := os.ReadFile(logPath); err == nil {
 				lines := strings.Split(string(b), "\n")
