@@ -4,9 +4,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -75,6 +81,75 @@ func BenchmarkBeatSent(b *testing.B) {
 	for b.Loop() {
 		if err := ml.SendBestEffort(to, msg); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFencerCPUAtBeatRate is what a fencer's ring costs in CPU while
+// a 1000-node cluster beats to it: five beats a millisecond, as evenly
+// spread as the agents' own timers make them, encrypted and labelled,
+// sent by another process (this test binary again, as
+// TestBeatFloodChild), so that the figure is the receiving process's
+// alone: its user and system time over a 3 s window, in % of a core. The
+// names are no members of its ring (their beats are dropped after the
+// lookup), which leaves out the Detector's update (BenchmarkBeatReceived,
+// ~0.1 µs a beat).
+func BenchmarkFencerCPUAtBeatRate(b *testing.B) {
+	cfg := fastConfig(b, "fencer", 0)
+	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval = time.Second, 500*time.Millisecond, 200*time.Millisecond
+	start(b, cfg, Options{Meta: Meta{BootID: "boot-fencer", Role: RoleFencer, Agent: "bench"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	child := exec.Command(os.Args[0], "-test.run=^TestBeatFloodChild$", "-test.bench=^$")
+	child.Env = append(os.Environ(), beatFloodTo+"="+net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.BindPort)))
+	if err := child.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	time.Sleep(time.Second) // the flood under way: a warm-up, not a wait for a condition
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	const window = 3 * time.Second
+	var used, elapsed time.Duration
+	for b.Loop() {
+		c0, w0 := cpu(), time.Now()
+		time.Sleep(window)
+		used, elapsed = used+cpu()-c0, elapsed+time.Since(w0)
+	}
+	b.ReportMetric(100*used.Seconds()/elapsed.Seconds(), "%cpu")
+}
+
+// beatFloodTo names the environment variable that makes
+// TestBeatFloodChild flood that address with beats.
+const beatFloodTo = "FENCED_BEAT_FLOOD_TO"
+
+// TestBeatFloodChild is BenchmarkFencerCPUAtBeatRate's sender: run
+// alone, it does nothing. It sends the beats of 1000 names, five a
+// millisecond, until it is killed (or for a minute).
+func TestBeatFloodChild(t *testing.T) {
+	to := os.Getenv(beatFloodTo)
+	if to == "" {
+		t.Skip("the sender of BenchmarkFencerCPUAtBeatRate")
+	}
+	f, err := hostile.New(testKey, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([][]byte, 1000)
+	for i := range msgs {
+		msgs[i] = EncodeBeat(fmt.Sprintf("node-%04d", i))
+	}
+	const perTick = 5
+	tick := time.NewTicker(DefaultBeatInterval * perTick / time.Duration(len(msgs)))
+	defer tick.Stop()
+	end := time.Now().Add(time.Minute)
+	for i := 0; time.Now().Before(end); i = (i + perTick) % len(msgs) {
+		<-tick.C
+		for _, m := range msgs[i : i+perTick] {
+			_ = f.UserUDP(to, m)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // TestTransportHandsOnExactCopies: every datagram comes out as its own
 // bytes — exactly as long as it was, not sharing memory with the next —
-// stamped with when it was read, from where it came; streams are accepted;
+// in order, stamped with when it was read, from where it came, read in
+// batches; one too large to be the ring's is dropped; streams are accepted;
 // TCP and UDP listen on one port, picked when 0 is asked for; the bound
 // address is advertised unless another is given.
 func TestTransportHandsOnExactCopies(t *testing.T) {
@@ -38,9 +40,19 @@ func TestTransportHandsOnExactCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sent := []string{"first datagram", "2nd"}
+	// More than a batch, and one datagram larger than any of the ring's
+	// among them: dropped, not handed on in part.
+	var sent []string
+	for i := range 3 * readBatch {
+		sent = append(sent, strings.Repeat("x", i%7)+"datagram "+strconv.Itoa(i))
+	}
 	before := time.Now()
-	for _, s := range sent {
+	for i, s := range sent {
+		if i == readBatch/2 {
+			if _, err := c.Write(make([]byte, maxPacket+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if _, err := c.Write([]byte(s)); err != nil {
 			t.Fatal(err)
 		}
