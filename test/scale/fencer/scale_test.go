@@ -638,12 +638,13 @@ func (s *scenario) floodBeats(ctx context.Context, res *results) {
 	for i, n := range names {
 		msgs[i] = heartbeat.EncodeBeat(n)
 	}
-	// In ten parts per interval, so that the flood is as even as the
-	// beats of many agents are.
-	const parts = 10
-	per := (len(msgs) + parts - 1) / parts
+	// Five at a time, spread over the interval, as evenly as the beats of
+	// many agents with timers of their own arrive: ten bursts an interval
+	// woke the fencer less often than a real cluster's beats do.
+	const per = 5
+	parts := (len(msgs) + per - 1) / per
 	go func() {
-		t := time.NewTicker(heartbeat.DefaultBeatInterval / parts)
+		t := time.NewTicker(heartbeat.DefaultBeatInterval / time.Duration(parts))
 		defer t.Stop()
 		for i := 0; ; i = (i + 1) % parts {
 			select {
