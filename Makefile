@@ -193,9 +193,9 @@ soak: deps kube-binaries ## endurance: the e2e fault matrix SOAK_MATRIX_RUNS tim
 # The fencer in a 1000-Node cluster and a rack of 40 going dark twice (BMCs
 # up, then BMCs dark behind a PDU level): test/scale/fencer at full size.
 # Its 20-Node version runs in every `go test`.
-bench-scale: deps kube-binaries ## one fencer, 1000 Nodes, a rack of 40 goes dark (BMCs up, then dark with a PDU level); table in bin/bench-scale.txt, the fencer's log in bin/bench-scale-fencer.log (~6 min)
+bench-scale: deps kube-binaries ## one fencer, 1000 Nodes, a rack of 40 goes dark (BMCs up, then dark with a PDU level); table in bin/bench-scale.txt, the fencer's log and its heap and CPU profiles at rest beside it (~6 min)
 	@mkdir -p bin
-	set -o pipefail; FENCED_BENCH_SCALE=1 FENCED_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.txt FENCED_BENCH_SCALE_FENCER_LOG=$(CURDIR)/bin/bench-scale-fencer.log nice -n 10 $(GO) test -count=1 -timeout 40m -v -run '^TestFencerAtScale$$' ./test/scale/fencer/ 2>&1 \
+	set -o pipefail; FENCED_BENCH_SCALE=1 FENCED_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.txt FENCED_BENCH_SCALE_FENCER_LOG=$(CURDIR)/bin/bench-scale-fencer.log FENCED_BENCH_SCALE_PROFILES=$(CURDIR)/bin nice -n 10 $(GO) test -count=1 -timeout 40m -v -run '^TestFencerAtScale$$' ./test/scale/fencer/ 2>&1 \
 	  | tee bin/bench-scale.log | grep --line-buffered -v -e '^=== ' -e '^\s*$$'
 
 # Gossip at scale: rings of the real heartbeat Ring in one process on

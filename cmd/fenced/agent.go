@@ -30,6 +30,7 @@ type agentFlags struct {
 	seeds           []string
 	insecureGossip  bool
 	metricsAddress  string
+	profiling       bool
 	kubeletRootDir  string
 }
 
@@ -79,6 +80,7 @@ says so and works on (shutdown.announce: false turns this off).`,
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "extra host[:port] addresses to join the ring through (the Nodes' InternalIPs are always tried)")
 	fl.BoolVar(&f.insecureGossip, "insecure-gossip", false, "allow gossip without the encryption key (anyone on the network could join)")
 	fl.StringVar(&f.metricsAddress, "metrics-address", defaultMetricsAddress, `address for /metrics, /healthz and /readyz ("" disables)`)
+	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's CPU, heap and goroutine profiles at the metrics address under /debug/pprof/ (for a developer chasing CPU or memory; anyone who reaches the address can read them)")
 	fl.StringVar(&f.kubeletRootDir, "kubelet-root-dir", shutdown.DefaultKubeletRootDir, "the kubelet's --root-dir, where it mounts CSI volumes (watched during a clean shutdown)")
 	return cmd
 }
@@ -121,7 +123,7 @@ func buildAndRunAgent(cmd *cobra.Command, g *globals, f *agentFlags) error {
 	opts := agent.Options{
 		Config: cfg, Version: version.Version(), NodeName: nodeName, BootID: bootID,
 		GossipBind: f.gossipBind, GossipAdvertise: f.gossipAdvertise, Seeds: f.seeds,
-		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, KubeletRootDir: f.kubeletRootDir,
+		InsecureGossip: f.insecureGossip, MetricsAddress: f.metricsAddress, Profiling: f.profiling, KubeletRootDir: f.kubeletRootDir,
 		Logger: g.log,
 	}
 	rc, err := g.restConfig()

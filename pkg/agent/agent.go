@@ -68,6 +68,9 @@ type Options struct {
 	InsecureGossip bool
 	// MetricsAddress serves /metrics, /healthz, /readyz ("" disables).
 	MetricsAddress string
+	// Profiling serves Go's profiles at MetricsAddress under
+	// /debug/pprof/ too.
+	Profiling bool
 	// ClientCertificate reads the PEM of the client certificate Client
 	// authenticates with (a systemd agent's kubeconfig), for the gauges of
 	// its validity; nil when it authenticates otherwise (a pod's service
@@ -209,7 +212,7 @@ func (a *Agent) build() (_ *parts, err error) {
 			return nil, fmt.Errorf("--metrics-address: %w", err)
 		}
 		p.closers = append(p.closers, func() { _ = p.lis.Close() })
-		p.srv = &http.Server{Handler: metrics.Handler(p.reg, p.ready), ReadHeaderTimeout: 5 * time.Second}
+		p.srv = &http.Server{Handler: metrics.Handler(p.reg, p.ready, o.Profiling), ReadHeaderTimeout: 5 * time.Second}
 	}
 
 	cluster := informers.NewSharedInformerFactory(o.Client, 0)

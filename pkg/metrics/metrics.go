@@ -1,12 +1,14 @@
 // Package metrics holds fenced's Prometheus registry and the agent's HTTP
-// endpoints: /metrics, /healthz (the process serves) and /readyz (the
-// agent has finished starting and can do its job).
+// endpoints: /metrics, /healthz (the process serves), /readyz (the agent
+// has finished starting and can do its job) and, with --profiling,
+// /debug/pprof/.
 //
 // Metric names start with fenced_ and carry their unit.
 package metrics
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,9 +34,18 @@ func NewRegistry(version string) *prometheus.Registry {
 }
 
 // Handler serves /metrics from reg, /healthz, and /readyz, which answers
-// 503 with the reason while ready returns an error.
-func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
+// 503 with the reason while ready returns an error; with profiling, Go's
+// profiles under /debug/pprof/ too (net/http/pprof), as Kubernetes'
+// components serve them with --profiling.
+func Handler(reg *prometheus.Registry, ready func() error, profiling bool) http.Handler {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -389,7 +389,7 @@ func (s *scenario) startFencer(ctx context.Context, kubeconfig string, res *resu
 	must(t, err)
 	cmd := exec.Command(bin, "agent", "--config", cfg, "--kubeconfig", kubeconfig, "--node-name", "fencer-0",
 		"--insecure-gossip", "--gossip-bind-address", "127.0.0.1", "--gossip-advertise-address", "127.0.0.1",
-		"--metrics-address", metricsAddr, "--log-format", "json")
+		"--metrics-address", metricsAddr, "--profiling", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "FENCED_BOOT_ID=boot-fencer-0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
@@ -470,6 +470,27 @@ func (s *scenario) atRest(res *results, auditLog string) {
 	res.restWatches = watches
 	res.startRequests, res.startWatches = auditCounts(t, auditLog, time.Time{}, start)
 	res.startVerbs = auditVerbs(t, auditLog, time.Time{}, start)
+	if dir := os.Getenv("FENCED_BENCH_SCALE_PROFILES"); dir != "" {
+		// After the window, so that taking them costs its figures nothing.
+		s.profile(filepath.Join(dir, "bench-scale-heap.pprof"), "/debug/pprof/heap")
+		s.profile(filepath.Join(dir, "bench-scale-cpu.pprof"), "/debug/pprof/profile?seconds=20")
+	}
+}
+
+// profile saves the fencer's profile at path (served with --profiling):
+// where its memory and CPU at rest go.
+func (s *scenario) profile(file, path string) {
+	resp, err := http.Get(s.metricsURL + path)
+	if err != nil {
+		s.t.Logf("profile %s: %v", path, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		err = os.WriteFile(file, b, 0o644)
+	}
+	s.t.Logf("profile %s → %s (%d, %v)", path, file, resp.StatusCode, err)
 }
 
 // rackDark takes a rack's power away at once: its kubelets stop, its
