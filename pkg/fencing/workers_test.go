@@ -249,7 +249,7 @@ func TestFencesAreWrittenSideBySide(t *testing.T) {
 }
 
 // TestParallelWorkersKeepMaxConcurrentPowerActions: in power-off mode,
-// four hung nodes are switched off with maxConcurrentPowerActions 1 by a
+// three hung nodes are switched off with maxConcurrentPowerActions 1 by a
 // fencer whose workers run side by side and whose Lease writes are slow:
 // one power Lease at a time all the same — a decision counts the Lease
 // another worker is still acquiring (without that, every worker took one).
@@ -257,7 +257,7 @@ func TestParallelWorkersKeepMaxConcurrentPowerActions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a fencer")
 	}
-	const down = 4
+	const down = 3
 	client, bmcs := parallelBed(t, DefaultWorkers, vocab.ModePowerOff, vocab.PowerOn, down, 8, 300*time.Millisecond)
 	var most atomic.Int32
 	stop := make(chan struct{})
