@@ -215,7 +215,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.srv = &http.Server{Handler: metrics.Handler(p.reg, p.ready, o.Profiling), ReadHeaderTimeout: 5 * time.Second}
 	}
 
-	cluster := informers.NewSharedInformerFactory(o.Client, 0)
+	cluster := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, informers.WithTransform(fencing.TrimForCache))
 	p.factories = append(p.factories, cluster)
 	p.nodes = cluster.Core().V1().Nodes()
 	p.nodes.Informer() // registered before the factory starts

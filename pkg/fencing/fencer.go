@@ -71,8 +71,8 @@ type Informers struct {
 // deploy/daemonset/base). The caller starts and shuts down the returned
 // factories, as it does cluster.
 func NewInformers(client kubernetes.Interface, cluster informers.SharedInformerFactory, leaseNamespace string) (Informers, []informers.SharedInformerFactory) {
-	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace))
-	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace))
+	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace), trimmed)
+	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace), trimmed)
 	pause := newPauseFactory(client, leaseNamespace)
 	return Informers{
 		Nodes:             cluster.Core().V1().Nodes(),

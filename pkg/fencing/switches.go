@@ -33,7 +33,7 @@ type pauseState struct {
 // alone: in the lease namespace, by name (RBAC grants that one object;
 // a list or watch by metadata.name is authorized by resourceNames).
 func newPauseFactory(client kubernetes.Interface, namespace string) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace), trimmed,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", taint.PauseConfigMap).String()
 		}))
