@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fenced.io/fenced/pkg/fencing/core"
+	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -143,4 +144,54 @@ func testPolicy(mode vocab.Mode) core.Policy {
 	p.FenceDelay, p.ForceDeletePods, p.PowerOnAfterFence, p.DryRun = 5*time.Second, true, false, false
 	p.ShutdownWait = 2 * time.Minute
 	return p
+}
+
+// TestNodeChanged: a Node update queues a decision only when it changes
+// what the decision reads — a kubelet's status heartbeat or a new image
+// list does not; Ready, a taint, an exclusion label or the InternalIP does.
+func TestNodeChanged(t *testing.T) {
+	base := func() *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "w-1", ResourceVersion: "10", Labels: map[string]string{}},
+			Status: corev1.NodeStatus{
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+					LastHeartbeatTime: metav1.NewTime(time.Unix(100, 0)), LastTransitionTime: metav1.NewTime(time.Unix(50, 0))}},
+				Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.1"}},
+				NodeInfo:  corev1.NodeSystemInfo{BootID: "boot-1"},
+			},
+		}
+	}
+	tests := []struct {
+		name   string
+		change func(*corev1.Node)
+		want   bool
+	}{
+		{"nothing but the resource version", func(n *corev1.Node) { n.ResourceVersion = "11" }, false},
+		{"a status heartbeat", func(n *corev1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Unix(160, 0))
+		}, false},
+		{"images", func(n *corev1.Node) { n.Status.Images = []corev1.ContainerImage{{Names: []string{"pause"}}} }, false},
+		{"Ready goes Unknown", func(n *corev1.Node) {
+			n.Status.Conditions[0].Status = corev1.ConditionUnknown
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Unix(170, 0))
+		}, true},
+		{"a new boot", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" }, true},
+		{"the out-of-service taint", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute}}
+			n.Annotations = map[string]string{taint.AnnotationAppliedBy: "cp-1"}
+		}, true},
+		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		{"excluded", func(n *corev1.Node) { n.Labels[taint.ExcludeLabel] = "true" }, true},
+		{"becomes a control plane", func(n *corev1.Node) { n.Labels["node-role.kubernetes.io/control-plane"] = "" }, true},
+		{"another InternalIP", func(n *corev1.Node) { n.Status.Addresses[0].Address = "198.18.0.2" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old, n := base(), base()
+			tt.change(n)
+			if got := nodeChanged(old, n); got != tt.want {
+				t.Errorf("nodeChanged = %v, want %v", got, tt.want)
+			}
+		})
+	}
 }

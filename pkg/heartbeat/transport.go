@@ -42,8 +42,9 @@ type transport struct {
 
 var _ memberlist.NodeAwareTransport = (*transport)(nil)
 
-// maxDatagram is the largest UDP payload there is.
-const maxDatagram = 65536
+// minReadBuffer is the smallest socket receive buffer asked of the
+// kernel: room for one datagram of the largest size UDP has.
+const minReadBuffer = 64 << 10
 
 // readBatch is how many datagrams one read takes at most, readPause the
 // pause after a read that emptied the socket (readPackets).
@@ -99,7 +100,7 @@ func listen(ip net.IP, port int, log *slog.Logger) (*transport, error) {
 		return nil, fmt.Errorf("listening on UDP %s: %w", net.JoinHostPort(ip.String(), fmt.Sprint(port)), err)
 	}
 	// As large a receive buffer as the kernel grants, down to 64 KiB.
-	for size := udpReadBuffer; size >= maxDatagram; size /= 2 {
+	for size := udpReadBuffer; size >= minReadBuffer; size /= 2 {
 		if udp.SetReadBuffer(size) == nil {
 			break
 		}

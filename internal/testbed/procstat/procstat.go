@@ -31,11 +31,19 @@ func CPUSeconds(pid int) float64 {
 }
 
 // RSSMB is the resident set of process pid in MiB, 0 when it cannot be
-// read.
-func RSSMB(pid int) float64 {
+// read. It counts the executable's pages the process touched, which the
+// kernel shares and may drop; AnonMB is the part only the process holds.
+func RSSMB(pid int) float64 { return statusMB(pid, "VmRSS:") }
+
+// AnonMB is the anonymous resident memory of process pid in MiB (heap,
+// stacks, the Go runtime's own), 0 when it cannot be read.
+func AnonMB(pid int) float64 { return statusMB(pid, "RssAnon:") }
+
+// statusMB reads a field of /proc/<pid>/status given in kB, in MiB.
+func statusMB(pid int, field string) float64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb / 1024
 		}

@@ -21,6 +21,9 @@ func TestSelf(t *testing.T) {
 			if got := RSSMB(tt.pid); (got > 0) != tt.wantAny {
 				t.Errorf("RSSMB = %v", got)
 			}
+			if got := AnonMB(tt.pid); (got > 0) != tt.wantAny || got > RSSMB(tt.pid)+1 {
+				t.Errorf("AnonMB = %v (RSS %v)", got, RSSMB(tt.pid))
+			}
 			if got := CPUSeconds(tt.pid); got < 0 || !tt.wantAny && got != 0 {
 				t.Errorf("CPUSeconds = %v", got)
 			}

@@ -453,16 +453,18 @@ func (s *scenario) atRest(res *results, auditLog string) {
 	bmc0 := s.metric(`fenced_bmc_requests_total{op="power-status"`)
 	challenges0 := s.metric("fenced_liveness_challenges_total")
 	start := time.Now()
-	var rss []float64
+	var rss, anon []float64
 	stop := startProgress(t, "at rest", func() string { return fmt.Sprintf("RSS %.1f MB", procstat.RSSMB(s.pid)) })
 	for time.Since(start) < s.sz.window {
 		rss = append(rss, procstat.RSSMB(s.pid))
+		anon = append(anon, procstat.AnonMB(s.pid))
 		time.Sleep(time.Second)
 	}
 	stop()
 	end := time.Now()
 	res.restCPU = 100 * (procstat.CPUSeconds(s.pid) - cpu0) / end.Sub(start).Seconds()
 	res.restRSS, res.restRSSMax = median(rss), slices.Max(rss)
+	res.restAnon, res.restAnonMax = median(anon), slices.Max(anon)
 	res.restBMC = s.metric(`fenced_bmc_requests_total{op="power-status"`) - bmc0
 	res.restChallenges = s.metric("fenced_liveness_challenges_total") - challenges0
 	req, watches := auditCounts(t, auditLog, start, end)
@@ -776,6 +778,7 @@ type results struct {
 	size                         size
 	toSynced, toReady            time.Duration
 	restRSS, restRSSMax, restCPU float64
+	restAnon, restAnonMax        float64
 	restRequestsPerMin           float64
 	restWatches                  int
 	restBMC, restChallenges      float64
@@ -800,6 +803,7 @@ func (r *results) print(t *testing.T) {
 	b.WriteString("| at rest | figure |\n|---|---|\n")
 	fmt.Fprintf(&b, "| fencer start → informers synced / → /readyz (in the ring) | %s / %s |\n", r.toSynced.Round(time.Millisecond), r.toReady.Round(time.Millisecond))
 	fmt.Fprintf(&b, "| fencer RSS over %s at rest | median %.1f MB, max %.1f MB |\n", sz.window, r.restRSS, r.restRSSMax)
+	fmt.Fprintf(&b, "| of which anonymous (heap, stacks; the rest is the executable's pages) | median %.1f MB, max %.1f MB |\n", r.restAnon, r.restAnonMax)
 	fmt.Fprintf(&b, "| fencer CPU at rest | %.1f %% of one core |\n", r.restCPU)
 	fmt.Fprintf(&b, "| beats the fencer receives at rest | %.0f a second (its ring's members', and the beats of the other Nodes' names — no members of its ring, so read and dropped) |\n", r.beatsPerSecond)
 	fmt.Fprintf(&b, "| fencer API requests at rest (audit log) | %.1f per minute (%d watches opened) |\n", r.restRequestsPerMin, r.restWatches)
