@@ -28,12 +28,15 @@ const (
 	// bmc.retries)) when none does, which is what a larger bound buys.
 	DefaultMaxConcurrentPowerReads = 16
 	// DefaultWorkers carry out the decisions of that many nodes at once.
-	// A fence is three API round trips (the Node, the kubelet's Lease, the
-	// write): one worker, at ~100 ms a fence on a busy API server, left the
-	// last of a 40-node rack tainted seconds after its power read off. The
-	// decisions stay one at a time (Fencer.decideMu): only the writes run
-	// side by side.
-	DefaultWorkers = 4
+	// A fence is a handful of API round trips (the kubelet's Lease, the
+	// Node, the taint, Ready, the pods): one worker, at ~100 ms a round
+	// trip on a busy API server, left the last of a 40-node rack tainted
+	// seconds after its power read off, and four still queued the rack's
+	// fences behind each other. As many workers as power reads may be in
+	// flight (DefaultMaxConcurrentPowerReads) carry out a rack's fences
+	// as fast as its reads come in. The decisions stay one at a time
+	// (Fencer.decideMu): only the writes run side by side.
+	DefaultWorkers = DefaultMaxConcurrentPowerReads
 	// DefaultChallengeTimeout: an agent that does not answer a liveness
 	// challenge within this is silent. Answers take milliseconds.
 	DefaultChallengeTimeout = 2 * time.Second
