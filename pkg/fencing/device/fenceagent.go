@@ -104,6 +104,9 @@ type FenceAgent struct {
 	next          *statusBatch
 	// outlets is what the device's list last said (plugcheck.go).
 	outlets outletList
+	// snmp reads the outlets of an APC rack PDU without the agent
+	// (apcsnmp.go); nil: every read is a run of the agent.
+	snmp *apcSNMP
 }
 
 // FencePlug is one plug an agent's list action reports: an outlet number,
@@ -137,6 +140,7 @@ func NewFenceAgent(ctx context.Context, opts FenceAgentOptions) (*FenceAgent, er
 	if err := a.validate(md); err != nil {
 		return nil, fmt.Errorf("fence-agent %s: %w", a.name, err)
 	}
+	a.snmp = newAPCSNMP(a.name, opts.Options, opts.Secrets)
 	return a, nil
 }
 

@@ -30,7 +30,8 @@ import (
 // Not every agent can: ClusterLabs' SNMP agents (fence_apc_snmp,
 // fence_eaton_snmp, fence_tripplite_snmp, fence_ipdu) print no state in
 // list-status. A device whose list-status gave the state of none of the
-// plugs asked is read plug by plug from then on. A plug list in one status
+// plugs asked is read plug by plug from then on — but for an APC rack PDU
+// fenced reads itself (apcsnmp.go), whose batches are one SNMP GET. A plug list in one status
 // run ("plug=3,4,5", fencing.py's plug_separator) is never used: fencing.py
 // says off only when every plug reads off, but fence_apc_snmp resolves the
 // first plug's outlet once and reads it for every plug of the list — off
@@ -56,14 +57,14 @@ type plugRead struct{ node, plug string }
 // reads of other plugs of this device that ask while a run is under way.
 func (a *FenceAgent) sharedStatus(ctx context.Context, node, plug string) (vocab.PowerState, error) {
 	a.mu.Lock()
-	if !a.canListStatus || plug == "" || !a.busy {
-		share := a.canListStatus && plug != ""
-		if share {
+	shares := (a.canListStatus || a.snmp != nil) && plug != ""
+	if !shares || !a.busy {
+		if shares {
 			a.busy = true
 		}
 		a.mu.Unlock()
-		state, err := a.status(ctx, node, plug)
-		if share {
+		state, err := a.statusOne(ctx, node, plug)
+		if shares {
 			a.runNext()
 		}
 		return state, err
@@ -106,9 +107,9 @@ func (a *FenceAgent) runNext() {
 	}()
 }
 
-// runBatch reads every plug of b: one list-status run for them all, the
-// plain status for a plug alone or one the list does not report on or
-// off. The runs are bounded by the agent's own timeout and retries, not by
+// runBatch reads every plug of b: one SNMP GET for the outlets fenced
+// reads itself (nativeStatus), else one list-status run for them all, the
+// plain status for a plug alone or one neither reports on or off. The runs are bounded by the agent's own timeout and retries, not by
 // any one reader, who may stop waiting (its read cancelled) without
 // stopping the others'.
 func (a *FenceAgent) runBatch(b *statusBatch) {
@@ -116,8 +117,14 @@ func (a *FenceAgent) runBatch(b *statusBatch) {
 	b.states, b.errs = map[string]vocab.PowerState{}, map[string]error{}
 	slices.SortFunc(b.reads, func(x, y plugRead) int { return strings.Compare(x.plug, y.plug) })
 	reads := slices.CompactFunc(b.reads, func(x, y plugRead) bool { return x.plug == y.plug })
-	var listed map[string]vocab.PowerState
-	if len(reads) > 1 {
+	listed, native, handled := a.nativeStatus(ctx, reads)
+	for plug, err := range native {
+		b.errs[plug] = err
+	}
+	a.mu.Lock()
+	canListStatus := a.canListStatus
+	a.mu.Unlock()
+	if !handled && canListStatus && len(reads) > 1 {
 		var err error
 		listed, err = a.listStatus(ctx)
 		switch k := KindOf(err); {
@@ -142,6 +149,9 @@ func (a *FenceAgent) runBatch(b *statusBatch) {
 	for _, r := range reads {
 		if s, ok := listed[r.plug]; ok {
 			b.states[r.plug] = s
+			continue
+		}
+		if _, failed := b.errs[r.plug]; failed {
 			continue
 		}
 		wg.Go(func() {
