@@ -32,7 +32,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast bench-false-reads
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale bench-scale-medians soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast bench-false-reads
 
 all: build
 
@@ -197,6 +197,16 @@ bench-scale: deps kube-binaries ## one fencer, 1000 Nodes, a rack of 40 goes dar
 	@mkdir -p bin
 	set -o pipefail; FENCED_BENCH_SCALE=1 FENCED_BENCH_SCALE_OUT=$(CURDIR)/bin/bench-scale.txt FENCED_BENCH_SCALE_FENCER_LOG=$(CURDIR)/bin/bench-scale-fencer.log FENCED_BENCH_SCALE_PROFILES=$(CURDIR)/bin nice -n 10 $(GO) test -count=1 -timeout 40m -v -run '^TestFencerAtScale$$' ./test/scale/fencer/ 2>&1 \
 	  | tee bin/bench-scale.log | grep --line-buffered -v -e '^=== ' -e '^\s*$$'
+
+BENCH_SCALE_RUNS ?= 10
+bench-scale-medians: deps kube-binaries ## make bench-scale BENCH_SCALE_RUNS times (10): each figure's median, lowest and highest in bin/bench-scale-medians.txt, each run's JSON in bin/bench-scale-runs (~45 min)
+	@mkdir -p bin/bench-scale-runs && rm -f bin/bench-scale-runs/*.json
+	@set -e; for i in $$(seq 1 $(BENCH_SCALE_RUNS)); do \
+	  echo "== bench-scale run $$i of $(BENCH_SCALE_RUNS) (log: bin/bench-scale.log)"; \
+	  FENCED_BENCH_SCALE_FIGURES=$(CURDIR)/bin/bench-scale-runs/run-$$i.json $(MAKE) --no-print-directory bench-scale > /dev/null; \
+	  $(GO) run ./hack/benchscale bin/bench-scale-runs/*.json | tail -n +3; \
+	done
+	$(GO) run ./hack/benchscale bin/bench-scale-runs/*.json | tee bin/bench-scale-medians.txt
 
 # Gossip at scale: rings of the real heartbeat Ring in one process on
 # 127.0.0.1 (test/scale/gossip). GOSSIP_SIZES etc. shorten a trial run.

@@ -33,6 +33,7 @@ import (
 	"fenced.io/fenced/internal/testbed/pdusim"
 	"fenced.io/fenced/internal/testbed/ports"
 	"fenced.io/fenced/internal/testbed/procstat"
+	"fenced.io/fenced/internal/testbed/soak"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/core"
 	"fenced.io/fenced/pkg/heartbeat"
@@ -80,6 +81,10 @@ const readsEnv = "FENCED_BENCH_SCALE_READS"
 
 // outEnv names the file the table is written to besides the test log.
 const outEnv = "FENCED_BENCH_SCALE_OUT"
+
+// figuresEnv names a file for the run's figures as JSON
+// (soak.ScaleFigures), for make bench-scale-medians.
+const figuresEnv = "FENCED_BENCH_SCALE_FIGURES"
 
 // fencerGroup is the group of the fencer's client certificate: the audit
 // policy records its requests only.
@@ -836,6 +841,20 @@ func (r *results) print(t *testing.T) {
 			run.maxInFlight, run.maxWaiting, run.statusOK, run.statusFailed, run.powerOffs, run.maxPowerLeases, run.maxRSS, run.cpuSeconds, strings.Join(ev, ", "))
 	}
 	t.Log("\n" + b.String())
+	if out := os.Getenv(figuresEnv); out != "" {
+		f := soak.ScaleFigures{RestCPUPercent: r.restCPU, RestRSSMB: r.restRSS, RestAnonMB: r.restAnon}
+		for _, run := range r.runs {
+			k := soak.RackFigures{Label: run.label, Nodes: run.nodes, First: run.first, Median: run.median, Last: run.last}
+			if n := len(run.silent); n > 0 {
+				k.BeatsStopped = run.silent[n-1]
+			}
+			f.Racks = append(f.Racks, k)
+		}
+		raw, err := json.Marshal(f)
+		must(t, err)
+		must(t, os.MkdirAll(filepath.Dir(out), 0o755))
+		must(t, os.WriteFile(out, raw, 0o644))
+	}
 	if out := os.Getenv(outEnv); out != "" {
 		must(t, os.MkdirAll(filepath.Dir(out), 0o755))
 		must(t, os.WriteFile(out, []byte(b.String()), 0o644))
