@@ -31,8 +31,9 @@ import (
 // fence_eaton_snmp, fence_tripplite_snmp, fence_ipdu) print no state in
 // list-status. A device whose list-status gave the state of none of the
 // plugs asked is read plug by plug from then on — but for an APC rack PDU
-// fenced reads itself (apcsnmp.go), whose batches are one SNMP GET. A plug list in one status
-// run ("plug=3,4,5", fencing.py's plug_separator) is never used: fencing.py
+// fenced reads itself (apcsnmp.go), whose batches are one SNMP GET. A
+// plug list in one status run ("plug=3,4,5", fencing.py's plug_separator)
+// is never used: fencing.py
 // says off only when every plug reads off, but fence_apc_snmp resolves the
 // first plug's outlet once and reads it for every plug of the list — off
 // for "2,3" with outlet 3 on.
@@ -109,9 +110,10 @@ func (a *FenceAgent) runNext() {
 
 // runBatch reads every plug of b: one SNMP GET for the outlets fenced
 // reads itself (nativeStatus), else one list-status run for them all, the
-// plain status for a plug alone or one neither reports on or off. The runs are bounded by the agent's own timeout and retries, not by
-// any one reader, who may stop waiting (its read cancelled) without
-// stopping the others'.
+// plain status for a plug alone or one neither reports on or off. The
+// runs are bounded by the agent's own timeout and retries, not by any one
+// reader, who may stop waiting (its read cancelled) without stopping the
+// others'.
 func (a *FenceAgent) runBatch(b *statusBatch) {
 	ctx := context.Background()
 	b.states, b.errs = map[string]vocab.PowerState{}, map[string]error{}
