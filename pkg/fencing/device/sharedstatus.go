@@ -33,10 +33,9 @@ import (
 // plugs asked is read plug by plug from then on — but for an APC rack PDU
 // fenced reads itself (apcsnmp.go), whose batches are one SNMP GET. A
 // plug list in one status run ("plug=3,4,5", fencing.py's plug_separator)
-// is never used: fencing.py
-// says off only when every plug reads off, but fence_apc_snmp resolves the
-// first plug's outlet once and reads it for every plug of the list — off
-// for "2,3" with outlet 3 on.
+// is never used: fencing.py says off only when every plug reads off, but
+// fence_apc_snmp resolves the first plug's outlet once and reads it for
+// every plug of the list — off for "2,3" with outlet 3 on.
 
 // actionListStatus is the fence agent API's list-status: every plug with
 // its alias and its state, one per line ("3,worker-3,OFF").
