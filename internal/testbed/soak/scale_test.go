@@ -24,6 +24,9 @@ func TestScaleMedians(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, got)
 		}
 	}
+	if strings.Contains(got, "solo: beats stopped") {
+		t.Errorf("a figure never measured is tabled:\n%s", got)
+	}
 	if strings.Index(got, "| solo:") > strings.Index(got, "| A:") {
 		t.Errorf("racks out of the runs' order:\n%s", got)
 	}
