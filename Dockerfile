@@ -15,7 +15,9 @@ COPY . .
 ARG VERSION=dev
 ARG REVISION=
 ARG CREATED=0
-# The binary as make image builds it: static, -trimpath, no build ID.
+# The binary as make image builds it: static, -trimpath, no build ID, the
+# Makefile's GO_TAGS.
+ENV GOFLAGS=-tags=kustomize_disable_go_plugin_support
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid= -X fenced.io/fenced/pkg/version.stamped=${VERSION}" -o /out/fenced ./cmd/fenced
 RUN go run ./hack/image -binary /out/fenced -rootfs /rootfs -version "${VERSION}" -revision "${REVISION}" -created "${CREATED}"
 

@@ -12,6 +12,15 @@ VERSION      := $(shell hack/release/version.sh)
 endif
 LDFLAGS      := -X fenced.io/fenced/pkg/version.stamped=$(VERSION)
 BIN          := bin/fenced
+# kustomize (under cli-runtime, for kubectl's -k) imports Go's plugin
+# package unless this tag is set, and a cgo binary that links plugin exports
+# every symbol dynamically: 144 MB instead of 108, 84 MB resident for
+# `fenced version` instead of 50, twice the link time. fenced loads no
+# plugins. Exported, so that the binaries tests and benchmarks build under
+# make are built the same way (the static builds of image and release are
+# the same size either way).
+GO_TAGS      := kustomize_disable_go_plugin_support
+export GOFLAGS := $(strip $(GOFLAGS) -tags=$(GO_TAGS))
 # Tools are pinned and run through the Go module proxy; nothing is vendored.
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT    := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da

@@ -259,7 +259,11 @@ func requireDockerfileMatches(t *testing.T, entrypoint, cmd []string, user, work
 		t.Fatal(err)
 	}
 	const flags = `-trimpath -ldflags "-s -w -buildid= `
-	for _, want := range []string{flags, "go run ./hack/image -binary /out/fenced -rootfs /rootfs", "FROM scratch", "COPY --from=build /rootfs/ /"} {
+	const tags = "GO_TAGS      := kustomize_disable_go_plugin_support"
+	if !strings.Contains(string(mk), tags) {
+		t.Errorf("Makefile lacks %q", tags)
+	}
+	for _, want := range []string{flags, "ENV GOFLAGS=-tags=kustomize_disable_go_plugin_support\n", "go run ./hack/image -binary /out/fenced -rootfs /rootfs", "FROM scratch", "COPY --from=build /rootfs/ /"} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
@@ -473,4 +477,42 @@ exec chroot --userspec=65532:65532 "$r" "$@"`
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// TestMakeBuildLinksNoPluginLoader: `make build`, as a user types it (no
+// GOFLAGS of the test's own), links no part of Go's plugin package.
+// kustomize, under cli-runtime, imports it unless the Makefile's GO_TAGS
+// say otherwise, and a cgo binary linking it exports every symbol: a third
+// more bytes on disk and in memory, for plugins fenced never loads.
+func TestMakeBuildLinksNoPluginLoader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fenced")
+	}
+	bin := filepath.Join(t.TempDir(), "fenced")
+	cmd := exec.CommandContext(t.Context(), "make", "-C", repoRoot(t), "--no-print-directory", "build", "BIN="+bin, "VERSION=build-test")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOFLAGS=") && !strings.HasPrefix(kv, "MAKEFLAGS=") && !strings.HasPrefix(kv, "MFLAGS=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatalf("%s has no symbol table: %v", bin, err)
+	}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "plugin.") {
+			t.Fatalf("make build's binary links Go's plugin package (%s): build it with the Makefile's GO_TAGS", s.Name)
+		}
+	}
+	if dyn, err := f.DynamicSymbols(); err == nil && len(dyn) > 1000 {
+		t.Errorf("make build's binary exports %d dynamic symbols, as a binary that can load plugins does", len(dyn))
+	}
 }
