@@ -10,7 +10,9 @@ import (
 )
 
 // TestForgedBeatsOnlyDelay: beats carry nothing a decision rests on.
-// Forged in a live node's name, they change nothing: no read, no harm.
+// Forged — in both forms, sealed and through memberlist, by a holder of
+// the gossip key — in a live node's name, they change nothing: no read,
+// no harm.
 // Forged in the name of a node that lost power — taken for its own, so
 // its beats never look stopped — they keep nothing from being fenced on
 // gossip's verdict, its power reading and its agent's silence: at most
@@ -25,6 +27,10 @@ func TestForgedBeatsOnlyDelay(t *testing.T) {
 	forge := func(name string) (stop func()) {
 		done := make(chan struct{})
 		to := b.ring.LocalAddr()
+		sealed, err := heartbeat.SealBeat(hostileGossipKey, hostileLabel, name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		go func() {
 			tick := time.NewTicker(50 * time.Millisecond)
 			defer tick.Stop()
@@ -34,6 +40,7 @@ func TestForgedBeatsOnlyDelay(t *testing.T) {
 					return
 				case <-tick.C:
 					_ = b.forger.UserUDP(to, heartbeat.EncodeBeat(name))
+					_ = b.forger.Datagram(to, sealed)
 				}
 			}
 		}()

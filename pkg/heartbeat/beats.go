@@ -40,38 +40,51 @@ func decodeBeat(buf []byte) (string, bool) {
 }
 
 // beatLoop sends this agent's beats to every fencer alive in its view
-// (but itself) until the ring shuts down.
-func (r *Ring) beatLoop(ml *memberlist.Memberlist) {
+// (but itself) until the ring shuts down: sealed, through own (the ring's
+// transport; nil when Options gave one), to a fencer that reads them
+// (Meta.SealedBeats), else through memberlist.
+func (r *Ring) beatLoop(ml *memberlist.Memberlist, own *transport) {
 	t := time.NewTicker(r.beatEvery)
 	defer t.Stop()
 	msg := EncodeBeat(r.self)
+	var sealed []byte
+	type fencer struct {
+		node   *memberlist.Node
+		sealed bool
+	}
 	for {
 		select {
 		case <-r.done:
 			return
 		case <-t.C:
 		}
-		var to []*memberlist.Node
+		var to []fencer
 		r.mu.Lock()
 		for _, m := range r.members {
 			if m.Name == r.self || m.State != vocab.MemberAlive || m.Meta.Role != RoleFencer {
 				continue
 			}
 			if n, err := nodeOf(m.Name, m.Addr); err == nil {
-				to = append(to, n)
+				to = append(to, fencer{n, m.Meta.SealedBeats})
 			}
 		}
 		r.mu.Unlock()
-		for _, n := range to {
-			_ = ml.SendBestEffort(n, msg) // a lost beat is what the Detector is for
+		keys := r.beatKeys.Load()
+		// A lost beat is what the Detector is for: errors are not kept.
+		for _, f := range to {
+			if f.sealed && keys != nil && own != nil {
+				sealed = keys.seal(sealed[:0], r.self)
+				_, _ = own.WriteTo(sealed, f.node.Address())
+				continue
+			}
+			_ = ml.SendBestEffort(f.node, msg)
 		}
 	}
 }
 
-// beatReceived counts a beat of member name; a member that was silent
-// beats again.
-func (r *Ring) beatReceived(name string) {
-	now := time.Now()
+// beatReceived counts a beat of member name received at now; a member
+// that was silent beats again.
+func (r *Ring) beatReceived(name string, now time.Time) {
 	r.mu.Lock()
 	m, ok := r.members[name]
 	if !ok || name == r.self || m.State != vocab.MemberAlive || r.stopped {

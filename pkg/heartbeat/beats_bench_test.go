@@ -64,9 +64,11 @@ func BenchmarkSilenceLook(b *testing.B) {
 	}
 }
 
-// BenchmarkBeatSent is an agent's work for one beat to one fencer:
-// memberlist's encoding, AES-GCM encryption with the gossip key and label,
-// and the datagram's send (what beatLoop does per fencer per interval).
+// BenchmarkBeatSent is an agent's work for one beat to one fencer (what
+// beatLoop does per fencer per interval). sealed: sealed with the gossip
+// key and label, and the datagram's send; memberlist: to a fencer of an
+// earlier version, memberlist's encoding, its AES-GCM encryption with a
+// cipher built for the packet, and the send.
 func BenchmarkBeatSent(b *testing.B) {
 	f := start(b, fastConfig(b, "fencer", 0), Options{Meta: Meta{BootID: "boot-fencer", Role: RoleFencer, Agent: "bench"}})
 	a := start(b, fastConfig(b, "a", 0), Options{Seeds: seedsOf(f.LocalAddr())})
@@ -76,55 +78,80 @@ func BenchmarkBeatSent(b *testing.B) {
 		b.Fatal(err)
 	}
 	ml := a.ml.Load()
-	msg := EncodeBeat("a")
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := ml.SendBestEffort(to, msg); err != nil {
-			b.Fatal(err)
+	b.Run("sealed", func(b *testing.B) {
+		own := a.mc.Transport.(*transport)
+		keys := a.beatKeys.Load()
+		var sealed []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			sealed = keys.seal(sealed[:0], "a")
+			if _, err := own.WriteTo(sealed, to.Address()); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("memberlist", func(b *testing.B) {
+		msg := EncodeBeat("a")
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := ml.SendBestEffort(to, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkFencerCPUAtBeatRate is what a fencer's ring costs in CPU while
 // a 1000-node cluster beats to it: five beats a millisecond, as evenly
-// spread as the agents' own timers make them, encrypted and labelled,
-// sent by another process (this test binary again, as
-// TestBeatFloodChild), so that the figure is the receiving process's
-// alone: its user and system time over a 3 s window, in % of a core. The
-// names are no members of its ring (their beats are dropped after the
-// lookup), which leaves out the Detector's update (BenchmarkBeatReceived,
-// ~0.1 µs a beat).
+// spread as the agents' own timers make them, sent by another process
+// (this test binary again, as TestBeatFloodChild), so that the figure is
+// the receiving process's alone: its user and system time over a 3 s
+// window, in % of a core. sealed: the beats agents send a fencer that
+// reads sealed beats (sealedbeat.go); memberlist: those of agents of an
+// earlier version, user messages through memberlist, encrypted and
+// labelled; idle: no beats, the ring's own timers alone. The names are no
+// members of its ring (their beats are dropped
+// after the lookup), which leaves out the Detector's update
+// (BenchmarkBeatReceived, ~0.1 µs a beat).
 func BenchmarkFencerCPUAtBeatRate(b *testing.B) {
-	cfg := fastConfig(b, "fencer", 0)
-	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval = time.Second, 500*time.Millisecond, 200*time.Millisecond
-	start(b, cfg, Options{Meta: Meta{BootID: "boot-fencer", Role: RoleFencer, Agent: "bench"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	child := exec.Command(os.Args[0], "-test.run=^TestBeatFloodChild$", "-test.bench=^$")
-	child.Env = append(os.Environ(), beatFloodTo+"="+net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.BindPort)))
-	if err := child.Start(); err != nil {
-		b.Fatal(err)
+	for _, form := range []string{"sealed", "memberlist", "idle"} {
+		b.Run(form, func(b *testing.B) {
+			cfg := fastConfig(b, "fencer", 0)
+			cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval = time.Second, 500*time.Millisecond, 200*time.Millisecond
+			start(b, cfg, Options{Meta: Meta{BootID: "boot-fencer", Role: RoleFencer, Agent: "bench"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			child := exec.Command(os.Args[0], "-test.run=^TestBeatFloodChild$", "-test.bench=^$")
+			child.Env = append(os.Environ(), beatFloodTo+"="+net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.BindPort)), beatFloodForm+"="+form)
+			if err := child.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+			time.Sleep(time.Second) // the flood under way: a warm-up, not a wait for a condition
+			cpu := func() time.Duration {
+				var ru syscall.Rusage
+				if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+					b.Fatal(err)
+				}
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			const window = 3 * time.Second
+			var used, elapsed time.Duration
+			for b.Loop() {
+				c0, w0 := cpu(), time.Now()
+				time.Sleep(window)
+				used, elapsed = used+cpu()-c0, elapsed+time.Since(w0)
+			}
+			b.ReportMetric(100*used.Seconds()/elapsed.Seconds(), "%cpu")
+		})
 	}
-	b.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	time.Sleep(time.Second) // the flood under way: a warm-up, not a wait for a condition
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	const window = 3 * time.Second
-	var used, elapsed time.Duration
-	for b.Loop() {
-		c0, w0 := cpu(), time.Now()
-		time.Sleep(window)
-		used, elapsed = used+cpu()-c0, elapsed+time.Since(w0)
-	}
-	b.ReportMetric(100*used.Seconds()/elapsed.Seconds(), "%cpu")
 }
 
 // beatFloodTo names the environment variable that makes
-// TestBeatFloodChild flood that address with beats.
-const beatFloodTo = "FENCED_BEAT_FLOOD_TO"
+// TestBeatFloodChild flood that address with beats, beatFloodForm the one
+// that says in which form: sealed, or memberlist's.
+const (
+	beatFloodTo   = "FENCED_BEAT_FLOOD_TO"
+	beatFloodForm = "FENCED_BEAT_FLOOD_FORM"
+)
 
 // TestBeatFloodChild is BenchmarkFencerCPUAtBeatRate's sender: run
 // alone, it does nothing. It sends the beats of 1000 names, five a
@@ -138,9 +165,19 @@ func TestBeatFloodChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealed := os.Getenv(beatFloodForm) == "sealed"
 	msgs := make([][]byte, 1000)
 	for i := range msgs {
-		msgs[i] = EncodeBeat(fmt.Sprintf("node-%04d", i))
+		name := fmt.Sprintf("node-%04d", i)
+		if !sealed {
+			msgs[i] = EncodeBeat(name)
+			continue
+		}
+		// Sealed once per name: the receiver's work is the same as for
+		// beats sealed each time, as agents seal them.
+		if msgs[i], err = SealBeat(testKey, "test", name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const perTick = 5
 	tick := time.NewTicker(DefaultBeatInterval * perTick / time.Duration(len(msgs)))
@@ -148,8 +185,15 @@ func TestBeatFloodChild(t *testing.T) {
 	end := time.Now().Add(time.Minute)
 	for i := 0; time.Now().Before(end); i = (i + perTick) % len(msgs) {
 		<-tick.C
+		if os.Getenv(beatFloodForm) == "idle" {
+			continue
+		}
 		for _, m := range msgs[i : i+perTick] {
-			_ = f.UserUDP(to, m)
+			if sealed {
+				_ = f.Datagram(to, m)
+			} else {
+				_ = f.UserUDP(to, m)
+			}
 		}
 	}
 }

@@ -303,7 +303,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	case msgBeat:
 		if name, ok := decodeBeat(buf); ok {
 			if r.detector != nil {
-				r.beatReceived(name)
+				r.beatReceived(name, time.Now())
 			}
 			return
 		}

@@ -69,6 +69,7 @@ func (r *Ring) Keyring() KeyringState {
 
 // storeKeyringState records the keyring's state for Keyring.
 func (r *Ring) storeKeyringState(leaving [][]byte, asSet bool) {
+	r.refreshBeatKeys()
 	keys := fingerprints(r.keyring.GetKeys())
 	r.keysState.Store(&KeyringState{Encrypt: keys[0], Decrypt: keys[1:], Leaving: fingerprints(leaving), AsSet: asSet})
 }
@@ -154,6 +155,7 @@ func (r *Ring) reconcileKeys() {
 
 // applyKeyring makes the calls keyringSteps listed.
 func (r *Ring) applyKeyring(add [][]byte, use bool, remove [][]byte, encrypt []byte) error {
+	defer r.refreshBeatKeys() // whatever was applied of them
 	for _, k := range add {
 		if err := r.keyring.AddKey(k); err != nil {
 			return fmt.Errorf("add %s: %w", Fingerprint(k), err)

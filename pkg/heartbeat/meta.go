@@ -16,8 +16,9 @@ import (
 //
 // Versions only ever add fields: a field keeps its name and meaning for
 // good, so an agent can read the fields it knows from a newer agent's Meta
-// during a rolling upgrade and ignore the rest. Version 2 adds Keys.
-const MetaVersion = 2
+// during a rolling upgrade and ignore the rest. Version 2 adds Keys,
+// version 3 SealedBeats.
+const MetaVersion = 3
 
 // MaxMetaSize is the largest encoded Meta memberlist carries: its node
 // metadata limit.
@@ -60,6 +61,11 @@ type Meta struct {
 	// own keys a member encrypts with, and a forgery costs at worst the
 	// gossip a split would, suspicions and power reads, never a taint.
 	Keys string `json:"keys,omitempty"`
+	// SealedBeats says that this member reads sealed beats (sealedbeat.go):
+	// agents send it their beats so rather than through memberlist. Not
+	// signed, as Keys: a forgery costs at worst a fencer's beats of a
+	// member, the power reads a silence costs, never a taint.
+	SealedBeats bool `json:"sbeats,omitempty"`
 	// Seq and Sig sign Node, BootID and State with the agent's own key
 	// (identity.KindState): the announcement is the node's own word only
 	// when Sig verifies against the key its node published. Seq grows with

@@ -228,6 +228,14 @@ type Ring struct {
 	beatEvery  time.Duration
 	detector   *Detector
 	silentOnce map[string]bool
+	// beatKeys are the ciphers sealed beats are sealed and opened with
+	// (sealedbeat.go; nil without encryption); beatName is the buffer the
+	// transport's reader opens them into, beatsSealed counts those opened
+	// and beatsRefused those no key opened.
+	beatKeys     atomic.Pointer[beatKeys]
+	beatName     []byte
+	beatsSealed  atomic.Uint64
+	beatsRefused atomic.Uint64
 
 	// mc is the memberlist configuration New built; ml is the memberlist
 	// Join creates from it (nil before Join).
@@ -293,6 +301,9 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	}
 	if mc.Keyring != nil {
 		opts.Meta.Keys = keysText(mc.Keyring.GetKeys(), nil)
+		// A fencer's own transport reads sealed beats; one given in
+		// Options carries only what memberlist sends.
+		opts.Meta.SealedBeats = opts.Transport == nil && opts.Meta.Role == RoleFencer && cfg.BeatInterval >= 0
 	}
 	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName, opts.Key, 1)
 	if err != nil {
@@ -315,6 +326,7 @@ func New(cfg Config, opts Options) (*Ring, error) {
 		r.detector = NewDetector(DetectorConfig{Interval: r.beatEvery})
 	}
 	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
+	r.mc = mc
 	if mc.Keyring != nil {
 		r.keyring, r.keysWanted, r.keysAdvertised = mc.Keyring, cfg.Keys(), meta.Keys
 		r.keysLeft = map[string]time.Time{}
@@ -328,7 +340,6 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	if opts.Transport != nil {
 		mc.Transport = opts.Transport
 	}
-	r.mc = mc
 	return r, nil
 }
 
@@ -366,6 +377,10 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 		if r.mc.BindPort == 0 {
 			r.mc.BindPort, r.mc.AdvertisePort, r.port = t.port(), t.port(), t.port()
 		}
+		if r.detector != nil {
+			beat := r.sealedBeatReceived
+			t.onBeat.Store(&beat)
+		}
 		own, r.mc.Transport = t, t
 	}
 	ml, err := memberlist.Create(r.mc)
@@ -383,7 +398,7 @@ func (r *Ring) Join(ctx context.Context, advertise string) error {
 		go r.keysLoop()
 	}
 	if r.beatEvery > 0 {
-		go r.beatLoop(ml)
+		go r.beatLoop(ml, own)
 		if r.detector != nil {
 			go r.silenceLoop()
 		}

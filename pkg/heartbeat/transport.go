@@ -11,9 +11,6 @@ import (
 
 	"github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
 )
 
 // transport carries the ring's packets and streams over UDP and TCP on one
@@ -29,15 +26,23 @@ import (
 // NetTransport does.
 type transport struct {
 	tcp *net.TCPListener
-	udp *net.UDPConn
+	udp *udpSocket
 	log *slog.Logger
 
+	// pause is readPackets' pause after a batch that emptied the socket.
+	pause    time.Duration
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 	wg       sync.WaitGroup
 	shutdown atomic.Bool
 	// oversize limits the warnings about datagrams too large (dropped).
 	oversize *WarnLimiter
+	// onBeat, when set, takes the sealed beats (sealedbeat.go) in the
+	// reader goroutine, b valid only during the call, and says whether it
+	// opened one; memberlist never sees them. Unset, they are dropped.
+	// refusals limits the warnings about those dropped or not opened.
+	onBeat   atomic.Pointer[func(b []byte, at time.Time) bool]
+	refusals *WarnLimiter
 }
 
 var _ memberlist.NodeAwareTransport = (*transport)(nil)
@@ -69,6 +74,12 @@ const udpReadBuffer = 2 << 20
 // newTransport listens on addr:port, TCP and UDP; port 0 picks a free
 // port for both.
 func newTransport(addr string, port int, log *slog.Logger) (*transport, error) {
+	return openTransport(addr, port, log, readPause)
+}
+
+// openTransport is newTransport with the reader's pause after a batch
+// that emptied the socket (benchmarks of a datagram's own cost set 0).
+func openTransport(addr string, port int, log *slog.Logger, pause time.Duration) (*transport, error) {
 	ip := net.ParseIP(addr)
 	if ip == nil {
 		return nil, fmt.Errorf("bind address %q is not an IP address", addr)
@@ -81,20 +92,20 @@ func newTransport(addr string, port int, log *slog.Logger) (*transport, error) {
 	var err error
 	for range tries {
 		var t *transport
-		if t, err = listen(ip, port, log); err == nil {
+		if t, err = listen(ip, port, log, pause); err == nil {
 			return t, nil
 		}
 	}
 	return nil, err
 }
 
-func listen(ip net.IP, port int, log *slog.Logger) (*transport, error) {
+func listen(ip net.IP, port int, log *slog.Logger, pause time.Duration) (*transport, error) {
 	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
 	if err != nil {
 		return nil, fmt.Errorf("listening on TCP %s: %w", net.JoinHostPort(ip.String(), fmt.Sprint(port)), err)
 	}
 	port = tcp.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: port})
+	udp, err := listenUDP(ip, port)
 	if err != nil {
 		_ = tcp.Close()
 		return nil, fmt.Errorf("listening on UDP %s: %w", net.JoinHostPort(ip.String(), fmt.Sprint(port)), err)
@@ -105,7 +116,7 @@ func listen(ip net.IP, port int, log *slog.Logger) (*transport, error) {
 			break
 		}
 	}
-	t := &transport{tcp: tcp, udp: udp, log: log, packetCh: make(chan *memberlist.Packet, readBatch), oversize: NewWarnLimiter(oversizeWarningsPerMinute), streamCh: make(chan net.Conn)}
+	t := &transport{tcp: tcp, udp: udp, log: log, pause: pause, packetCh: make(chan *memberlist.Packet, readBatch), oversize: NewWarnLimiter(oversizeWarningsPerMinute), refusals: NewWarnLimiter(oversizeWarningsPerMinute), streamCh: make(chan net.Conn)}
 	t.wg.Add(2)
 	go t.readPackets()
 	go t.acceptStreams()
@@ -150,7 +161,7 @@ func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	}
 	// The time is taken as close to the write as can be, for the
 	// probes' round trips.
-	_, err = t.udp.WriteTo(b, to)
+	err = t.udp.WriteTo(b, to)
 	return time.Now(), err
 }
 
@@ -180,66 +191,72 @@ func (t *transport) Shutdown() error {
 	t.shutdown.Store(true)
 	err := errors.Join(t.tcp.Close(), t.udp.Close())
 	t.wg.Wait()
-	return err
+	return errors.Join(err, t.udp.release())
 }
 
 // readPackets reads the datagrams in batches (recvmmsg: up to readBatch
-// in one call) and hands each on as a copy of its bytes, stamped with when
-// it was read. A batch that emptied the socket is followed by a pause of
-// readPause: what arrives meanwhile waits in the socket's buffer and is
-// read in the next batch. A fencer of 1000 nodes receives 5000 beats a
-// second; read one by one, each woke this reader and memberlist's two
-// goroutines behind it. Every wake-up costs the Go scheduler's search for
-// work (BenchmarkFencerCPUAtBeatRate: 9.9 % of a core with a 5 ms pause
-// and batches of 32, 7.5 % with 20 ms and 128, medians of five). A
-// datagram waits readPause at most, against the beats' 200 ms and the
-// probes' 500 ms; 100 beats — 20 ms of them at 1000 nodes — fit the
-// smallest receive buffer Linux grants by default (208 KiB) many times.
+// in one call, from a socket outside Go's poller: udpSocket) and hands
+// each on as a copy of its bytes, stamped with when it was read; a sealed
+// beat goes to onBeat instead. A batch that emptied the socket is
+// followed by a pause of readPause: what arrives meanwhile waits in the
+// socket's buffer, waking nothing, and is read in the next batch. A fencer
+// of 1000 nodes receives 5000 beats a second; read one by one, each woke
+// this reader and memberlist's two goroutines behind it, and every wake-up
+// costs the Go scheduler's search for work (BenchmarkFencerCPUAtBeatRate:
+// 9.9 % of a core with a 5 ms pause and batches of 32, 7.5 % with 20 ms
+// and 128, medians of five). A datagram waits readPause at most, against
+// the beats' 200 ms and the probes' 500 ms; 100 beats — 20 ms of them at
+// 1000 nodes — fit the smallest receive buffer Linux grants by default
+// (208 KiB) many times.
 func (t *transport) readPackets() {
 	defer t.wg.Done()
-	var conn interface {
-		ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	} = ipv4.NewPacketConn(t.udp)
-	if t.udp.LocalAddr().(*net.UDPAddr).IP.To4() == nil {
-		conn = ipv6.NewPacketConn(t.udp)
-	}
-	slab := make([]byte, readBatch*maxPacket)
-	msgs := make([]ipv4.Message, readBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{slab[i*maxPacket : (i+1)*maxPacket]}
-	}
+	batch := newDatagrams(readBatch, maxPacket)
 	for {
-		n, err := conn.ReadBatch(msgs, 0)
+		n, err := t.udp.readBatch(batch)
 		at := time.Now()
 		switch {
-		case err != nil && t.shutdown.Load():
+		case t.shutdown.Load():
 			return
 		case err != nil:
 			t.log.Warn("gossip: reading UDP packets failed", "err", err)
+			time.Sleep(readPause) // not a busy loop on a lasting error
 			continue
 		}
-		for _, m := range msgs[:n] {
+		for i := range n {
+			b, truncated := batch.datagram(i)
 			switch {
-			case m.Flags&unix.MSG_TRUNC != 0:
-				t.dropped(m)
+			case truncated:
+				t.dropped(batch.from(i))
 				continue
-			case m.N < 1:
+			case len(b) < 1:
 				continue // a message has at least its type
+			case b[0] == sealedBeatTag:
+				if beat := t.onBeat.Load(); beat == nil || !(*beat)(b, at) {
+					t.refused(batch.from(i), len(b))
+				}
+				continue
 			}
-			b := make([]byte, m.N)
-			copy(b, m.Buffers[0])
-			t.packetCh <- &memberlist.Packet{Buf: b, From: m.Addr, Timestamp: at}
+			buf := make([]byte, len(b))
+			copy(buf, b)
+			t.packetCh <- &memberlist.Packet{Buf: buf, From: batch.from(i), Timestamp: at}
 		}
-		if n < readBatch {
-			time.Sleep(readPause)
+		if n > 0 && n < readBatch && t.pause > 0 {
+			time.Sleep(t.pause)
 		}
 	}
 }
 
 // dropped says that a datagram too large to be the ring's was dropped; a
 // warning a minute at most, a hostile peer choosing how many it sends.
-func (t *transport) dropped(m ipv4.Message) {
-	t.oversize.Warn(t.log, "gossip: dropped a UDP datagram larger than any of the ring's", "from", m.Addr, "largerThan", maxPacket)
+func (t *transport) dropped(from net.Addr) {
+	t.oversize.Warn(t.log, "gossip: dropped a UDP datagram larger than any of the ring's", "from", from, "largerThan", maxPacket)
+}
+
+// refused says that a sealed beat was dropped: this ring reads none, or
+// none of its keys opens it. A few warnings a minute at most, a hostile
+// peer choosing how many it sends.
+func (t *transport) refused(from net.Addr, size int) {
+	t.refusals.Warn(t.log, "gossip: dropped a sealed beat that no gossip key of this ring opens", "from", from, "len", size)
 }
 
 // acceptStreams hands on the TCP connections accepted; failures to accept

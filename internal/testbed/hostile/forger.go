@@ -157,6 +157,20 @@ func (f *Forger) Send(to string, msgs ...Msg) error {
 	return nil
 }
 
+// Datagram sends b to the member at to as one UDP datagram, as is: no
+// header, encryption or label of the Forger's (a sealed beat built with
+// heartbeat.SealBeat, or bytes of no format at all).
+func (f *Forger) Datagram(to string, b []byte) error {
+	addr, err := f.target(to)
+	if err != nil {
+		return err
+	}
+	if _, err := f.udp.WriteToUDPAddrPort(b, addr); err != nil {
+		return fmt.Errorf("hostile: send to %s: %w", to, err)
+	}
+	return nil
+}
+
 // Alive sends a forged alive message to the member at to.
 func (f *Forger) Alive(to string, a Alive) error { return f.Send(to, AliveMsg(a)) }
 

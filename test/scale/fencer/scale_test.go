@@ -3,6 +3,7 @@ package fencer_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -91,6 +92,10 @@ const figuresEnv = "FENCED_BENCH_SCALE_FIGURES"
 const fencerGroup = "fenced:fencers"
 
 const leaseNamespace = "fenced-system"
+
+// gossipKey encrypts the ring, as every ring in the field is (the chart
+// makes a key; --insecure-gossip is for labs).
+var gossipKey = []byte("scale-bench-gossip-key-32-bytes!")
 
 // TestFencerAtScale: one fencer (the fenced binary) watching a cluster of
 // Nodes kept alive by the light kubelet simulator; measured at rest; then
@@ -283,7 +288,7 @@ func (s *scenario) startMembers(ctx context.Context) {
 	join := func(i int) error {
 		name := s.memberNames[i]
 		r, err := heartbeat.New(heartbeat.Config{NodeName: name, BindAddr: s.ips[name], BindPort: s.gossipPort,
-			ClusterName: "scale", Insecure: true}, heartbeat.Options{
+			ClusterName: "scale", SecretKey: gossipKey}, heartbeat.Options{
 			Meta:  heartbeat.Meta{Node: name, BootID: "boot-" + name, Role: "observer", State: vocab.AnnounceRunning},
 			Seeds: func() []string { return []string{first} }, Logger: quiet,
 		})
@@ -339,7 +344,9 @@ func (s *scenario) watchTaints(ctx context.Context) {
 // the PDU as a second level.
 func (s *scenario) fencerConfig() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: scale\ngossip: {port: %d}\n", s.gossipPort)
+	keyFile := filepath.Join(s.dir, "gossip.key")
+	must(s.t, os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(gossipKey)+"\n"), 0o600))
+	fmt.Fprintf(&b, "apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nclusterName: scale\ngossip: {port: %d, keyFile: %s}\n", s.gossipPort, keyFile)
 	b.WriteString("policy: {mode: power-off}\nshutdown: {announce: false}\n")
 	fmt.Fprintf(&b, "fencer: {leaseNamespace: %s", leaseNamespace)
 	if s.sz.readBound > 0 {
@@ -398,7 +405,7 @@ func (s *scenario) startFencer(ctx context.Context, kubeconfig string, res *resu
 	logFile, err := os.Create(logPath)
 	must(t, err)
 	cmd := exec.Command(bin, "agent", "--config", cfg, "--kubeconfig", kubeconfig, "--node-name", "fencer-0",
-		"--insecure-gossip", "--gossip-bind-address", "127.0.0.1", "--gossip-advertise-address", "127.0.0.1",
+		"--gossip-bind-address", "127.0.0.1", "--gossip-advertise-address", "127.0.0.1",
 		"--metrics-address", metricsAddr, "--profiling", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "FENCED_BOOT_ID=boot-fencer-0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -648,8 +655,8 @@ func (s *scenario) checkTaints() {
 // every Node that has no gossip member here — so that it receives the
 // beats of a 1000-node cluster while the test process holds only the
 // ring's members. They go through all of a real beat's path in the
-// fencer (its UDP socket, memberlist's label check and dispatch, the beat
-// decoded, the member looked up) but the Detector's update: those names
+// fencer (its UDP socket, the beat opened with the gossip key, the member
+// looked up) but the Detector's update: those names
 // are no members of its ring, so their beats are dropped. The fencer runs
 // in a process of its own, so its CPU figures are its share alone.
 func (s *scenario) floodBeats(ctx context.Context, res *results) {
@@ -663,13 +670,16 @@ func (s *scenario) floodBeats(ctx context.Context, res *results) {
 			names = append(names, n)
 		}
 	}
-	f, err := hostile.New(nil, "scale")
+	f, err := hostile.New(gossipKey, "scale")
 	must(s.t, err)
 	s.t.Cleanup(func() { _ = f.Close() })
 	to := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.gossipPort))
+	// Sealed as agents seal them for a fencer that reads sealed beats (once
+	// per name: the fencer's work is the same).
 	msgs := make([][]byte, len(names))
 	for i, n := range names {
-		msgs[i] = heartbeat.EncodeBeat(n)
+		msgs[i], err = heartbeat.SealBeat(gossipKey, "scale", n)
+		must(s.t, err)
 	}
 	// Five at a time, spread over the interval, as evenly as the beats of
 	// many agents with timers of their own arrive: ten bursts an interval
@@ -686,7 +696,7 @@ func (s *scenario) floodBeats(ctx context.Context, res *results) {
 			case <-t.C:
 			}
 			for _, m := range msgs[min(i*per, len(msgs)):min((i+1)*per, len(msgs))] {
-				_ = f.UserUDP(to, m)
+				_ = f.Datagram(to, m)
 			}
 		}
 	}()
