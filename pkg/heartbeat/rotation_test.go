@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -58,8 +59,9 @@ func (h troubleHandler) WithGroup(name string) slog.Handler {
 }
 
 // rotationRing starts a member with keys whose memberlist lines are
-// counted in c. Its timings are the fast profile's: a probe answered late
-// under load is not what these tests look for.
+// counted in c; the first (no seed) is a fencer, which the others beat to
+// with sealed beats. Its timings are the fast profile's: a probe answered
+// late under load is not what these tests look for.
 func rotationRing(t *testing.T, name string, keys KeySet, seed *Ring, c *gossipTrouble) *Ring {
 	t.Helper()
 	cfg := fastConfig(t, name, 0)
@@ -69,6 +71,8 @@ func rotationRing(t *testing.T, name string, keys KeySet, seed *Ring, c *gossipT
 	opts := Options{Logger: slog.New(troubleHandler{next: testLogger(t, name).Handler(), c: c})}
 	if seed != nil {
 		opts.Seeds = seedsOf(seed.LocalAddr())
+	} else {
+		opts.Meta = Meta{BootID: "boot-" + name, Role: RoleFencer, Agent: "test"}
 	}
 	return start(t, cfg, opts)
 }
@@ -101,7 +105,8 @@ var otherKey = []byte("fedcba9876543210fedcba9876543210")
 // too early: a switches before anyone else holds the new key, c switches
 // without ever holding it as a secondary, and a, b and c remove the old
 // key while d still has it as its primary. No member ever fails to
-// decrypt another, suspects one or declares one failed, and every member
+// decrypt another, suspects one or declares one failed, the fencer (a)
+// opens every sealed beat and finds no member silent, and every member
 // ends up with the new key alone. Without the plan (the ring's keys set
 // straight into memberlist's keyring) the first of these splits the ring
 // (TestEarlySwitchSplitsPlainMemberlist) and the last drops d's packets
@@ -162,17 +167,37 @@ func TestKeyRotationWithoutASplit(t *testing.T) {
 	}
 	set("d", step3)
 	encrypts("d", next, true)
+	sealed := rings["a"].beatsSealed.Load()
+	poll.Until(t, settle, "sealed beats under the new key opened", func() bool { return rings["a"].beatsSealed.Load() > sealed+10 })
 
 	// A suspicion is logged when it starts and a failure within the
 	// suspicion timeout (~1 s here): wait past both.
 	time.Sleep(quietFor)
+	if n := rings["a"].beatsRefused.Load(); n != 0 {
+		t.Errorf("the fencer could not open %d sealed beats during the rotation", n)
+	}
+	// The old key is gone from the beats too: one sealed under it opens
+	// no more.
+	f, err := hostile.New(next, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	stale, err := SealBeat(old, "test", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Datagram(rings["a"].LocalAddr(), stale); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, settle, "a beat under the removed key refused", func() bool { return rings["a"].beatsRefused.Load() > 0 })
 	for _, n := range names {
 		if s := trouble[n].String(); s != "0 undecryptable, 0 suspicions, 0 failed" {
 			t.Errorf("%s during the rotation: %s", n, s)
 		}
 		for _, m := range changesOf(t, rings[n]) {
-			if m.State != vocab.MemberAlive {
-				t.Errorf("%s saw %s %s during the rotation", n, m.Name, m.State)
+			if m.State != vocab.MemberAlive || m.Silent {
+				t.Errorf("%s saw %s %s (silent: %v) during the rotation", n, m.Name, m.State, m.Silent)
 			}
 		}
 		for _, m := range rings[n].Members() {
