@@ -255,7 +255,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		p.reg.MustRegister(gossipKeysCollector{keyring: p.ring.Keyring, filesOK: p.keys.filesOK.Load})
 	}
 	p.reg.MustRegister(metrics.NewMembers(p.memberStates), metrics.NewGossipOversized(p.ring.OversizedRefused),
-		metrics.NewBeatsReceived(p.ring.BeatsReceived))
+		metrics.NewBeatsReceived(p.ring.BeatsReceived), metrics.NewBeatsRefused(p.ring.BeatsRefused))
 
 	if o.Config.Shutdown.Announce {
 		p.watcher = p.buildWatcher()

@@ -113,6 +113,9 @@ func (r *Ring) beatReceived(name string, now time.Time) {
 // BeatsReceived is how many beats of alive members this fencer took.
 func (r *Ring) BeatsReceived() uint64 { return r.beats.Load() }
 
+// BeatsRefused is how many sealed beats no key of this ring opened.
+func (r *Ring) BeatsRefused() uint64 { return r.beatsRefused.Load() }
+
 // silenceLoop looks at every alive member's beats twice per interval and
 // reports those that stopped: a member is silent once the Detector says so
 // on two looks in a row, and a look that comes late — this agent was not

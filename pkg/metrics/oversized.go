@@ -17,6 +17,20 @@ func NewGossipOversized(count func() uint64) prometheus.Collector {
 	}, func() float64 { return float64(count()) })
 }
 
+// BeatsRefusedMetric counts the sealed beats a fencer's ring could not
+// open (NewBeatsRefused).
+const BeatsRefusedMetric = "fenced_beats_refused_total"
+
+// NewBeatsRefused returns the collector of fenced_beats_refused_total:
+// count returns the ring's count (heartbeat.Ring.BeatsRefused) and is read
+// at each scrape.
+func NewBeatsRefused(count func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: BeatsRefusedMetric,
+		Help: "Sealed beats no gossip key of this ring opens, dropped: sealed under a key this agent does not hold (a key rotation gone wrong, another cluster on the port) or no beat at all.",
+	}, func() float64 { return float64(count()) })
+}
+
 // BeatsReceivedMetric counts the beats of alive members a fencer's ring
 // took (NewBeatsReceived).
 const BeatsReceivedMetric = "fenced_beats_received_total"
