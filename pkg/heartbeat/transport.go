@@ -231,8 +231,11 @@ func (t *transport) readPackets() {
 			case len(b) < 1:
 				continue // a message has at least its type
 			case b[0] == sealedBeatTag:
-				if beat := t.onBeat.Load(); beat == nil || !(*beat)(b, at) {
-					t.refused(batch.from(i), len(b))
+				switch beat := t.onBeat.Load(); {
+				case beat == nil:
+					t.refused(batch.from(i), len(b), "this agent is no fencer")
+				case !(*beat)(b, at):
+					t.refused(batch.from(i), len(b), "no gossip key of this ring opens it")
 				}
 				continue
 			}
@@ -252,11 +255,11 @@ func (t *transport) dropped(from net.Addr) {
 	t.oversize.Warn(t.log, "gossip: dropped a UDP datagram larger than any of the ring's", "from", from, "largerThan", maxPacket)
 }
 
-// refused says that a sealed beat was dropped: this ring reads none, or
-// none of its keys opens it. A few warnings a minute at most, a hostile
-// peer choosing how many it sends.
-func (t *transport) refused(from net.Addr, size int) {
-	t.refusals.Warn(t.log, "gossip: dropped a sealed beat that no gossip key of this ring opens", "from", from, "len", size)
+// refused says that a sealed beat was dropped, and why: this ring reads
+// none, or none of its keys opens it. A few warnings a minute at most, a
+// hostile peer choosing how many it sends.
+func (t *transport) refused(from net.Addr, size int, why string) {
+	t.refusals.Warn(t.log, "gossip: dropped a sealed beat", "from", from, "len", size, "reason", why)
 }
 
 // acceptStreams hands on the TCP connections accepted; failures to accept
