@@ -14,6 +14,7 @@ import (
 
 	"fenced.io/fenced/internal/testbed/hostile"
 	"fenced.io/fenced/internal/testbed/poll"
+	"fenced.io/fenced/internal/testbed/procstat"
 	"fenced.io/fenced/pkg/vocab"
 )
 
@@ -116,8 +117,7 @@ func BenchmarkBeatSent(b *testing.B) {
 func BenchmarkFencerCPUAtBeatRate(b *testing.B) {
 	for _, form := range []string{"sealed", "memberlist", "idle"} {
 		b.Run(form, func(b *testing.B) {
-			cfg := fastConfig(b, "fencer", 0)
-			cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval = time.Second, 500*time.Millisecond, 200*time.Millisecond
+			cfg := lanConfig(b, "fencer", 0)
 			start(b, cfg, Options{Meta: Meta{BootID: "boot-fencer", Role: RoleFencer, Agent: "bench"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			child := exec.Command(os.Args[0], "-test.run=^TestBeatFloodChild$", "-test.bench=^$")
 			child.Env = append(os.Environ(), beatFloodTo+"="+net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.BindPort)), beatFloodForm+"="+form)
@@ -126,23 +126,109 @@ func BenchmarkFencerCPUAtBeatRate(b *testing.B) {
 			}
 			b.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 			time.Sleep(time.Second) // the flood under way: a warm-up, not a wait for a condition
-			cpu := func() time.Duration {
-				var ru syscall.Rusage
+			reportCPUShare(b, 3*time.Second, func() float64 {
+				var ru syscall.Rusage // finer than /proc's 10 ms ticks
 				if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 					b.Fatal(err)
 				}
-				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-			}
-			const window = 3 * time.Second
-			var used, elapsed time.Duration
-			for b.Loop() {
-				c0, w0 := cpu(), time.Now()
-				time.Sleep(window)
-				used, elapsed = used+cpu()-c0, elapsed+time.Since(w0)
-			}
-			b.ReportMetric(100*used.Seconds()/elapsed.Seconds(), "%cpu")
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+			})
 		})
 	}
+}
+
+// BenchmarkAgentCPUBeating is what beating costs an agent: an agent's ring
+// in another process (this test binary again, as TestAgentChild), joined
+// to three fencers here with the LAN profile's timings, beating to them
+// at the default interval (beats) or not at all (no-beats). The figure is
+// the child's user and system time over 10 s windows, in % of a core; the
+// difference between the two is the beats' share.
+func BenchmarkAgentCPUBeating(b *testing.B) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var fencers []*Ring
+	for _, n := range []string{"fencer-1", "fencer-2", "fencer-3"} {
+		opts := Options{Meta: Meta{BootID: "boot-" + n, Role: RoleFencer, Agent: "bench"}, Logger: quiet}
+		if len(fencers) > 0 {
+			opts.Seeds = seedsOf(fencers[0].LocalAddr())
+		}
+		fencers = append(fencers, start(b, lanConfig(b, n, 0), opts))
+	}
+	for i, mode := range []string{"beats", "no-beats"} {
+		b.Run(mode, func(b *testing.B) {
+			child := exec.Command(os.Args[0], "-test.run=^TestAgentChild$", "-test.bench=^$")
+			child.Env = append(os.Environ(), agentChildSeed+"="+fencers[0].LocalAddr(), agentChildName+"="+fmt.Sprintf("agent-%d", i),
+				agentChildPort+"="+strconv.Itoa(freePort(b)), agentChildBeats+"="+strconv.FormatBool(mode == "beats"))
+			if err := child.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+			poll.Until(b, settle, "the fencers see the agent", func() bool {
+				_, ok := fencers[2].Member(fmt.Sprintf("agent-%d", i))
+				return ok
+			})
+			time.Sleep(2 * time.Second) // the agent's start behind it: a warm-up, not a wait for a condition
+			reportCPUShare(b, 10*time.Second, func() float64 { return procstat.CPUSeconds(child.Process.Pid) })
+		})
+	}
+}
+
+// reportCPUShare reports, as %cpu, the CPU time cpu (seconds so far)
+// counts over each of b's windows, against their wall time.
+func reportCPUShare(b *testing.B, window time.Duration, cpu func() float64) {
+	b.Helper()
+	var used, elapsed float64
+	for b.Loop() {
+		c0, w0 := cpu(), time.Now()
+		time.Sleep(window)
+		used, elapsed = used+cpu()-c0, elapsed+time.Since(w0).Seconds()
+	}
+	b.ReportMetric(100*used/elapsed, "%cpu")
+}
+
+// lanConfig is fastConfig with the LAN profile's gossip timings, as a
+// ring in the field runs by default.
+func lanConfig(t testing.TB, name string, port int) Config {
+	t.Helper()
+	c := fastConfig(t, name, port)
+	d := DefaultConfig()
+	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult, c.GossipInterval = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult, d.GossipInterval
+	return c
+}
+
+// The environment of TestAgentChild: the seed it joins, its name and
+// port, and whether it beats.
+const (
+	agentChildSeed  = "FENCED_AGENT_CHILD_SEED"
+	agentChildName  = "FENCED_AGENT_CHILD_NAME"
+	agentChildPort  = "FENCED_AGENT_CHILD_PORT"
+	agentChildBeats = "FENCED_AGENT_CHILD_BEATS"
+)
+
+// TestAgentChild is BenchmarkAgentCPUBeating's agent: run alone, it does
+// nothing. It joins the seed as an observer with the LAN profile's
+// timings and stays until it is killed (or for five minutes).
+func TestAgentChild(t *testing.T) {
+	seed := os.Getenv(agentChildSeed)
+	if seed == "" {
+		t.Skip("the agent of BenchmarkAgentCPUBeating")
+	}
+	port, err := strconv.Atoi(os.Getenv(agentChildPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lanConfig(t, os.Getenv(agentChildName), port)
+	if os.Getenv(agentChildBeats) != "true" {
+		cfg.BeatInterval = -1
+	}
+	r, err := New(cfg, Options{Meta: testMeta("boot-" + cfg.NodeName), Seeds: seedsOf(seed), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Join(t.Context(), ""); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown()
+	time.Sleep(5 * time.Minute)
 }
 
 // beatFloodTo names the environment variable that makes
