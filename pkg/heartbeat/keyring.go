@@ -69,7 +69,6 @@ func (r *Ring) Keyring() KeyringState {
 
 // storeKeyringState records the keyring's state for Keyring.
 func (r *Ring) storeKeyringState(leaving [][]byte, asSet bool) {
-	r.refreshBeatKeys()
 	keys := fingerprints(r.keyring.GetKeys())
 	r.keysState.Store(&KeyringState{Encrypt: keys[0], Decrypt: keys[1:], Leaving: fingerprints(leaving), AsSet: asSet})
 }

@@ -299,11 +299,20 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	if opts.Memberlist != nil {
 		opts.Memberlist(mc)
 	}
+	var beatEvery time.Duration
+	switch {
+	case cfg.BeatInterval == 0:
+		beatEvery = DefaultBeatInterval
+	case cfg.BeatInterval > 0:
+		beatEvery = cfg.BeatInterval
+	}
+	// A fencer judges its members' beats (beats.go).
+	judgesBeats := beatEvery > 0 && opts.Meta.Role == RoleFencer
 	if mc.Keyring != nil {
 		opts.Meta.Keys = keysText(mc.Keyring.GetKeys(), nil)
-		// A fencer's own transport reads sealed beats; one given in
-		// Options carries only what memberlist sends.
-		opts.Meta.SealedBeats = opts.Transport == nil && opts.Meta.Role == RoleFencer && cfg.BeatInterval >= 0
+		// Its own transport reads sealed beats; one given in Options
+		// carries only what memberlist sends.
+		opts.Meta.SealedBeats = judgesBeats && opts.Transport == nil
 	}
 	meta, metaBytes, err := localMeta(opts.Meta, cfg.NodeName, opts.Key, 1)
 	if err != nil {
@@ -316,14 +325,9 @@ func New(cfg Config, opts Options) (*Ring, error) {
 	r := newRing(cfg.NodeName, base.With("component", "heartbeat"), opts.IsNode)
 	r.port, r.seeds, r.challengerAddrs = mc.BindPort, opts.Seeds, opts.ChallengerAddrs
 	r.retryMin, r.retryMax = mc.ProbeInterval, 30*mc.ProbeInterval
-	switch {
-	case cfg.BeatInterval == 0:
-		r.beatEvery = DefaultBeatInterval
-	case cfg.BeatInterval > 0:
-		r.beatEvery = cfg.BeatInterval
-	}
-	if r.beatEvery > 0 && meta.Role == RoleFencer {
-		r.detector = NewDetector(DetectorConfig{Interval: r.beatEvery})
+	r.beatEvery = beatEvery
+	if judgesBeats {
+		r.detector = NewDetector(DetectorConfig{Interval: beatEvery})
 	}
 	r.meta, r.metaBytes, r.key, r.seq = meta, metaBytes, opts.Key, 1
 	r.mc = mc
@@ -331,6 +335,7 @@ func New(cfg Config, opts Options) (*Ring, error) {
 		r.keyring, r.keysWanted, r.keysAdvertised = mc.Keyring, cfg.Keys(), meta.Keys
 		r.keysLeft = map[string]time.Time{}
 		r.storeKeyringState(nil, true)
+		r.refreshBeatKeys()
 	}
 	d := (*delegate)(r)
 	mc.Events = d

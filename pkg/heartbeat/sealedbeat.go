@@ -118,7 +118,7 @@ func SealBeat(key []byte, label, name string) ([]byte, error) {
 
 // refreshBeatKeys builds the ring's beat ciphers anew when its keyring's
 // keys changed (or were never built): at New and after every change of
-// the keyring.
+// the keyring (applyKeyring).
 func (r *Ring) refreshBeatKeys() {
 	if r.keyring == nil {
 		return
@@ -138,9 +138,9 @@ func (r *Ring) refreshBeatKeys() {
 }
 
 // sealedBeatReceived takes a sealed beat the transport read at at, in the
-// transport's reader goroutine: opened, it counts as its sender's beat
-// (beatReceived). It reports whether any key opened it (the transport
-// says those dropped).
+// transport's reader goroutine of a fencer's ring (Join): opened, it
+// counts as its sender's beat (beatReceived). It reports whether any key
+// opened it (the transport says those dropped).
 func (r *Ring) sealedBeatReceived(b []byte, at time.Time) bool {
 	k := r.beatKeys.Load()
 	var name []byte
@@ -154,8 +154,6 @@ func (r *Ring) sealedBeatReceived(b []byte, at time.Time) bool {
 		return false
 	}
 	r.beatsSealed.Add(1)
-	if r.detector != nil {
-		r.beatReceived(string(name), at)
-	}
+	r.beatReceived(string(name), at)
 	return true
 }

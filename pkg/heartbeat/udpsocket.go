@@ -26,7 +26,6 @@ import (
 type udpSocket struct {
 	fd    int
 	inet6 bool
-	local *net.UDPAddr
 	// mu orders Close after the writes in flight, so that no write goes
 	// to a descriptor number the process has reused; closed refuses the
 	// writes and ends the reads after it.
@@ -74,16 +73,8 @@ func listenUDP(ip net.IP, port int) (*udpSocket, error) {
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("binding UDP "+net.JoinHostPort(ip.String(), fmt.Sprint(port)), err)
 	}
-	bound, err := unix.Getsockname(fd)
-	if err != nil {
-		return fail("UDP socket's address", err)
-	}
-	s.local = udpAddrOf(bound)
 	return s, nil
 }
-
-// LocalAddr is the address the socket is bound to.
-func (s *udpSocket) LocalAddr() net.Addr { return s.local }
 
 // SetReadBuffer asks the kernel for a receive buffer of size bytes.
 func (s *udpSocket) SetReadBuffer(size int) error {
@@ -131,17 +122,6 @@ func (s *udpSocket) sockaddr(a *net.UDPAddr) (unix.Sockaddr, error) {
 	sa := &unix.SockaddrInet6{Port: a.Port}
 	copy(sa.Addr[:], ip16)
 	return sa, nil
-}
-
-// udpAddrOf is the address sa names.
-func udpAddrOf(sa unix.Sockaddr) *net.UDPAddr {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return &net.UDPAddr{IP: net.IP(append([]byte(nil), a.Addr[:]...)), Port: a.Port}
-	case *unix.SockaddrInet6:
-		return &net.UDPAddr{IP: net.IP(append([]byte(nil), a.Addr[:]...)), Port: a.Port}
-	}
-	return &net.UDPAddr{}
 }
 
 // datagrams are the buffers of one batch read (readBatch) and what it
@@ -222,9 +202,9 @@ func (s *udpSocket) readBatch(d *datagrams) (int, error) {
 }
 
 // Close ends the reads (shutting the socket down wakes a reader blocked
-// in it; the read timeout bounds its wait otherwise) and the writes, and
-// closes the socket once no write is in flight. The reader must be done
-// before the descriptor is closed: call Close, wait for it, then release.
+// in it; the read timeout bounds its wait otherwise) and the writes. It
+// leaves the descriptor open: the reader must be done before it is
+// closed — call Close, wait for the reader, then release.
 func (s *udpSocket) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -234,7 +214,8 @@ func (s *udpSocket) Close() error {
 	return nil
 }
 
-// release closes the descriptor, after Close and after the reader ended.
+// release closes the descriptor, after Close, after the reader ended and
+// once no write is in flight.
 func (s *udpSocket) release() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
