@@ -56,32 +56,34 @@ type Informers struct {
 	// Leases are the Leases in Config.LeaseNamespace: power Leases and
 	// the agents' key Leases.
 	Leases coordinformers.LeaseInformer
-	// KubeletLeases are the kubelets' node Leases (KubeletLeaseNamespace).
-	KubeletLeases coordinformers.LeaseInformer
+	// KubeletLeases is the client the fencer watches kubelets' node Leases
+	// (KubeletLeaseNamespace) with: one node's at a time, for the nodes it
+	// has reason to look at (kubeletlease.go).
+	KubeletLeases kubernetes.Interface
 	// Pause is the pause ConfigMap (taint.PauseConfigMap in the lease
 	// namespace, that one object only); nil: never paused (switches.go).
 	Pause coreinformers.ConfigMapInformer
 }
 
 // NewInformers takes a fencer's Nodes and VolumeAttachments from cluster,
-// the process's shared factory for cluster-scoped objects, and builds one
-// factory per Lease namespace: leaseNamespace and KubeletLeaseNamespace.
-// The Lease factories are separate because a factory's informers list and
-// watch across all namespaces unless the factory is limited to one, and a
-// fencer may read Leases only in these two (a namespaced Role in each,
-// deploy/daemonset/base). The caller starts and shuts down the returned
-// factories, as it does cluster.
+// the process's shared factory for cluster-scoped objects, and builds a
+// factory for the Leases in leaseNamespace: separate, because a factory's
+// informers list and watch across all namespaces unless the factory is
+// limited to one, and a fencer may read Leases only in leaseNamespace and
+// KubeletLeaseNamespace (a namespaced Role in each,
+// deploy/daemonset/base). The kubelets' Leases are watched one node at a
+// time, with client (kubeletlease.go). The caller starts and shuts down
+// the returned factories, as it does cluster.
 func NewInformers(client kubernetes.Interface, cluster informers.SharedInformerFactory, leaseNamespace string) (Informers, []informers.SharedInformerFactory) {
 	inNS := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(leaseNamespace), trimmed)
-	nodeLeases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(KubeletLeaseNamespace), trimmed)
 	pause := newPauseFactory(client, leaseNamespace)
 	return Informers{
 		Nodes:             cluster.Core().V1().Nodes(),
 		VolumeAttachments: cluster.Storage().V1().VolumeAttachments(),
 		Leases:            inNS.Coordination().V1().Leases(),
-		KubeletLeases:     nodeLeases.Coordination().V1().Leases(),
+		KubeletLeases:     client,
 		Pause:             pause.Core().V1().ConfigMaps(),
-	}, []informers.SharedInformerFactory{inNS, nodeLeases, pause}
+	}, []informers.SharedInformerFactory{inNS, pause}
 }
 
 // Config wires a Fencer.
@@ -138,9 +140,10 @@ type Fencer struct {
 	nodes  corelisters.NodeLister
 	vas    cache.Indexer
 	leases coordlisters.LeaseNamespaceLister
-	// kubeletLeases are the kubelets' node Leases (their heartbeats).
-	kubeletLeases coordlisters.LeaseNamespaceLister
-	synced        []cache.InformerSynced
+	// kubeletLeaseClient watches the kubelets' node Leases (their
+	// heartbeats) of the nodes of interest (kubeletlease.go).
+	kubeletLeaseClient kubernetes.Interface
+	synced             []cache.InformerSynced
 
 	// decideMu makes the decisions one at a time, so that each sees what
 	// the ones before it reserved (reserve) while their writes run beside
@@ -303,7 +306,8 @@ func (f *Fencer) Notify(name string) {
 // watch registers the fencer's handlers and indexer on its informers:
 // every change queues the node it is about.
 func (f *Fencer) watch(inf Informers) error {
-	nodeInf, vaInf, leaseInf, kubeletLeaseInf := inf.Nodes, inf.VolumeAttachments, inf.Leases, inf.KubeletLeases
+	nodeInf, vaInf, leaseInf := inf.Nodes, inf.VolumeAttachments, inf.Leases
+	f.kubeletLeaseClient = inf.KubeletLeases
 	if err := vaInf.Informer().AddIndexers(cache.Indexers{vaByNode: func(obj any) ([]string, error) {
 		return []string{obj.(*storagev1.VolumeAttachment).Spec.NodeName}, nil
 	}}); err != nil {
@@ -337,18 +341,6 @@ func (f *Fencer) watch(inf Informers) error {
 			}
 			return ""
 		}, nil},
-		// A kubelet's heartbeat matters only for a node under suspicion
-		// or fenced (it voids evidence): healthy nodes are not queued on
-		// every renewal.
-		{kubeletLeaseInf.Informer(), func(o any) string {
-			name := metaName(o)
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if p := f.phaseOf(name); p != "" && p != core.PhaseHealthy {
-				return name
-			}
-			return ""
-		}, nil},
 	}
 	for _, h := range handlers {
 		name, changed := h.name, h.changed
@@ -368,7 +360,6 @@ func (f *Fencer) watch(inf Informers) error {
 	f.nodes = nodeInf.Lister()
 	f.vas = vaInf.Informer().GetIndexer()
 	f.leases = leaseInf.Lister().Leases(f.cfg.LeaseNamespace)
-	f.kubeletLeases = kubeletLeaseInf.Lister().Leases(KubeletLeaseNamespace)
 	return nil
 }
 
@@ -382,6 +373,7 @@ func (f *Fencer) Run(ctx context.Context) error {
 	}()
 	defer func() {
 		f.queue.ShutDown()
+		f.unwatchKubeletLeases()
 		f.bg.Wait()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
@@ -466,6 +458,7 @@ func (f *Fencer) sync(ctx context.Context, name string) error {
 	} else {
 		s.reserve(d.Actions)
 		defer f.unreserve(name)
+		f.watchKubeletLease(ctx, name, s, leaseInterest(d.Phase, o.Member))
 	}
 	f.mu.Unlock()
 	f.decideMu.Unlock()
@@ -658,19 +651,6 @@ func newerOrSame(a, b string) bool {
 	x, err1 := strconv.ParseUint(a, 10, 64)
 	y, err2 := strconv.ParseUint(b, 10, 64)
 	return err1 != nil || err2 != nil || x >= y
-}
-
-// kubeletRenew is the renew time of node's kubelet Lease, as the informer
-// has it (zero when unknown).
-func (f *Fencer) kubeletRenew(node string) time.Time {
-	if f.kubeletLeases == nil {
-		return time.Time{}
-	}
-	l, err := f.kubeletLeases.Get(node)
-	if err != nil || l.Spec.RenewTime == nil {
-		return time.Time{}
-	}
-	return l.Spec.RenewTime.Time
 }
 
 // kubeletRenewFromAPI reads node's kubelet Lease from the API server, not

@@ -67,6 +67,10 @@ type Metrics struct {
 	// PowerReadsWaiting is the number of power reads waiting for a slot
 	// (fenced_power_reads_waiting).
 	PowerReadsWaiting prometheus.Gauge
+	// KubeletLeaseWatches is the number of kubelet Leases watched now
+	// (fenced_kubelet_lease_watches): one per node the fencer has reason
+	// to look at (kubeletlease.go), none while every node is healthy.
+	KubeletLeaseWatches prometheus.Gauge
 	// HistoryWriteFailures counts fence history entries this fencer could
 	// not write (fenced_history_write_failures_total): the history is a
 	// record for people, so a failure is counted and logged, nothing more.
@@ -158,6 +162,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_power_reads_waiting",
 			Help: "Power reads waiting for a slot under fencer.maxConcurrentPowerReads.",
 		}),
+		KubeletLeaseWatches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_kubelet_lease_watches",
+			Help: "Kubelet node Leases this fencer watches now: those of the nodes under suspicion, fenced, returning or whose agent left the ring; none while every node is healthy.",
+		}),
 		HistoryWriteFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_history_write_failures_total",
 			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
@@ -165,7 +173,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.FalseSuspicions, m.Challenges, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
 		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
-		m.HistoryWriteFailures)
+		m.KubeletLeaseWatches, m.HistoryWriteFailures)
 	return m
 }
 

@@ -129,7 +129,8 @@ func newSyncedFencer(t *testing.T, cfg Config) *Fencer {
 	f, ctx, cancel := newFencerWatching(t, cfg, cfg.Client)
 	t.Cleanup(func() {
 		cancel()
-		f.bg.Wait() // the BMC calls its decisions started
+		f.unwatchKubeletLeases() // opened with sync's context, not cancel's
+		f.bg.Wait()              // the BMC calls its decisions started
 	})
 	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
 		t.Fatal("informers did not sync")

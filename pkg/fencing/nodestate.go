@@ -41,6 +41,9 @@ type nodeState struct {
 	// renew stops the renewal of the node's power Lease; nil when none
 	// runs (powerlease.go).
 	renew context.CancelFunc
+	// kubeletLease is the watch of the node's kubelet Lease; nil while
+	// the node is of no interest (kubeletlease.go).
+	kubeletLease *kubeletLeaseWatch
 
 	// What this fencer decided and has not written yet: the decisions of
 	// other nodes count it as written (observe), as the write may still be
@@ -117,8 +120,11 @@ func (f *Fencer) phaseOf(node string) core.Phase {
 // running is stopped: the core releases the Lease of a node whose Node is
 // gone, and an unreleased one lapses within its duration.
 func (f *Fencer) forget(node string) {
-	if s, ok := f.state[node]; ok && s.renew != nil {
-		s.renew()
+	if s, ok := f.state[node]; ok {
+		if s.renew != nil {
+			s.renew()
+		}
+		f.unwatchKubeletLease(s)
 	}
 	delete(f.state, node)
 	f.cfg.Metrics.forgetNode(node)
