@@ -41,7 +41,7 @@ SOAK_TESTS       ?=
 
 CLUSTER_STATE ?= $(or $(TMPDIR),/tmp)/fenced-cluster
 
-.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix lint bench bench-scale bench-scale-medians soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast bench-false-reads
+.PHONY: all build image image-fence-agents fence-agents-lock man deps kube-binaries test test-loaded test-short fuzz fuzz-short e2e e2e-matrix e2e-watchdog-vm lint bench bench-scale bench-scale-medians soak soak-smoke demo cluster-up cluster-down kind-power-loss clean help bench-gossip bench-gossip-big bench-fast bench-false-reads
 
 all: build
 
@@ -150,6 +150,14 @@ e2e-matrix: deps ## the core scenarios on each supported Kubernetes version (~25
 
 e2e: deps kube-binaries ## only the end-to-end scenarios on the local cluster harness, verbose
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
+
+# fenced's watchdog code on a real Linux kernel: Debian's kernel under QEMU
+# (software emulation) with QEMU's emulated i6300ESB watchdog and the
+# kernel's driver; hack/vm-kernel.sh installs QEMU and cpio and caches the
+# kernel. make test skips it.
+e2e-watchdog-vm: ## the watchdog on a real kernel: armed, petted, stopped, closed and disarmed by fenced's code in a QEMU VM (~1 min; installs QEMU); not part of make test
+	FENCED_VM_DIR=$$(./hack/vm-kernel.sh | tail -n1) && export FENCED_VM_DIR && \
+	  $(GO) test -count=1 -v -run TestWatchdogOnARealKernel ./test/vm/
 
 test-short: ## fast unit tests only (no simulators, no cluster)
 	$(GO) test -short -count=1 ./...

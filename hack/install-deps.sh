@@ -15,12 +15,19 @@
 #                the container runtime of the real node (internal/testbed/realnode):
 #                fenced's image run as pods by a real kubelet (test/realpod)
 #
+# With arguments, installs those packages instead (hack/vm-kernel.sh: QEMU
+# for the watchdog's real-kernel test, which make test does not run).
+#
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
-readonly PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents containerd runc containernetworking-plugins)
+PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents containerd runc containernetworking-plugins)
+if (($# > 0)); then
+	PACKAGES=("$@")
+fi
+readonly PACKAGES
 
 missing=()
 for p in "${PACKAGES[@]}"; do
