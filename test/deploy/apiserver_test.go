@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -205,9 +206,9 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	}
 
 	// The fencer itself, with the fencer ServiceAccount's own token: its
-	// informers sync — the kubelets' Leases' among them — and it reads a
-	// kubelet's Lease as it does right before a taint write. The
-	// observer's token may not even list those.
+	// informers sync, it lists and watches one kubelet's Lease by name as
+	// it does for a node of interest, and reads it as it does right before
+	// a taint write. The observer's token may not even list those.
 	admin := c.Client()
 	renewed := metav1.NewMicroTime(time.Now().Truncate(time.Microsecond)) // what a MicroTime keeps
 	if _, err := admin.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Create(ctx, &coordinationv1.Lease{
@@ -226,6 +227,16 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		l, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Get(ctx, "node-a", metav1.GetOptions{})
 		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.Equal(&renewed) {
 			t.Errorf("reading node-a's kubelet Lease as %s: %+v, %v", fencerSA, l, err)
+		}
+		byName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "node-a").String()}
+		if list, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).List(ctx, byName); err != nil || len(list.Items) != 1 {
+			t.Errorf("listing node-a's kubelet Lease by name as %s: %v, %v", fencerSA, list, err)
+		}
+		w, err := cl.CoordinationV1().Leases(fencing.KubeletLeaseNamespace).Watch(ctx, byName)
+		if err != nil {
+			t.Errorf("watching node-a's kubelet Lease by name as %s: %v", fencerSA, err)
+		} else {
+			w.Stop()
 		}
 	})
 	t.Run("kubelet-leases/"+observerSA, func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +27,7 @@ import (
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/fencing"
 	"fenced.io/fenced/pkg/fencing/device"
+	"fenced.io/fenced/pkg/heartbeat"
 	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/stale"
 	"fenced.io/fenced/pkg/taint"
@@ -336,9 +339,10 @@ func (h logSignal) WithGroup(string) slog.Handler      { return h }
 // before any node needs it) and pkg/stale's report, as pkg/agent runs them
 // on a fencer, with client until their informers have synced — they log
 // "fencer started" and "stale volumeattachment report started" then — and
-// stops them. Their informers must sync within timeout; one they may not
-// list or watch never does.
-func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration) {
+// until every condition of until holds, and stops them. Their informers
+// must sync, and the conditions hold, within timeout; an informer they may
+// not list or watch never syncs.
+func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration, until ...func() bool) {
 	t.Helper()
 	started, staleStarted := make(chan struct{}), make(chan struct{})
 	// The informers as the agent builds them: one cluster-scoped factory,
@@ -346,7 +350,7 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 	cluster := informers.NewSharedInformerFactory(client, 0)
 	inf, leaseFactories := fencing.NewInformers(client, cluster, config.DefaultLeaseNamespace)
 	f, err := fencing.New(fencing.Config{
-		Identity: "fencer-under-test", Client: client, Informers: inf, Inventory: &device.Inventory{},
+		Identity: "fencer-under-test", Client: client, Informers: inf, Inventory: &device.Inventory{}, Members: noMembers{}, Recorder: record.NewFakeRecorder(100),
 		LeaseNamespace: config.DefaultLeaseNamespace,
 		Logger:         slog.New(logSignal{msg: "fencer started", once: new(sync.Once), ch: started}),
 	})
@@ -390,6 +394,24 @@ func runFencer(t *testing.T, client kubernetes.Interface, timeout time.Duration)
 			t.Fatalf("%s's informers did not sync within %s: it may not list or watch what one of them needs", w.what, timeout)
 		}
 	}
+	for i, cond := range until {
+		for !cond() {
+			select {
+			case <-deadline:
+				t.Fatalf("condition %d of the fencer's run did not hold within %s", i+1, timeout)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// noMembers is a gossip ring with no one in it.
+type noMembers struct{}
+
+func (noMembers) Member(string) (heartbeat.Member, bool) { return heartbeat.Member{}, false }
+func (noMembers) Alive() int                             { return 0 }
+func (noMembers) Challenge(context.Context, string, string) (heartbeat.Proof, error) {
+	return heartbeat.Proof{}, heartbeat.ErrNoProof
 }
 
 // Opt-in RBAC: fencers may delete stale VolumeAttachments only with this
@@ -467,10 +489,22 @@ func TestDeleteStaleOptIn(t *testing.T) {
 // against what rbac.yaml grants the fencer ServiceAccount. It asks the code,
 // not a list: an informer added to the fencer fails here until the
 // manifest grants its list and watch, in its namespace.
+//
+// One Node is NotReady with no power device in the inventory: a suspect
+// the fencer watches the kubelet Lease of, one node's at a time.
 func TestFencerCallsAllowed(t *testing.T) {
 	r := collectRBAC(decodeObjects(t, rbacFile, readFile(t, rbacFile)))
-	client := fake.NewClientset()
-	runFencer(t, client, 30*time.Second)
+	client := fake.NewClientset(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "suspect", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}},
+	})
+	kubeletLease := func(verb string) func(a k8stesting.Action) bool {
+		return func(a k8stesting.Action) bool {
+			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencing.KubeletLeaseNamespace
+		}
+	}
+	runFencer(t, client, 30*time.Second, func() bool { return slices.ContainsFunc(client.Actions(), kubeletLease("watch")) })
 
 	seen := map[string]bool{}
 	for _, a := range client.Actions() {
@@ -501,12 +535,13 @@ func TestFencerCallsAllowed(t *testing.T) {
 			t.Errorf("the fencer calls %s, which %s does not grant %s", call, rbacFile, fencerSA)
 		}
 	}
-	// The kubelets' heartbeats, where they are.
+	// The kubelets' heartbeats, where they are: the suspect's Lease alone.
 	for _, verb := range []string{"list", "watch"} {
-		if !slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
-			return a.GetVerb() == verb && a.GetResource().Resource == "leases" && a.GetNamespace() == fencing.KubeletLeaseNamespace
-		}) {
-			t.Errorf("the fencer did not %s Leases in %s: is its kubelet Lease informer gone? Then drop %s", verb, fencing.KubeletLeaseNamespace, kubeletLeaseRole)
+		if !slices.ContainsFunc(client.Actions(), kubeletLease(verb)) {
+			t.Errorf("the fencer did not %s the suspect's Lease in %s: are kubelet Leases no longer watched? Then drop %s", verb, fencing.KubeletLeaseNamespace, kubeletLeaseRole)
 		}
+	}
+	if !seen[`watch leases.coordination.k8s.io "suspect" in "`+fencing.KubeletLeaseNamespace+`"`] {
+		t.Errorf("the fencer did not watch the suspect's kubelet Lease by its name (a field selector): %v", seen)
 	}
 }
