@@ -29,7 +29,6 @@ import (
 // through within seconds, without a restart. `fenced history` then lists
 // each fence with its evidence.
 func TestSwitches(t *testing.T) {
-	t.Parallel() // see TestMain
 	start := time.Now()
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},

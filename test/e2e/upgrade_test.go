@@ -50,7 +50,6 @@ const upgradeFrom = "0f742145689c0ab09982283870d699fa2c8e5c2f"
 // agent key Lease of an earlier boot — with every agent running the new
 // binary.
 func TestRollingUpgrade(t *testing.T) {
-	t.Parallel() // see TestMain
 	if testing.Short() {
 		t.Skip(harness.SkipShortMessage)
 	}
