@@ -136,8 +136,6 @@ func (p *NodePlugin) Start(ctx context.Context) error {
 	csipb.RegisterNodeServer(csiSrv, svc)
 	regSrv := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(regSrv, svc)
-	p.mu.Lock()
-	defer p.mu.Unlock()
 
 	for _, e := range []struct {
 		srv  *grpc.Server
@@ -146,16 +144,12 @@ func (p *NodePlugin) Start(ctx context.Context) error {
 		// A socket left by a previous life of the machine would make
 		// Listen fail with EADDRINUSE.
 		if err := os.Remove(e.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			p.mu.Unlock()
 			p.Stop()
-			p.mu.Lock()
 			return err
 		}
 		l, err := net.Listen("unix", e.path)
 		if err != nil {
-			p.mu.Unlock()
 			p.Stop()
-			p.mu.Lock()
 			return err
 		}
 		p.servers = append(p.servers, e.srv)
@@ -167,46 +161,18 @@ func (p *NodePlugin) Start(ctx context.Context) error {
 	return nil
 }
 
-// Reregister serves the registration socket anew, as node-driver-registrar
-// does when it restarts: the kubelet sees a new socket and registers the
-// driver. For a kubelet that has not registered it: seen on the harness
-// once, when a machine came back within seconds of its power loss and its
-// new kubelet never registered the plugin (its plugin watcher may have met
-// the socket of the boot before).
-func (p *NodePlugin) Reregister() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped || len(p.servers) < 2 {
-		return nil
-	}
-	path := p.RegistrationEndpoint()
-	p.servers[1].Stop()
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return err
-	}
-	srv := grpc.NewServer()
-	registerapi.RegisterRegistrationServer(srv, &service{p: p})
-	p.servers[1] = srv
-	go srv.Serve(l)
-	return nil
-}
-
 // Stop stops serving, stops all writers and removes the sockets; removing
 // the registration socket makes the kubelet unregister the driver.
 func (p *NodePlugin) Stop() {
 	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		for _, s := range p.servers {
 			s.Stop()
 		}
 		for _, path := range p.sockets {
 			os.Remove(path)
 		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		p.stopped = true
 		for target, w := range p.writers {
 			w.close()

@@ -267,7 +267,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return fmt.Errorf("starting the CSI node plugin: %w", err)
 	}
 	defer plugin.Stop()
-	go reregisterUntilRegistered(ctx, plugin, log)
 	log.Info("booted", "pluginRegistry", registry, "bus", ld.Address(), "csiMounts", mount)
 
 	// Up: watch the processes (an exit is logged, and an extra process
@@ -381,28 +380,4 @@ func writeFileAtomic(path, content string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// registrationWait is how long a booted machine waits for its kubelet to
-// register the CSI node plugin before serving the registration socket
-// again; the kubelet takes about a second.
-const registrationWait = 10 * time.Second
-
-// reregisterUntilRegistered serves the plugin's registration socket again
-// every registrationWait until the kubelet has registered it, as
-// node-driver-registrar's restart by its liveness probe would.
-func reregisterUntilRegistered(ctx context.Context, plugin *csi.NodePlugin, log *slog.Logger) {
-	for {
-		select {
-		case <-plugin.Registered():
-			return
-		case <-ctx.Done():
-			return
-		case <-time.After(registrationWait):
-		}
-		log.Warn("the kubelet has not registered the CSI node plugin yet: serving its registration socket again", "after", registrationWait)
-		if err := plugin.Reregister(); err != nil {
-			log.Error("serving the CSI registration socket again", "err", err)
-		}
-	}
 }
