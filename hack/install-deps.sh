@@ -18,16 +18,45 @@
 # With arguments, installs those packages instead (hack/vm-kernel.sh: QEMU
 # for the watchdog's real-kernel test, which make test does not run).
 #
+# Without arguments it also raises the host's inotify instance limit
+# (fs.inotify.max_user_instances) to INOTIFY_INSTANCES if it is lower: every
+# kubelet of the test harness takes several instances, and the end-to-end
+# scenarios run two at a time, each with up to eight kubelets, beside the
+# real node's; Debian's default of 128 runs out ("inotify_init: too many open
+# files"). Kubernetes nodes commonly set 8192. Without root it only says so,
+# and the scenarios then run one at a time (harness.Parallel).
+#
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something has to be installed.
 set -euo pipefail
 
+INOTIFY_INSTANCES=1024
+host_limits=1
 PACKAGES=(openipmi ipmitool etcd-server iproute2 systemd dbus-daemon snmpd snmp fence-agents containerd runc containernetworking-plugins)
 if (($# > 0)); then
 	PACKAGES=("$@")
+	host_limits=0
 fi
 readonly PACKAGES
+
+raise_inotify_instances() {
+	local f=/proc/sys/fs/inotify/max_user_instances now
+	[[ -r $f ]] || return 0
+	now=$(<"$f")
+	if ((now >= INOTIFY_INSTANCES)); then
+		echo "install-deps: fs.inotify.max_user_instances is $now (>= $INOTIFY_INSTANCES)"
+	elif ((EUID == 0)) && echo "$INOTIFY_INSTANCES" >"$f" 2>/dev/null; then
+		echo "install-deps: fs.inotify.max_user_instances raised from $now to $INOTIFY_INSTANCES"
+	elif command -v sudo >/dev/null 2>&1 && sudo -n sysctl -q -w "fs.inotify.max_user_instances=$INOTIFY_INSTANCES" 2>/dev/null; then
+		echo "install-deps: fs.inotify.max_user_instances raised from $now to $INOTIFY_INSTANCES (sudo)"
+	else
+		echo "install-deps: fs.inotify.max_user_instances is $now and cannot be raised here; the end-to-end scenarios will run one at a time (as root: sysctl -w fs.inotify.max_user_instances=$INOTIFY_INSTANCES)" >&2
+	fi
+}
+if ((host_limits)); then
+	raise_inotify_instances
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -20,6 +20,7 @@ import (
 // TestConfirmOnlyFencing runs fenced in its default mode: it taints only
 // nodes whose BMC reads off.
 func TestConfirmOnlyFencing(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4", "w-5", "w-6", "w-7"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, BMCIdentityMismatch: []string{"w-7"}},
@@ -206,6 +207,7 @@ func seriesValue(text, series string) (float64, error) {
 // The scenarios run one after the other: each changes how many nodes are
 // down, which the storm guard counts.
 func TestPowerOffFencing(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "cp-2", "w-1", "w-2", "w-3", "w-4", "w-5"},
 		Fencing: &harness.Fencing{Fencers: []string{"cp-1", "cp-2"},

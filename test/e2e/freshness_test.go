@@ -20,6 +20,7 @@ import (
 // between its taint and the rest of the fence. The scenarios run one after
 // the other: an API outage is felt by every node.
 func TestEvidenceFreshness(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
 		// A BMC request may wait 5 s for its answer (a slow BMC below).

@@ -26,6 +26,7 @@ import (
 // server outage (StopAPIServer, StartAPIServer), an agent restarted in
 // place (RestartAgent) and an agent frozen alone (FreezeAgent, ThawAgent).
 func TestHarnessOps(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},

@@ -26,6 +26,7 @@ import (
 // workload on a victim keeps writing alone, and the fencer counts the
 // rejected forgeries.
 func TestHostileMember(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4"},
 		// Power-off mode with a short fenceAfter: the guards, not the

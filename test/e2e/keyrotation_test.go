@@ -35,6 +35,7 @@ var suspicionEvents = []vocab.EventReason{
 // or undecryptable packet in any agent's log — and every agent ends on
 // the new key alone.
 func TestGossipKeyRotation(t *testing.T) {
+	harness.Parallel(t)
 	const victim, spare = "w-4", "w-3"
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3", "w-4"},

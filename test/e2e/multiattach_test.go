@@ -30,6 +30,7 @@ const attachErrorMessage = "rpc error: code = Internal desc = ControllerPublishV
 // follows. Then the pod must run, and the volume must have had one writer
 // at a time.
 func TestMultiAttach(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{Machines: []string{"w-1", "w-2", "w-3", "w-4"}})
 	start := time.Now()
 	cases := []struct {

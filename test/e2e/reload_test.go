@@ -29,6 +29,7 @@ import (
 // invalid file is refused (metric, Event on the fencer's Node) and the
 // configuration in force keeps fencing: w-2's power loss is tainted.
 func TestConfigReload(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "cp-2", "w-1", "w-2", "w-3"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1", "cp-2"}, ConfigVolume: true},

@@ -106,6 +106,7 @@ func readyWrites(t *testing.T, path, node string) []readyWrite {
 // writes Ready=False at most once for the fence, and never after the
 // controller has said Unknown.
 func TestReadyWrittenOnceAcrossAnAPIOutage(t *testing.T) {
+	harness.Parallel(t)
 	dir := t.TempDir()
 	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
 	must(t, os.WriteFile(policy, []byte(auditPolicy), 0o600))
@@ -193,6 +194,7 @@ func fencedWarnings(ctx context.Context, t *testing.T, h *harness.Harness, since
 // its kubelet is Ready the fencers leave its node alone. Then a power loss
 // is fenced as usual.
 func TestAgentRolloutIsQuiet(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "cp-2", "w-1", "w-2", "w-3"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1", "cp-2"}},
@@ -244,6 +246,7 @@ func TestAgentRolloutIsQuiet(t *testing.T) {
 // when it is switched on: an Event for each, and entries in the fence
 // history; the taint is not carried over to the new Node.
 func TestFencedNodeDeletedAndRegisteredAgain(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},

@@ -64,6 +64,7 @@ const nodes = "/api/v1/nodes"
 //     replacement waits with a Multi-Attach error until the unmount, and
 //     the volume never has two writers.
 func TestTaintRemovalRace(t *testing.T) {
+	harness.Parallel(t)
 	gate := watchgate.New()
 	t.Cleanup(gate.Close)
 	controllers := slices.DeleteFunc(slices.Clone(cluster.DefaultControllers), func(c string) bool { return c == "taint-eviction-controller" })

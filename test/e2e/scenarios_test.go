@@ -19,6 +19,14 @@ import (
 	"fenced.io/fenced/internal/testbed/poll"
 )
 
+// TestMain runs the scenarios. Every scenario starts its own control
+// plane, network (a random /24 and bridge) and machines, so they share
+// nothing, and each calls harness.Parallel: most of a scenario's time is
+// spent waiting on Kubernetes (a 50 s node-monitor grace period, pod
+// rescheduling), so two at a time (-parallel defaults to GOMAXPROCS)
+// cut the package's wall time on two cores, where one at a time left the
+// other core idle for most of make test. On a host whose inotify limit is
+// too low for that, they run one at a time (harness.Parallel says so).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	harness.Cleanup()
@@ -35,6 +43,7 @@ const (
 // TestWithoutFencing shows the problem fenced exists for, and the manual
 // cure operators apply today, on five machines at once.
 func TestWithoutFencing(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{Machines: []string{"node-a", "node-b", "node-c", "node-d", "node-e"}})
 
 	t.Run("power loss: Multi-Attach, then a manual out-of-service taint cures it", func(t *testing.T) {

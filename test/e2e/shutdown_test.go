@@ -17,6 +17,7 @@ import (
 // a shutdown that leaves a CSI volume mounted gets no taint until the BMC
 // reads off.
 func TestCleanShutdown(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
 		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}},

@@ -29,6 +29,7 @@ import (
 // through within seconds, without a restart. `fenced history` then lists
 // each fence with its evidence.
 func TestSwitches(t *testing.T) {
+	harness.Parallel(t)
 	start := time.Now()
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},

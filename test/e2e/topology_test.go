@@ -52,6 +52,7 @@ var topologyMachines = []string{"cp-1", "w-1", "w-2", "w-3", "w-4", "w-5", "w-6"
 // and the levels [bmc], [pdu-a, pdu-b] for most nodes; w-4 has only
 // fence_ipmilan, w-5 a mislabelled outlet (w-6's), w-6 only its BMC.
 func TestTopologyConfirmOnly(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: topologyMachines,
 		Feeds:    2,
@@ -249,6 +250,7 @@ func TestTopologyConfirmOnly(t *testing.T) {
 // TestTopologyPowerOff: in power-off mode a hung node whose BMC is dark is
 // switched off at its PDU outlet by fence_apc_snmp.
 func TestTopologyPowerOff(t *testing.T) {
+	harness.Parallel(t)
 	ctx, h := harness.StartForTest(t, harness.Options{
 		Machines: []string{"cp-1", "w-1", "w-2", "w-3"},
 		Feeds:    1,

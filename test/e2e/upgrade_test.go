@@ -50,6 +50,7 @@ const upgradeFrom = "0f742145689c0ab09982283870d699fa2c8e5c2f"
 // agent key Lease of an earlier boot — with every agent running the new
 // binary.
 func TestRollingUpgrade(t *testing.T) {
+	harness.Parallel(t)
 	if testing.Short() {
 		t.Skip(harness.SkipShortMessage)
 	}

@@ -622,3 +622,38 @@ func Cleanup() {
 	}
 	built.dirs, built.paths = nil, nil
 }
+
+// ParallelInotifyInstances is the host's inotify instance limit
+// (fs.inotify.max_user_instances) below which Parallel keeps the scenarios
+// one at a time. Every kubelet takes several instances; two harnesses of
+// up to eight machines and the real node beside them ran out at Debian's
+// default of 128 (hollow kubelets never registered their CSI plugin, the
+// real kubelet never became Ready). make deps raises the limit to 1024.
+const ParallelInotifyInstances = 512
+
+// Parallel marks an end-to-end test as one that may run beside the others
+// (t.Parallel): every harness has its own control plane, network and
+// machines, and most of a scenario's time is spent waiting on Kubernetes,
+// so two at a time use the second core that one at a time left idle. It
+// does so only when the host allows enough inotify instances; otherwise it
+// says why the test runs alone.
+func Parallel(t *testing.T) {
+	t.Helper()
+	limit, err := inotifyInstanceLimit()
+	switch {
+	case err != nil:
+		t.Logf("harness: running alone: cannot read the inotify instance limit: %v", err)
+	case limit < ParallelInotifyInstances:
+		t.Logf("harness: running alone: fs.inotify.max_user_instances is %d, below the %d that scenarios side by side need (make deps raises it as root)", limit, ParallelInotifyInstances)
+	default:
+		t.Parallel()
+	}
+}
+
+func inotifyInstanceLimit() (int, error) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
