@@ -32,6 +32,14 @@ const (
 	// EventPoweringOffUnresponsiveNode: power-off mode switches the node
 	// off under the power Lease.
 	EventPoweringOffUnresponsiveNode EventReason = "PoweringOffUnresponsiveNode"
+	// EventFenceOrdered: the watchdog level wrote a fence order for the
+	// node's boot; its watchdog resets it (docs/design.md §10).
+	EventFenceOrdered EventReason = "FenceOrdered"
+	// EventWatchdogResetContradicted: the node answered, in the boot a
+	// fence order was for, after the wait that bounds its watchdog's reset:
+	// its watchdog did not reset it. A safety alarm: no taint was written
+	// on it, and its watchdog cannot be trusted until a person looks.
+	EventWatchdogResetContradicted EventReason = "WatchdogResetContradicted"
 	// EventPowerOffAborted: a power-off was cancelled before it was sent
 	// (the node answered again, or a check failed at the last moment).
 	EventPowerOffAborted EventReason = "PowerOffAborted"

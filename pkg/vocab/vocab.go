@@ -99,7 +99,7 @@ func (g GracefulShutdown) Valid() bool {
 }
 
 // EvidenceMethod is the kind of evidence a taint rests on (docs/design.md §2).
-// There is deliberately no fourth: anything else is a suspicion.
+// There is deliberately no fifth: anything else is a suspicion.
 type EvidenceMethod string
 
 // Evidence methods.
@@ -114,12 +114,18 @@ const (
 	// EvidenceManual: an operator ran `fenced confirm` (identity and
 	// reason recorded) and fenced did not read the power as on.
 	EvidenceManual EvidenceMethod = "manual"
+	// EvidenceWatchdog: the node stated, signed with its own key for its
+	// boot, that it armed a hardware watchdog it pets only while no fence
+	// order for that boot exists; a fencer wrote one, and the node gave no
+	// sign of life while the wait that bounds its reset passed
+	// (docs/design.md §10).
+	EvidenceWatchdog EvidenceMethod = "watchdog"
 )
 
 // Valid reports whether m is one of the evidence methods.
 func (m EvidenceMethod) Valid() bool {
 	switch m {
-	case EvidenceBMCPowerOff, EvidenceCleanShutdown, EvidenceManual:
+	case EvidenceBMCPowerOff, EvidenceCleanShutdown, EvidenceManual, EvidenceWatchdog:
 		return true
 	}
 	return false
@@ -129,3 +135,9 @@ func (m EvidenceMethod) Valid() bool {
 // configuration's bmc section: in a fencing level, and in the readings and
 // evidence that come from one.
 const DeviceBMC = "bmc"
+
+// DeviceWatchdog is the device name of a fencing level that means the
+// node's own watchdog (docs/design.md §10): no power device is read; the
+// node is ordered to let its watchdog reset it, and the wait that bounds
+// the reset is the evidence.
+const DeviceWatchdog = "watchdog"

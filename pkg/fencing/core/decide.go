@@ -189,12 +189,14 @@ type ClusterObs struct {
 
 // Observation is the input of one Step.
 type Observation struct {
-	Now     time.Time
-	Node    NodeObs
-	Member  MemberObs
-	Agent   AgentObs
-	BMC     BMCObs
-	Cluster ClusterObs
+	Now    time.Time
+	Node   NodeObs
+	Member MemberObs
+	Agent  AgentObs
+	BMC    BMCObs
+	// Watchdog is the node's watchdog level, when its topology has one.
+	Watchdog WatchdogObs
+	Cluster  ClusterObs
 }
 
 // unknownMethod stands for a fence adopted from a taint whose evidence
@@ -224,6 +226,8 @@ const (
 	ActNodeDeleted     ActionKind = "NodeDeleted"     // the Node of a fenced node was deleted: remember its fence (Evidence) for its return
 	ActNodeRegistered  ActionKind = "NodeRegistered"  // a Node deleted while fenced registered again: forget its fence
 	ActQuietReadOn     ActionKind = "QuietReadOn"     // beats alone stopped and the power reads on: log and count it (Message)
+	ActOrderReset      ActionKind = "OrderReset"      // write a fence order for the node's boot (BootID): its watchdog resets it (watchdoglevel.go)
+	ActWithdrawOrder   ActionKind = "WithdrawOrder"   // delete the fence order of a boot that is over (BootID)
 )
 
 // Action is one thing to do.
@@ -247,6 +251,9 @@ type Action struct {
 	// Held and Hold, for ActHeld: the action held back, and by what.
 	Held ActionKind
 	Hold Hold
+	// BootID for ActOrderReset and ActWithdrawOrder: the boot the order
+	// is for.
+	BootID string
 }
 
 // TaintRetry is how long the core waits to see its own taint on the Node
@@ -356,6 +363,7 @@ func (d *decider) step() {
 		return
 	}
 	d.followTaint()
+	d.withdrawStaleOrder()
 	switch t.Phase {
 	case PhaseFenced, PhaseRecovering:
 		d.fenced()
@@ -538,6 +546,9 @@ func (d *decider) detect() {
 				d.do(Action{Kind: ActEvent, EventType: "Normal", Reason: vocab.EventNodeResponsive,
 					Message: "node answers again on every channel; no action taken"})
 			}
+			if o.Cluster.LeaseHeld {
+				d.do(Action{Kind: ActReleaseLease})
+			}
 			d.becomeHealthy("responsive again", voided{})
 			return
 		}
@@ -570,7 +581,17 @@ func (d *decider) detect() {
 		// Another channel agrees now: said as any suspicion.
 		d.speakUp("")
 	}
+	d.seekEvidence()
+}
 
+// seekEvidence looks for evidence of a suspect node: its own word, its
+// power devices, its watchdog level.
+func (d *decider) seekEvidence() {
+	if d.o.Watchdog.Level > 0 {
+		// From the start of the suspicion: the kubelet's silence counts
+		// for a fence order from here (orderBlocked).
+		d.noteWatchdog()
+	}
 	// Evidence 2: the node announced, in its own signed word, a clean
 	// shutdown of its current boot and then left the ring. No BMC needed —
 	// unless too many nodes said so at once (storm guard): then only a
@@ -610,6 +631,10 @@ func (d *decider) waitBeforeReading() bool {
 		d.becomeSuspect(fmt.Sprintf("not reading its power: held (%s, label %s)", h, o.Node.Excluded), nil)
 		return true
 	}
+	if !o.BMC.Configured && d.watchdogEngaged(false) {
+		d.watchdog("; it has no power device, only its watchdog level")
+		return true
+	}
 	if !o.BMC.Configured {
 		d.becomeSuspect("no BMC in the inventory: waiting", nil)
 		d.notice("no-bmc", "Warning", vocab.EventCannotConfirmPowerState,
@@ -647,6 +672,18 @@ func (d *decider) confirm() {
 		d.scheduleRead(true)
 	case fresh && r.Power == vocab.PowerOff:
 		d.fenceIfStillTrue(d.offEvidence(r))
+	case (failedSince || !(fresh && r.Power == vocab.PowerOn)) && d.watchdogEngaged(failedSince):
+		// Its power devices give nothing: its watchdog level acts, and
+		// the devices are read on meanwhile (an off reading fences at
+		// once, an on reading is a sign of life).
+		devices := "; its power devices answer nothing"
+		if f := o.BMC.Failure; failedSince {
+			devices = fmt.Sprintf("; its power devices cannot be read (%s: %s)", f.Kind, f.Message)
+		}
+		d.watchdog(devices)
+		if t.Phase == PhaseConfirming {
+			d.scheduleRead(failedSince)
+		}
 	case o.BMC.InFlight:
 		d.becomeConfirming("BMC request in flight", nil)
 	case failedSince:
@@ -813,7 +850,7 @@ func (d *decider) poweredOn(r *Reading) {
 // says). Gossip's own dead or alive plays no part.
 func (d *decider) powerOffBlocked() (string, time.Duration) {
 	o, p := d.o, d.p
-	c, a := o.Cluster, o.Agent
+	a := o.Agent
 	switch {
 	case !o.Member.Known:
 		return "the node's agent never joined the gossip ring, so it is not unresponsive on both channels", 0
@@ -826,19 +863,30 @@ func (d *decider) powerOffBlocked() (string, time.Duration) {
 		return "asking its agent for a proof of life", p.ChallengeInterval
 	}
 	waited := min(o.Now.Sub(a.SilentSince), o.Now.Sub(o.Node.ReadySince))
-	switch {
-	case waited < p.FenceAfter:
+	if waited < p.FenceAfter {
 		return fmt.Sprintf("not yet unresponsive on both channels for fenceAfter (%s)", p.FenceAfter), p.FenceAfter - waited
-	case c.Nodes == 0 || 2*c.GossipAlive <= c.Nodes:
-		return fmt.Sprintf("no quorum: this fencer sees %d of %d nodes alive in gossip", c.GossipAlive, c.Nodes), 0
-	case float64(c.Unhealthy) > p.MaxUnhealthy*float64(c.Nodes):
-		return fmt.Sprintf("storm: %d of %d nodes are down, more than maxUnhealthy %.0f%%", c.Unhealthy, c.Nodes, 100*p.MaxUnhealthy), 0
-	case c.PowerActions >= p.MaxConcurrentPowerActions:
-		return fmt.Sprintf("%d power action(s) already running (maxConcurrentPowerActions %d)", c.PowerActions, p.MaxConcurrentPowerActions), 0
-	case o.Node.ControlPlane && c.ControlPlaneDown > 0:
-		return "another control-plane node is already fenced", 0
 	}
-	return "", 0
+	return d.clusterBlocked(), 0
+}
+
+// clusterBlocked returns why the state of the cluster forbids a power
+// action on the node now — a switch-off or a fence order — or "": no
+// quorum in gossip, a storm of unhealthy nodes, enough power actions
+// running, another control-plane node down.
+func (d *decider) clusterBlocked() string {
+	o, p := d.o, d.p
+	c := o.Cluster
+	switch {
+	case c.Nodes == 0 || 2*c.GossipAlive <= c.Nodes:
+		return fmt.Sprintf("no quorum: this fencer sees %d of %d nodes alive in gossip", c.GossipAlive, c.Nodes)
+	case float64(c.Unhealthy) > p.MaxUnhealthy*float64(c.Nodes):
+		return fmt.Sprintf("storm: %d of %d nodes are down, more than maxUnhealthy %.0f%%", c.Unhealthy, c.Nodes, 100*p.MaxUnhealthy)
+	case c.PowerActions >= p.MaxConcurrentPowerActions:
+		return fmt.Sprintf("%d power action(s) already running (maxConcurrentPowerActions %d)", c.PowerActions, p.MaxConcurrentPowerActions)
+	case o.Node.ControlPlane && c.ControlPlaneDown > 0:
+		return "another control-plane node is already fenced"
+	}
+	return ""
 }
 
 // challengeIfDue asks the node's agent for a proof of life when the last
@@ -850,11 +898,19 @@ func (d *decider) challengeIfDue() {
 	if p.Mode != vocab.ModePowerOff || !o.Member.Known {
 		return
 	}
-	last := o.Agent.LastProof
-	if o.Agent.LastSilent.After(last) {
-		last = o.Agent.LastSilent
+	d.challengeIfStale()
+}
+
+// challengeIfStale asks the node's agent for a proof of life unless it
+// was asked during this suspicion less than ChallengeInterval ago: the
+// watchdog level asks all along (orderBlocked, awaitReset).
+func (d *decider) challengeIfStale() {
+	a := d.o.Agent
+	last := a.LastProof
+	if a.LastSilent.After(last) {
+		last = a.LastSilent
 	}
-	if last.After(d.t.suspicion.since) && o.Now.Sub(last) < p.ChallengeInterval {
+	if last.After(d.t.suspicion.since) && d.o.Now.Sub(last) < d.p.ChallengeInterval {
 		return
 	}
 	d.challenge()
@@ -972,11 +1028,15 @@ func (d *decider) switchOff() {
 // MaxEvidenceAge. The fencer checks the same rule once more right before
 // its write, against the freshest view (see EvidenceHolds).
 
-// evidenceTime is when the evidence was taken: the BMC's answer, or when
-// the fencer saw the node's announcement.
+// evidenceTime is when the evidence was taken: the BMC's answer, when the
+// fencer saw the fence order (a sign of life after that voids watchdog
+// evidence), or when the fencer saw the node's announcement.
 func evidenceTime(ev *Evidence) time.Time {
-	if ev.BMC != nil {
+	switch {
+	case ev.BMC != nil:
 		return ev.BMC.At
+	case ev.Watchdog != nil:
+		return ev.Watchdog.OrderSeenAt
 	}
 	return ev.At
 }
@@ -999,6 +1059,8 @@ func LifeAfter(ev *Evidence, o Observation) string {
 		return fmt.Sprintf("its agent answered a liveness challenge at %s", o.Agent.LastProof.UTC().Format(time.RFC3339Nano))
 	case ev.BMC != nil && o.Node.KubeletRenew.After(ev.BMC.KubeletLeaseRenewedAt):
 		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after the reading", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
+	case ev.Watchdog != nil && o.Node.KubeletRenew.After(ev.Watchdog.KubeletLeaseRenewedAt):
+		return fmt.Sprintf("its kubelet renewed its node Lease (renew time %s) after its fence order was seen", o.Node.KubeletRenew.UTC().Format(time.RFC3339Nano))
 	}
 	return ""
 }
@@ -1165,6 +1227,7 @@ func (d *decider) void(ev *Evidence, why string) {
 	late := lateRenewal(ev, o)
 	contradiction := ev.BMC != nil && ev.BMC.Power == vocab.PowerOff && newBoot(ev, o) == "" && !late
 	switch {
+	case ev.Watchdog != nil && d.resetContradicted(ev):
 	case late:
 		d.do(Action{Kind: ActEvent, EventType: "Warning", Reason: vocab.EventFenceEvidenceVoided, Message: fmt.Sprintf(
 			"not tainting on %s evidence taken at %s: %s, stamped before the reading — most likely a renewal this fencer had not seen yet when it read (its view lags the API server after an outage); reading the power state again",
@@ -1197,6 +1260,9 @@ func (d *decider) void(ev *Evidence, why string) {
 		mem.switchedOff = ev.BootID
 	}
 	mem.contradicted = mem.contradicted || contradiction
+	if ev.Watchdog != nil {
+		mem.orderSeen = ev.Watchdog.OrderSeenAt
+	}
 	if d.unresponsive() {
 		// Still suspect: start over from a fresh reading — after the
 		// longest pause when the device contradicted the node.

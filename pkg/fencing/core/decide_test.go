@@ -833,10 +833,12 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 	beats := rand.New(rand.NewPCG(seed, 7))
 	// And how long ago an unanswered challenge was sent.
 	waits := rand.New(rand.NewPCG(seed, 8))
+	// The watchdog level: opted in or not, armed or not, orders seen.
+	wd := rand.New(rand.NewPCG(seed, 9))
 	guids := []string{nodeUUID, "", "11111111-2222-3333-4444-555555555555"}
 	states := []vocab.MemberState{vocab.MemberAlive, vocab.MemberSuspect, vocab.MemberDead, vocab.MemberLeft}
 	readies := []Ready{ReadyTrue, ReadyFalse, ReadyUnknown}
-	taints, powerOffs, levelTaints, swaps, lifts, newerFences := 0, 0, 0, 0, 0, 0
+	taints, powerOffs, levelTaints, swaps, lifts, newerFences, watchdogTaints, orders := 0, 0, 0, 0, 0, 0, 0, 0
 	made := map[Transition]bool{}
 	for walk := 0; walk < 2000; walk++ {
 		mode := []vocab.Mode{vocab.ModeConfirmOnly, vocab.ModePowerOff}[rng.IntN(2)]
@@ -844,6 +846,12 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 		p.DryRun = rng.IntN(10) == 0
 		tgt := &Target{Name: "node-a"}
 		o := healthy()
+		if walk%4 == 3 {
+			// Opted in and armed, with (half of them) or without power
+			// devices before the level.
+			o.Watchdog = WatchdogObs{Level: 1, Arm: &WatchdogArm{BootID: "boot-1", Timeout: 10 * time.Second, Confirm: 30 * time.Second}}
+			o.BMC.Configured = walk%8 == 3
+		}
 		suspectSince := time.Time{}
 		switchedOff := false // the last step sent ActPowerOff
 		for i := 0; i < 60; i++ {
@@ -982,6 +990,11 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			case beats.IntN(8) == 0:
 				o.Member.Silent, o.Member.Doubt, o.Member.SilentSince = false, false, time.Time{}
 			}
+			if walk%4 == 3 {
+				// One walk in four has a watchdog level (the others walk
+				// as they did before it existed).
+				walkWatchdog(wd, &o)
+			}
 			walkCordon(cordons, &o)
 			switch {
 			case o.Node.TaintedByFenced && cordons.IntN(map[bool]int{true: 20, false: 300}[tgt.Phase == PhaseRecovering]) == 0:
@@ -1026,6 +1039,9 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				if a.Evidence.BMC != nil && a.Evidence.BMC.Level > 0 {
 					levelTaints++
 				}
+				if a.Evidence.Method == vocab.EvidenceWatchdog {
+					watchdogTaints++
+				}
 				// Never on evidence the node contradicted, or too old.
 				if ok, why := EvidenceHolds(a.Evidence, o, p.MaxEvidenceAge); !ok {
 					t.Fatalf("walk %d step %d: taint written although %s", walk, i, why)
@@ -1043,6 +1059,10 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 				}
 			}
 			checkReturning(t, fmt.Sprintf("walk %d step %d", walk, i), o, d)
+			if has(d.Actions, ActOrderReset) {
+				orders++
+				checkOrder(t, fmt.Sprintf("walk %d step %d", walk, i), o, p, find(d.Actions, ActOrderReset))
+			}
 			switchedOff = has(d.Actions, ActPowerOff)
 			if switchedOff {
 				powerOffs++
@@ -1082,11 +1102,12 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			}
 		}
 	}
-	if taints == 0 || powerOffs == 0 || levelTaints == 0 || swaps == 0 || lifts == 0 || newerFences == 0 {
-		t.Fatalf("the walk reached %d taints (%d on a fencing level), %d power-offs, %d swaps, %d lifts and %d newer fenced's fences; it tests nothing", taints, levelTaints, powerOffs, swaps, lifts, newerFences)
+	if taints == 0 || powerOffs == 0 || levelTaints == 0 || swaps == 0 || lifts == 0 || newerFences == 0 || watchdogTaints == 0 || orders == 0 {
+		t.Fatalf("the walk reached %d taints (%d on a fencing level, %d on the watchdog level), %d power-offs, %d fence orders, %d swaps, %d lifts and %d newer fenced's fences; it tests nothing",
+			taints, levelTaints, watchdogTaints, powerOffs, orders, swaps, lifts, newerFences)
 	}
-	t.Logf("%d taints applied across the walks (%d on a fencing level), each with valid evidence; %d power-offs, each on a node down on both channels; %d swaps, each on a settled cordon, and %d lifts, each after the controller's answer; %d newer fenced's fences left alone; %d transitions of the table made",
-		taints, levelTaints, powerOffs, swaps, lifts, newerFences, len(made))
+	t.Logf("%d taints applied across the walks (%d on a fencing level, %d on the watchdog level), each with valid evidence; %d power-offs, each on a node down on both channels; %d fence orders, each on a node silent for watchdogOrderAfter; %d swaps, each on a settled cordon, and %d lifts, each after the controller's answer; %d newer fenced's fences left alone; %d transitions of the table made",
+		taints, levelTaints, watchdogTaints, powerOffs, orders, swaps, lifts, newerFences, len(made))
 }
 
 // walkCordon moves the cordon of a walk: the node lifecycle controller
@@ -1197,8 +1218,58 @@ func checkEvidence(t *testing.T, o Observation, ev *Evidence, suspectSince time.
 		if c := o.Cluster; float64(c.CleanShutdownFences+1) > 0.5*float64(c.Nodes) {
 			t.Fatalf("clean-shutdown taint past the storm guard: %d of %d nodes already fenced on their word", c.CleanShutdownFences, c.Nodes)
 		}
+	case vocab.EvidenceWatchdog:
+		// An order for the node's boot, seen by this fencer, its wait
+		// passed, no answer and no renewal since; the level opted in.
+		ord, w := o.Watchdog.Order, ev.Watchdog
+		if err := ev.Validate(); err != nil || o.Watchdog.Level == 0 || ord == nil || ord.BootID != ev.BootID || ev.BootID != o.Node.BootID ||
+			!ord.SeenAt.Equal(w.OrderSeenAt) || o.Now.Before(w.ResetBy()) || o.Agent.LastProof.After(ord.SeenAt) ||
+			o.Node.KubeletRenew.After(ord.KubeletRenewAtSeen) {
+			t.Fatalf("watchdog taint with evidence %+v (%v), watchdog %+v, order %+v, agent %+v, renew %s, node boot %s",
+				w, err, o.Watchdog, ord, o.Agent, o.Node.KubeletRenew, o.Node.BootID)
+		}
 	default:
 		t.Fatalf("taint with method %q", ev.Method)
+	}
+}
+
+// walkWatchdog moves the watchdog level of a walk: opted in or not, the
+// node's armed statement (its boot's, an earlier boot's, none), orders
+// seen (for its boot, for an earlier one, gone), power devices in the
+// topology or not.
+func walkWatchdog(rng *rand.Rand, o *Observation) {
+	switch rng.IntN(30) {
+	case 0:
+		// Opted in, with or without power devices before the level; or
+		// opted out, the devices back.
+		o.Watchdog.Level = 1 - o.Watchdog.Level
+		o.BMC.Configured = o.Watchdog.Level == 0 || rng.IntN(2) == 0
+	case 1:
+		o.Watchdog.Arm = &WatchdogArm{BootID: []string{"boot-1", "boot-1", "boot-0"}[rng.IntN(3)], Timeout: 10 * time.Second, Confirm: 30 * time.Second}
+		if rng.IntN(4) == 0 {
+			o.Watchdog.Arm = nil
+		}
+	case 2, 3:
+		o.Watchdog.Order = &FenceOrder{BootID: []string{"boot-1", "boot-1", "boot-0", "boot-2"}[rng.IntN(4)],
+			SeenAt: o.Now.Add(-time.Duration(rng.IntN(90)) * time.Second), KubeletRenewAtSeen: o.Node.KubeletRenew}
+		if rng.IntN(4) == 0 {
+			o.Watchdog.Order = nil
+		}
+	}
+}
+
+// checkOrder checks a fence order the core wrote: the level opted in, the
+// node's statement for its boot, the power Lease held, the agent silent
+// to challenges for watchdogOrderAfter, the cluster's guards and switches.
+func checkOrder(t *testing.T, where string, o Observation, p Policy, a *Action) {
+	t.Helper()
+	d := &decider{o: o, p: p, t: &Target{}}
+	arm, ag := o.Watchdog.Arm, o.Agent
+	if o.Watchdog.Level == 0 || arm == nil || a.BootID == "" || a.BootID != d.bootID() || !o.Cluster.LeaseHeld ||
+		ag.SilentSince.IsZero() || ag.LastProof.After(ag.SilentSince) || o.Now.Sub(ag.SilentSince) < p.WatchdogOrderAfter ||
+		d.clusterBlocked() != "" || HeldBy(ActOrderReset, o, p) != HoldNone {
+		t.Fatalf("%s: fence order for boot %q with watchdog %+v, agent %+v, lease %v, cluster %+v (%s)",
+			where, a.BootID, o.Watchdog, ag, o.Cluster.LeaseHeld, o.Cluster, d.clusterBlocked())
 	}
 }
 

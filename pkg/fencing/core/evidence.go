@@ -16,7 +16,7 @@ import (
 // meaning), what `fenced confirm` builds from an operator's word, and what
 // `fenced status` shows.
 type Evidence struct {
-	// Method is the kind of evidence (docs/design.md §2: there is no fourth).
+	// Method is the kind of evidence (docs/design.md §2: there is no fifth).
 	Method vocab.EvidenceMethod `json:"method"`
 	// By is the fencer identity or, for manual evidence, the operator's.
 	// The Tainter fills in its identity when it is empty.
@@ -33,6 +33,9 @@ type Evidence struct {
 	// BMC is the power reading the evidence rests on (required for
 	// vocab.EvidenceBMCPowerOff, optional context for the others).
 	BMC *Reading `json:"bmc,omitempty"`
+	// Watchdog is the wait watchdog evidence rests on (required for
+	// vocab.EvidenceWatchdog).
+	Watchdog *WatchdogWaited `json:"watchdog,omitempty"`
 }
 
 // Reading is one authenticated read of a node's BMC: the latest one the
@@ -154,8 +157,41 @@ func (ev Evidence) Validate() error {
 		if ev.BootID == "" {
 			return invalid("clean-shutdown evidence without the announcing boot ID")
 		}
+	case vocab.EvidenceWatchdog:
+		if why := ev.watchdogInvalid(); why != "" {
+			return invalid("%s", why)
+		}
 	}
 	return nil
+}
+
+// watchdogInvalid says why watchdog evidence is not evidence, or "": the
+// boot its order was for, the statement's W and T, when the order was
+// seen, and a wait at least WatchdogWait of them, passed when it was taken.
+func (ev Evidence) watchdogInvalid() string {
+	w := ev.Watchdog
+	if ev.BootID == "" {
+		return "watchdog evidence without the boot its order was for"
+	}
+	if w == nil {
+		return "watchdog evidence without its wait"
+	}
+	tw, need := "", time.Duration(0)
+	if w.Timeout > 0 && w.Confirm > 0 {
+		tw = fmt.Sprintf("timeout %s and confirm %s", time.Duration(w.Timeout), time.Duration(w.Confirm))
+		need = WatchdogWait(WatchdogArm{Timeout: time.Duration(w.Timeout), Confirm: time.Duration(w.Confirm)})
+	}
+	switch {
+	case tw == "":
+		return fmt.Sprintf("watchdog evidence with timeout %s and confirm %s: both must be set", time.Duration(w.Timeout), time.Duration(w.Confirm))
+	case w.OrderSeenAt.IsZero():
+		return "watchdog evidence without the time its fence order was seen"
+	case time.Duration(w.Wait) < need:
+		return fmt.Sprintf("watchdog evidence that waited %s, less than the %s that %s need", time.Duration(w.Wait), need, tw)
+	case ev.At.Before(w.ResetBy()):
+		return fmt.Sprintf("watchdog evidence taken at %s, before its wait ended at %s", ev.At.UTC().Format(time.RFC3339Nano), w.ResetBy().UTC().Format(time.RFC3339Nano))
+	}
+	return ""
 }
 
 // powerIs compares a stored power state s with want as a reader of
@@ -194,6 +230,17 @@ func (ev Evidence) Summary() string {
 		fmt.Fprintf(&b, "node announced a clean shutdown of boot %s", ev.BootID)
 	case vocab.EvidenceManual:
 		b.WriteString("confirmed powered off by an operator")
+	case vocab.EvidenceWatchdog:
+		if w := ev.Watchdog; w != nil {
+			kind := "hardware watchdog"
+			if w.Software {
+				kind = "SOFTWARE watchdog (weaker: a hung kernel does not run it)"
+			}
+			fmt.Fprintf(&b, "fence order for boot %s seen at %s; the node's %s (timeout %s, confirm %s) has reset it by %s",
+				ev.BootID, w.OrderSeenAt.UTC().Format(time.RFC3339), kind, time.Duration(w.Timeout), time.Duration(w.Confirm), w.ResetBy().UTC().Format(time.RFC3339))
+		} else {
+			b.WriteString("watchdog reset")
+		}
 	default:
 		fmt.Fprintf(&b, "method %q", ev.Method)
 	}

@@ -52,7 +52,7 @@ const (
 // change nothing that a switch is about.)
 func effect(k ActionKind) bool {
 	switch k {
-	case ActApplyTaint, ActRemoveTaint, ActLiftReturning, ActMarkNotReady, ActForceDeletePods, ActAcquireLease, ActPowerOff, ActPowerOn:
+	case ActApplyTaint, ActRemoveTaint, ActLiftReturning, ActMarkNotReady, ActForceDeletePods, ActAcquireLease, ActPowerOff, ActPowerOn, ActOrderReset:
 		return true
 	}
 	return false
@@ -98,8 +98,9 @@ func Would(k ActionKind) string {
 		return "MarkNotReady"
 	case ActForceDeletePods:
 		return "DeletePods"
-	case ActAcquireLease, ActPowerOff:
-		// The power Lease is taken only to switch the node off.
+	case ActAcquireLease, ActPowerOff, ActOrderReset:
+		// The power Lease is taken only to switch the node off, or to
+		// order its watchdog to: a fence order ends in a reset.
 		return "PowerOff"
 	case ActPowerOn:
 		return "PowerOn"

@@ -60,6 +60,16 @@ type Policy struct {
 	// DryRun (policy.dryRun): decide and report everything, change
 	// nothing — every effect leaves as ActHeld (hold.go).
 	DryRun bool
+	// WatchdogOrderAfter is how long a node must be silent on the channels
+	// no other node can forge — its agent to every liveness challenge, its
+	// kubelet's Lease unrenewed — before a fence order for its watchdog
+	// level is written (watchdoglevel.go). An order resets a live node, so
+	// a stall of a few seconds must not lead to one. The default is one
+	// renewal interval of the kubelet's Lease (10 s) and 2 s of slack for
+	// a renewal on its way, while the agent is asked every
+	// ChallengeInterval: a node that lost its power is ordered ~13 s after,
+	// and tainted WatchdogWait later (~56 s with the agent's defaults).
+	WatchdogOrderAfter time.Duration
 }
 
 // DefaultPolicy is the policy of a configuration that sets nothing. The
@@ -124,5 +134,7 @@ func DefaultPolicy() Policy {
 		// Fencers act. Set policy.dryRun for a trial period: everything is
 		// decided and reported, nothing is changed.
 		DryRun: false,
+		// A kubelet renews its Lease every 10 s (see the field).
+		WatchdogOrderAfter: 12 * time.Second,
 	}
 }

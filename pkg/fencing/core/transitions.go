@@ -71,6 +71,8 @@ type suspicion struct {
 	// quiet: the node's beats alone stopped (beatsAlone); the suspicion
 	// says nothing until another channel agrees.
 	quiet bool
+	// watchdog is the watchdog level's state (watchdoglevel.go).
+	watchdog watchdogLevel
 }
 
 // voided is what evidence that a sign of life contradicted leaves behind.
@@ -92,6 +94,11 @@ type voided struct {
 	// read on while every other channel answered (falseSuspicion): that silence
 	// is no reason to read again.
 	silenceRead time.Time
+	// orderSeen is when the fence order was first seen whose watchdog
+	// evidence a sign of life voided: that order is no evidence any more
+	// (the node resets when its agent reads it, and is then back in
+	// another boot).
+	orderSeen time.Time
 }
 
 // powerOff is the PoweringOff phase's state; it exists only there.
