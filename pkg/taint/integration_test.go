@@ -298,7 +298,12 @@ func integrationRace(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 				return
 			}
 			labels = append(labels, key)
-			time.Sleep(5 * time.Millisecond)
+			// 50 writes a second: many times the kubelet's and the node
+			// lifecycle controller's pace, so that the Tainter meets
+			// conflicts, yet not faster than a read-modify-write round
+			// trip on a loaded machine (at 200 a second, with make test
+			// beside it, every retry of a Remove lost the race).
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 
