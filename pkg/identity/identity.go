@@ -24,6 +24,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -44,6 +45,10 @@ const (
 	// KindProof: the agent answers a fencer's liveness challenge; the
 	// challenge's nonce makes every proof fresh.
 	KindProof Kind = 3
+	// KindArmed: the agent armed its node's watchdog (Armed says how) and
+	// pets it only while it confirms there is no fence order for its boot;
+	// carried on its key Lease (docs/design.md §10).
+	KindArmed Kind = 4
 )
 
 // String names the kind for logs.
@@ -55,6 +60,8 @@ func (k Kind) String() string {
 		return "leave"
 	case KindProof:
 		return "proof"
+	case KindArmed:
+		return "armed"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -71,6 +78,17 @@ type Statement struct {
 	Seq   uint64
 	// Nonce is the challenge a proof answers (KindProof only).
 	Nonce []byte
+	// Armed is the watchdog an armed statement is about (KindArmed only).
+	Armed Armed
+}
+
+// Armed is what an agent states of the watchdog it armed: the timeout W
+// its driver runs with, the confirm period T it pets within, and the
+// device as its driver names itself, a software watchdog said as such.
+type Armed struct {
+	Timeout, Confirm time.Duration
+	Device           string
+	Software         bool
 }
 
 // domain separates fenced's signatures from any other use of Ed25519.
@@ -92,6 +110,18 @@ func (s Statement) Bytes() []byte {
 	field([]byte(string(s.State)))
 	b = binary.BigEndian.AppendUint64(b, s.Seq)
 	field(s.Nonce)
+	if s.Kind == KindArmed {
+		// Only armed statements carry these: the bytes of every other
+		// kind are as they always were.
+		b = binary.BigEndian.AppendUint64(b, uint64(s.Armed.Timeout))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.Armed.Confirm))
+		field([]byte(s.Armed.Device))
+		software := byte(0)
+		if s.Armed.Software {
+			software = 1
+		}
+		b = append(b, software)
+	}
 	return b
 }
 

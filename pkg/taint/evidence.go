@@ -39,8 +39,10 @@ func checkEvidence(ev core.Evidence, n *corev1.Node) error {
 // format 1. Its shape grew over time only by optional fields that an older
 // reader may ignore without misreading the rest (the BMC reading's sentAt
 // and kubeletLeaseRenewedAt; a fencing level's level, plugs, device and
-// plug), so all of it is one format (TestEvidenceAnnotationHistory holds
-// every shape ever written).
+// plug; the method "watchdog" with its wait, which a fencer that does not
+// know it adopts as any fence it did not make and ends, like every fence,
+// on the node's return in another boot), so all of it is one format
+// (TestEvidenceAnnotationHistory holds every shape ever written).
 //
 // The rule (docs/design.md, "The evidence annotation"): a change an older
 // fencer could misread — a field whose meaning changes, one it must not

@@ -72,7 +72,12 @@ func sameEvidence(a, b core.Evidence) bool {
 		!sameTime(a.At, b.At) {
 		return false
 	}
-	if (a.BMC == nil) != (b.BMC == nil) {
+	if (a.BMC == nil) != (b.BMC == nil) || (a.Watchdog == nil) != (b.Watchdog == nil) {
+		return false
+	}
+	if w, v := a.Watchdog, b.Watchdog; w != nil && (w.Timeout != v.Timeout || w.Confirm != v.Confirm || w.Device != v.Device ||
+		w.Software != v.Software || !sameTime(w.OrderSeenAt, v.OrderSeenAt) || w.Wait != v.Wait ||
+		!sameTime(w.KubeletLeaseRenewedAt, v.KubeletLeaseRenewedAt)) {
 		return false
 	}
 	if a.BMC == nil {

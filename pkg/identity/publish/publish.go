@@ -117,6 +117,9 @@ func Publish(ctx context.Context, client kubernetes.Interface, ns, node, bootID 
 		for _, a := range fencerStateAnnotations {
 			delete(l.Annotations, a)
 		}
+		// Nor is its armed statement, signed with its key: this run
+		// states its own once it has armed (PublishArmed).
+		delete(l.Annotations, AnnotationWatchdogArmed)
 		l.Spec.HolderIdentity = ptr.To(node)
 		l.Spec.AcquireTime = &at
 		l.Spec.RenewTime = &at
