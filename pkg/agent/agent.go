@@ -114,7 +114,7 @@ func New(o Options) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if o.Config.HasPowerDevices() {
+	if o.Config.CanFence() {
 		if a.inv, err = device.NewInventory(o.Config, componentLog(o.Logger, componentDevice)); err != nil {
 			return nil, err
 		}

@@ -32,6 +32,28 @@ type Config struct {
 	Devices map[string]FenceDevice
 	// Topology holds the levels; use Levels to read a node's.
 	Topology Topology
+	// Watchdog is the resolved watchdog section (its OrderAfter is
+	// Policy.WatchdogOrderAfter).
+	Watchdog Watchdog
+}
+
+// Watchdog is the resolved watchdog section: Device is "" when no node's
+// topology has the watchdog level and the section sets none.
+type Watchdog struct {
+	Device           string
+	Timeout, Confirm time.Duration
+	AllowSoftware    bool
+}
+
+// WatchdogLevel is the number (from 1) of node's watchdog level among its
+// levels, 0 when it has none.
+func (c *Config) WatchdogLevel(node string) int {
+	for i, l := range c.Levels(node) {
+		if len(l) == 1 && l[0].Device == DeviceWatchdog {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // Gossip is the resolved gossip section. Zero durations and multipliers
@@ -198,6 +220,8 @@ func Parse(data []byte, source string) (*Config, error) {
 	bmcs := resolveInventory(&fe, raw.BMC)
 	cfg.Devices = resolveDevices(&fe, raw.FenceDevices)
 	cfg.Topology = resolveTopology(&fe, raw.Topology, cfg.Devices, bmcs)
+	cfg.Watchdog, cfg.Policy.WatchdogOrderAfter = resolveWatchdog(&fe, raw.Watchdog, cfg.Topology)
+	cfg.Policy.WatchdogAllowSoftware = cfg.Watchdog.AllowSoftware
 	if len(fe.problems) > 0 {
 		// In file order, each on the line of its setting or, for one the
 		// file leaves out, of the section or item that lacks it.

@@ -36,6 +36,8 @@ var reloadable = []string{
 	"policy.dryRun",
 	"fencer.leaseDuration",
 	"fencer.powerTimeout",
+	"watchdog.allowSoftware",
+	"watchdog.orderAfter",
 }
 
 // restartOnly are the settings only a restart applies, each with its path
@@ -62,12 +64,20 @@ var restartOnly = []struct {
 	{"policy.deleteStaleVolumeAttachments", func(c *Config) any { return c.Policy.DeleteStaleVolumeAttachments }},
 	// An agent with power devices is a fencer, one without an observer:
 	// the fencer's informers, Leases and gossip role are set up at start.
-	{"bmc/fenceDevices (fencer or observer)", func(c *Config) any { return c.HasPowerDevices() }},
+	{"bmc/fenceDevices/topology (fencer or observer)", func(c *Config) any { return c.CanFence() }},
+	// The watchdog is armed, or not, with the timeout and confirm period
+	// of the agent's start; its armed statement says them.
+	{"watchdog.device", func(c *Config) any { return c.Watchdog.Device }},
+	{"watchdog.timeout", func(c *Config) any { return c.Watchdog.Timeout }},
+	{"watchdog.confirm", func(c *Config) any { return c.Watchdog.Confirm }},
 }
 
-// HasPowerDevices reports whether the configuration holds power devices (a
-// BMC inventory or fence devices), which makes the agent a fencer.
-func (c *Config) HasPowerDevices() bool { return len(c.BMCs) > 0 || len(c.Devices) > 0 }
+// CanFence reports whether the configuration holds power devices (a BMC
+// inventory or fence devices) or a watchdog level in its topology, which
+// makes the agent a fencer.
+func (c *Config) CanFence() bool {
+	return len(c.BMCs) > 0 || len(c.Devices) > 0 || c.Topology.hasWatchdogLevel()
+}
 
 // RestartNeeded lists, by their paths in the file, the settings in which
 // next differs from running that a running agent cannot take: they apply

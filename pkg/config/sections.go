@@ -2,6 +2,8 @@ package config
 
 import (
 	"math"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +147,43 @@ func resolvePolicy(fe *fieldErrors, p PolicySpec) Policy {
 
 // resolveFencer leaves unset what the section does not set: the fencer's
 // timings are pkg/fencing's and pkg/fencing/device's to default.
+// resolveWatchdog validates the watchdog section against the topology:
+// a watchdog level needs a device to arm. It returns the section and the
+// order delay (core's default when unset).
+func resolveWatchdog(fe *fieldErrors, w WatchdogSpec, t Topology) (Watchdog, time.Duration) {
+	r := Watchdog{Device: w.Device, AllowSoftware: w.AllowSoftware,
+		Timeout: duration(w.Timeout, core.DefaultWatchdogTimeout), Confirm: duration(w.Confirm, core.DefaultWatchdogConfirm)}
+	orderAfter := duration(w.OrderAfter, core.DefaultPolicy().WatchdogOrderAfter)
+	switch {
+	case t.hasWatchdogLevel() && r.Device == "":
+		fe.add("watchdog", "device", "required: the topology has a watchdog level, and its nodes' agents need a device to arm (e.g. /dev/watchdog0)")
+	case r.Device != "" && !filepath.IsAbs(r.Device):
+		fe.add("watchdog", "device", "%q is not an absolute path", r.Device)
+	}
+	if r.Timeout < time.Second || r.Timeout > 10*time.Minute || r.Timeout%time.Second != 0 {
+		fe.add("watchdog", "timeout", "%s is out of range (whole seconds, 1s to 10m)", r.Timeout)
+	}
+	if r.Confirm < 3*time.Second || r.Confirm > 10*time.Minute {
+		fe.add("watchdog", "confirm", "%s is out of range (3s to 10m)", r.Confirm)
+	}
+	if orderAfter < 0 || orderAfter > 10*time.Minute {
+		fe.add("watchdog", "orderAfter", "%s is out of range (0 to 10m)", orderAfter)
+	}
+	return r, orderAfter
+}
+
+// isWatchdogLevel reports whether l is the watchdog level.
+func isWatchdogLevel(l Level) bool { return len(l) == 1 && l[0].Device == DeviceWatchdog }
+
+// hasWatchdogLevel reports whether any node's levels end in the watchdog.
+func (t Topology) hasWatchdogLevel() bool {
+	used := slices.ContainsFunc(t.Defaults, isWatchdogLevel)
+	for _, ls := range t.Nodes {
+		used = used || slices.ContainsFunc(ls, isWatchdogLevel)
+	}
+	return used
+}
+
 func resolveFencer(fe *fieldErrors, f FencerSpec) Fencer {
 	r := Fencer{
 		LeaseNamespace:          first(f.LeaseNamespace, DefaultLeaseNamespace),

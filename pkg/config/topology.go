@@ -21,6 +21,11 @@ import (
 // node's BMC from the bmc inventory".
 const DeviceBMC = vocab.DeviceBMC
 
+// DeviceWatchdog is the reserved device name of the level that means "this
+// node's own watchdog" (the watchdog section): a level of its own, and the
+// last.
+const DeviceWatchdog = vocab.DeviceWatchdog
+
 // FenceDeviceSpec declares one power device — a switched PDU, a
 // hypervisor, any device a ClusterLabs fence agent drives — once, with its
 // credentials; levels refer to it by name, so one PDU serves many nodes.
@@ -167,7 +172,7 @@ func (c *Config) Levels(node string) []Level {
 func (c *Config) plugsFor(node string, l Level) Level {
 	out := make(Level, len(l))
 	for i, r := range l {
-		if r.Device != DeviceBMC && r.Plug == "" {
+		if r.Device != DeviceBMC && r.Device != DeviceWatchdog && r.Plug == "" {
 			r.Plug = node
 			if p, ok := c.Devices[r.Device].Plugs[node]; ok {
 				r.Plug = p
@@ -191,6 +196,8 @@ func resolveDevices(fe *fieldErrors, specs []FenceDeviceSpec) map[string]FenceDe
 			fe.add(where, "name", "required")
 		case s.Name == DeviceBMC:
 			fe.add(where, "name", "%q is reserved for the node's BMC from the bmc section", DeviceBMC)
+		case s.Name == DeviceWatchdog:
+			fe.add(where, "name", "%q is reserved for the node's own watchdog (the watchdog section)", DeviceWatchdog)
 		case len(validation.IsDNS1123Label(s.Name)) > 0:
 			fe.add(where, "name", "%q: use lower-case letters, digits and '-'", s.Name)
 		}
@@ -261,6 +268,16 @@ func resolveTopology(fe *fieldErrors, t TopologySpec, devices map[string]FenceDe
 				switch d, ok := devices[p.Device]; {
 				case p.Device == "":
 					fe.add(pw, "device", "required")
+				case p.Device == DeviceWatchdog:
+					if p.Plug != "" {
+						fe.add(pw, "plug", "the watchdog has no plugs")
+					}
+					if len(ls) > 1 {
+						fe.add(pw, "device", "the watchdog is a level of its own: no power device beside it")
+					}
+					if li != len(specs)-1 {
+						fe.add(pw, "device", "the watchdog level must be the last: it ends in an order to reset, and no level after it would be read")
+					}
 				case p.Device == DeviceBMC:
 					if p.Plug != "" {
 						fe.add(pw, "plug", "the bmc has no plugs")
@@ -322,7 +339,7 @@ func checkPlugOwners(fe *fieldErrors, t Topology, devices map[string]FenceDevice
 	for _, node := range slices.Sorted(maps.Keys(t.Nodes)) {
 		for li, l := range t.Nodes[node] {
 			for _, r := range l {
-				if r.Device == DeviceBMC || devices[r.Device].SharedPlugs {
+				if r.Device == DeviceBMC || r.Device == DeviceWatchdog || devices[r.Device].SharedPlugs {
 					continue
 				}
 				if other, ok := owner[r]; ok && other != node {

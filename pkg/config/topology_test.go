@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeAgent creates an executable stand-in for a fence agent (the
@@ -186,4 +187,83 @@ topology: {defaults: [[bmc], [chassis]]}
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWatchdogLevel: a node whose levels end in [watchdog] has the
+// watchdog level, numbered after its power devices; the watchdog section
+// takes its defaults, or what it sets.
+func TestWatchdogLevel(t *testing.T) {
+	pw := writePassword(t, "s3cret\n")
+	cfg, err := Parse([]byte(header+`
+bmc:
+  nodes:
+    - {name: w-1, protocol: ipmi, address: 198.18.0.11, username: fenced, passwordFile: `+pw+`}
+    - {name: w-2, protocol: ipmi, address: 198.18.0.12, username: fenced, passwordFile: `+pw+`}
+topology:
+  defaults:
+    - [watchdog]
+  nodes:
+    - name: w-1
+      levels: [[bmc], [watchdog]]
+    - name: w-2
+      levels: [[bmc]]
+watchdog:
+  device: /dev/watchdog0
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for node, want := range map[string]int{"w-1": 2, "w-2": 0, "homelab-1": 1} {
+		if got := cfg.WatchdogLevel(node); got != want {
+			t.Errorf("WatchdogLevel(%s) = %d, want %d", node, got, want)
+		}
+	}
+	if w := cfg.Watchdog; w.Device != "/dev/watchdog0" || w.Timeout != 10*time.Second || w.Confirm != 30*time.Second || w.AllowSoftware ||
+		cfg.Policy.WatchdogOrderAfter != 12*time.Second || !cfg.CanFence() {
+		t.Errorf("watchdog section %+v, orderAfter %s, can fence %v", w, cfg.Policy.WatchdogOrderAfter, cfg.CanFence())
+	}
+
+	// A cluster with nothing but the watchdog level fences.
+	only, err := Parse([]byte(header+`
+topology:
+  defaults: [[watchdog]]
+watchdog: {device: /dev/watchdog, timeout: 5s, confirm: 1m, allowSoftware: true, orderAfter: 20s}
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := only.Watchdog; !only.CanFence() || only.WatchdogLevel("any") != 1 || w.Timeout != 5*time.Second || w.Confirm != time.Minute ||
+		!w.AllowSoftware || only.Policy.WatchdogOrderAfter != 20*time.Second {
+		t.Errorf("watchdog only: %+v, orderAfter %s", w, only.Policy.WatchdogOrderAfter)
+	}
+}
+
+// TestWatchdogLevelRefused: each mistake in the watchdog level or section
+// is named.
+func TestWatchdogLevelRefused(t *testing.T) {
+	agent := writeAgent(t, "fence_apc_snmp", 0o755)
+	pw := writePassword(t, "s3cret\n")
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"no device", "topology: {defaults: [[watchdog]]}\n", "watchdog.device: required"},
+		{"a relative device", "watchdog: {device: watchdog0}\n", "not an absolute path"},
+		{"a fraction of a second", "watchdog: {timeout: 1500ms}\n", "whole seconds"},
+		{"too short a confirm", "watchdog: {confirm: 1s}\n", "3s to 10m"},
+		{"a negative orderAfter", "watchdog: {orderAfter: -1s}\n", "0 to 10m"},
+		{"beside a power device", "topology: {defaults: [[watchdog, pdu-a]]}\nwatchdog: {device: /dev/watchdog}\n" + pdu(agent, pw), "a level of its own"},
+		{"not the last level", "topology: {defaults: [[watchdog], [pdu-a]]}\nwatchdog: {device: /dev/watchdog}\n" + pdu(agent, pw), "must be the last"},
+		{"with a plug", "topology: {defaults: [[{device: watchdog, plug: \"1\"}]]}\nwatchdog: {device: /dev/watchdog}\n", "the watchdog has no plugs"},
+		{"a device named watchdog", "fenceDevices: [{name: watchdog, agent: " + agent + "}]\n", "reserved for the node's own watchdog"},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(header+tt.yaml), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error saying %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func pdu(agent, pw string) string {
+	return "fenceDevices: [{name: pdu-a, agent: " + agent + ", secretOptions: {community: " + pw + "}}]\n"
 }

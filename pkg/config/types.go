@@ -14,6 +14,7 @@
 //	  nodes: [...]      # one NodeBMC per Kubernetes node
 //	fenceDevices: [...] # ClusterLabs fence agents (PDUs, hypervisors, ...)
 //	topology: {...}     # each node's fencing levels, in order
+//	watchdog: {...}     # the watchdog level: what agents arm, what fencers accept
 //
 // Decoding is strict: an unknown field is an error, so a typo never silently
 // falls back to a default. Each package owns its defaults (core.DefaultPolicy,
@@ -66,6 +67,36 @@ type Configuration struct {
 	// Topology orders each node's devices in levels. Without it a node's
 	// only level is its BMC.
 	Topology TopologySpec `json:"topology,omitempty"`
+	// Watchdog configures the watchdog level (docs/design.md §10): the
+	// watchdog the agent of every node whose topology has the level arms,
+	// and what fencers accept.
+	Watchdog WatchdogSpec `json:"watchdog,omitempty"`
+}
+
+// WatchdogSpec is the watchdog section. A node is fenced on its watchdog
+// when its topology has the level (the device name "watchdog", a level of
+// its own and the last); its agent then arms Device and pets it only while
+// it confirms, within Confirm, that no fence order for its boot exists.
+type WatchdogSpec struct {
+	// Device is the watchdog device agents arm, e.g. /dev/watchdog0.
+	// Required when any node's topology has the watchdog level.
+	Device string `json:"device,omitempty"`
+	// Timeout is W: the machine resets this long after the last pet
+	// (whole seconds, as the Linux watchdog API sets it).
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Confirm is T: the agent pets only while a read of the API that
+	// found no order started less than this ago. An API server outage
+	// longer than this resets every armed node: make it longer than the
+	// outages the cluster rides out (a control-plane upgrade).
+	Confirm *metav1.Duration `json:"confirm,omitempty"`
+	// AllowSoftware lets agents arm a software watchdog (Linux softdog),
+	// and fencers take its armed statement: a kernel timer that a hung
+	// kernel never runs, so weaker, and named so on every evidence.
+	AllowSoftware bool `json:"allowSoftware,omitempty"`
+	// OrderAfter is how long a node must be silent — its agent to every
+	// liveness challenge, its kubelet's Lease unrenewed — before a fencer
+	// writes a fence order for it (core.Policy.WatchdogOrderAfter).
+	OrderAfter *metav1.Duration `json:"orderAfter,omitempty"`
 }
 
 // GossipSpec tunes the memberlist ring.

@@ -520,6 +520,9 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 		node = nil
 	}
 	o.Member = f.memberObs(name)
+	if level := watchdogLevel(settings.Inventory, name); level > 0 {
+		o.Watchdog = f.watchdogObs(name, level, now, o.Node.KubeletRenew)
+	}
 	configured := settings.Inventory.Fenceable(name)
 	f.mu.Lock()
 	if s, ok := f.state[name]; ok {
@@ -787,6 +790,10 @@ func (f *Fencer) execute(ctx context.Context, name string, node *corev1.Node, a 
 		f.startBMC(ctx, name, vocab.OpPowerOn)
 	case core.ActAcquireLease:
 		return f.acquireLease(ctx, name)
+	case core.ActOrderReset:
+		return f.writeOrder(ctx, name, a)
+	case core.ActWithdrawOrder:
+		return f.withdrawOrder(ctx, name, a)
 	case core.ActReleaseLease:
 		return f.releaseLease(ctx, name)
 	case core.ActApplyTaint:

@@ -187,7 +187,7 @@ func (f *Fencer) InventoryNodes() int {
 	}
 	n, inv := 0, f.settings().Inventory
 	for _, node := range nodes {
-		if inv.Fenceable(node.Name) {
+		if inv.Fenceable(node.Name) || watchdogLevel(inv, node.Name) > 0 {
 			n++
 		}
 	}

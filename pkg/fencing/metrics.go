@@ -75,6 +75,10 @@ type Metrics struct {
 	// not write (fenced_history_write_failures_total): the history is a
 	// record for people, so a failure is counted and logged, nothing more.
 	HistoryWriteFailures prometheus.Counter
+	// FenceOrders counts the fence orders of the watchdog level this
+	// fencer wrote or withdrew, by action and result
+	// (fenced_fence_orders_total).
+	FenceOrders *prometheus.CounterVec
 }
 
 // NewMetrics registers the fencer's metrics with reg.
@@ -170,10 +174,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenced_history_write_failures_total",
 			Help: "Fence history entries (ConfigMap fenced-history) this fencer could not write; no fencing decision depends on them.",
 		}),
+		FenceOrders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_fence_orders_total",
+			Help: "Fence orders of the watchdog level this fencer wrote (action write: a node's watchdog is to reset it) or withdrew (action withdraw: the node is back in another boot), by result (ok or error).",
+		}, []string{"action", "result"}),
 	}
 	reg.MustRegister(m.NodeState, m.BMCRequests, m.BMCDuration, m.Fences, m.TaintsRemoved, m.NotReadyWrites, m.FalseSuspicions, m.Challenges, m.DetectionToTaint, m.SafetyAlarms, m.Forgeries, m.DeviceUp, m.LevelsReady,
 		m.DryRun, m.DryRunActions, m.Paused, m.NodesExcluded, m.NodesNewerEvidence, m.PowerReadsInFlight, m.PowerReadsWaiting,
-		m.KubeletLeaseWatches, m.HistoryWriteFailures)
+		m.KubeletLeaseWatches, m.HistoryWriteFailures, m.FenceOrders)
 	return m
 }
 
@@ -211,6 +219,14 @@ func (m *Metrics) bmcRequest(op string, err error, d time.Duration) {
 	}
 	m.BMCRequests.WithLabelValues(op, result).Inc()
 	m.BMCDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *Metrics) fenceOrder(action string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.FenceOrders.WithLabelValues(action, result).Inc()
 }
 
 func (m *Metrics) fence(method vocab.EvidenceMethod, err error) {

@@ -44,6 +44,9 @@ type nodeState struct {
 	// kubeletLease is the watch of the node's kubelet Lease; nil while
 	// the node is of no interest (kubeletlease.go).
 	kubeletLease *kubeletLeaseWatch
+	// order is the fence order this fencer sees for the node, and when it
+	// first saw it (watchdog.go); zero when there is none.
+	order seenOrder
 
 	// What this fencer decided and has not written yet: the decisions of
 	// other nodes count it as written (observe), as the write may still be

@@ -327,7 +327,7 @@ func (f *Fencer) agentAddr(node *corev1.Node) string {
 // leaseTarget maps a Lease in the lease namespace to the node it is
 // about: a power Lease or an agent key Lease ("" for others).
 func leaseTarget(l *coordinationv1.Lease) string {
-	for _, prefix := range []string{LeasePrefix, publish.LeasePrefix} {
+	for _, prefix := range []string{LeasePrefix, publish.LeasePrefix, publish.OrderLeasePrefix} {
 		if len(l.Name) > len(prefix) && l.Name[:len(prefix)] == prefix {
 			return l.Name[len(prefix):]
 		}

@@ -70,6 +70,10 @@ type Policy struct {
 	// ChallengeInterval: a node that lost its power is ordered ~13 s after,
 	// and tainted WatchdogWait later (~56 s with the agent's defaults).
 	WatchdogOrderAfter time.Duration
+	// WatchdogAllowSoftware takes the armed statement of a software
+	// watchdog (Linux softdog: a kernel timer that a hung kernel never
+	// runs) as the watchdog level's precondition; refused otherwise.
+	WatchdogAllowSoftware bool
 }
 
 // DefaultPolicy is the policy of a configuration that sets nothing. The

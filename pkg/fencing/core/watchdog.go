@@ -107,6 +107,17 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// The watchdog level's defaults (the watchdog section of the
+// configuration file): W 10 s — long enough for an agent starved of CPU
+// for seconds, short beside T; T 30 s — longer than an API server's
+// restart, and a third of it between reads: 40 s together, a wait of
+// 42.8 s (WatchdogWait), which with the order written ~13 s after a power
+// loss (WatchdogOrderAfter) taints the node ~56 s after it.
+const (
+	DefaultWatchdogTimeout = 10 * time.Second
+	DefaultWatchdogConfirm = 30 * time.Second
+)
+
 // WatchdogClockRate bounds how far each clock the watchdog argument
 // counts on may run fast or slow — the agent's, the watchdog's and the
 // fencer's, each measuring a duration, never comparing a time with another

@@ -86,7 +86,7 @@ func (d *decider) noteWatchdog() {
 	if r := o.Node.KubeletRenew; w.renewSeen.IsZero() || !r.Equal(w.renew) {
 		w.renew, w.renewSeen = r, o.Now
 	}
-	if a := o.Watchdog.Arm; a != nil && a.BootID != "" && a.BootID == d.bootID() &&
+	if a := o.Watchdog.Arm; a != nil && a.BootID != "" && a.BootID == d.bootID() && (!a.Software || d.p.WatchdogAllowSoftware) &&
 		(w.arm == nil || w.arm.BootID != a.BootID || WatchdogWait(*a) > WatchdogWait(*w.arm)) {
 		arm := *a
 		w.arm = &arm
@@ -107,23 +107,18 @@ func (d *decider) watchdog(devices string) {
 		return
 	}
 	boot := d.bootID()
-	if a := o.Watchdog.Arm; w.arm == nil || a == nil || a.BootID != boot {
-		// An order needs the statement as it stands now; the wait, the
-		// longest seen (noteWatchdog).
-		why := "it stated no armed watchdog for boot " + boot
-		if r := o.Watchdog.Refused; r != "" {
-			why = "its armed statement was refused: " + r
-		}
-		d.becomeConfirming("watchdog level: "+why, nil)
-		d.notice("wd-unarmed", "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
-			"node stopped answering (%s)%s; its watchdog level cannot fence it: %s. Not tainted; run fenced confirm once you know it is off",
-			d.channels(), devices, why))
+	if d.unarmed(devices) {
 		return
 	}
 	if key, why, retry := d.orderBlocked(); why != "" {
 		d.becomeConfirming("watchdog level: not ordering a reset: "+why, nil)
-		d.notice("wd-blocked:"+key, "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
-			"node stopped answering (%s)%s; not ordering its watchdog to reset it yet: %s", d.channels(), devices, why))
+		if key == "cluster" {
+			// Said: what holds the order back is the cluster's state. The
+			// node's own silence growing to watchdogOrderAfter is the
+			// way to every order, and the decision log says it.
+			d.notice("wd-blocked", "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
+				"node stopped answering (%s)%s; not ordering its watchdog to reset it: %s", d.channels(), devices, why))
+		}
 		if retry > 0 {
 			d.requeue(retry)
 		}
@@ -153,6 +148,30 @@ func (d *decider) watchdog(devices string) {
 		"node silent (%s) for %s%s: fence order written for boot %s; its %s resets it within %s (timeout %s, confirm %s), and it is tainted then unless it shows life",
 		d.channels(), p.WatchdogOrderAfter, devices, boot, watchdogKind(*w.arm), WatchdogWait(*w.arm), w.arm.Timeout, w.arm.Confirm))
 	d.requeue(TaintRetry)
+}
+
+// unarmed reports, and says once, that the node has no armed statement
+// an order may be written on: none for its boot as it stands now (the
+// wait counts on the longest seen, noteWatchdog), one refused, or a
+// software watchdog the policy does not accept.
+func (d *decider) unarmed(devices string) bool {
+	o, p := d.o, d.p
+	boot, a := d.bootID(), o.Watchdog.Arm
+	if d.t.suspicion.watchdog.arm != nil && a != nil && a.BootID == boot && (!a.Software || p.WatchdogAllowSoftware) {
+		return false
+	}
+	why := "it stated no armed watchdog for boot " + boot
+	switch {
+	case o.Watchdog.Refused != "":
+		why = "its armed statement was refused: " + o.Watchdog.Refused
+	case a != nil && a.BootID == boot && a.Software:
+		why = fmt.Sprintf("it armed a software watchdog (%s), which watchdog.allowSoftware does not accept", a.Device)
+	}
+	d.becomeConfirming("watchdog level: "+why, nil)
+	d.notice("wd-unarmed", "Warning", vocab.EventCannotConfirmPowerState, fmt.Sprintf(
+		"node stopped answering (%s)%s; its watchdog level cannot fence it: %s. Not tainted; run fenced confirm once you know it is off",
+		d.channels(), devices, why))
+	return true
 }
 
 // orderBlocked returns why a fence order may not be written now ("" if it
@@ -195,6 +214,12 @@ func (d *decider) awaitReset(ord *FenceOrder) {
 	o, t, p := d.o, d.t, d.p
 	if !t.voided.orderSeen.IsZero() && t.voided.orderSeen.Equal(ord.SeenAt) {
 		d.becomeConfirming("watchdog level: the node showed life after its fence order; waiting for it to come back in another boot", nil)
+		return
+	}
+	if ord.SeenAt.IsZero() {
+		// Nothing to count from: a fencer that cannot say when it saw
+		// the order has no wait that ends.
+		d.becomeConfirming("watchdog level: a fence order for boot "+ord.BootID+" stands, seen at no known time: waiting", nil)
 		return
 	}
 	arm := t.suspicion.watchdog.arm

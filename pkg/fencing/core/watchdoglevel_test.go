@@ -94,7 +94,9 @@ func TestWatchdogLevelNeedsTheNodesArmedStatement(t *testing.T) {
 	}{
 		{"none", func(w *WatchdogObs) { w.Arm = nil }, "stated no armed watchdog for boot boot-1"},
 		{"an earlier boot's", func(w *WatchdogObs) { w.Arm.BootID = "boot-0" }, "stated no armed watchdog for boot boot-1"},
-		{"refused", func(w *WatchdogObs) { w.Arm, w.Refused = nil, "a software watchdog, which this level does not accept" }, "a software watchdog"},
+		{"refused", func(w *WatchdogObs) { w.Arm, w.Refused = nil, "its signature does not check" }, "its signature does not check"},
+		{"a software watchdog", func(w *WatchdogObs) { w.Arm.Software, w.Arm.Device = true, "Software Watchdog" },
+			"it armed a software watchdog (Software Watchdog), which watchdog.allowSoftware does not accept"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,6 +379,35 @@ func TestWatchdogEvidenceValidate(t *testing.T) {
 		tt.break_(&ev)
 		if err := ev.Validate(); err == nil || !strings.Contains(err.Error(), tt.say) {
 			t.Errorf("%s: Validate = %v, want an error saying %q", tt.name, err, tt.say)
+		}
+	}
+}
+
+// TestWatchdogLevelSoftwareWhenAllowed: a software watchdog's statement
+// counts when the policy allows it, and its evidence says so.
+func TestWatchdogLevelSoftwareWhenAllowed(t *testing.T) {
+	p := testPolicy(vocab.ModeConfirmOnly)
+	p.WatchdogAllowSoftware = true
+	start := watchdogOnly()
+	start.Watchdog.Arm.Software, start.Watchdog.Arm.Device = true, "Software Watchdog"
+	steps := append(stepsToOrder(), step{name: "the wait has passed", at: 19*time.Second + defaultWait, phase: PhaseFenced,
+		want: []ActionKind{ActApplyTaint}})
+	tgt, _ := runSteps(t, p, start, steps)
+	if ev := tgt.fence.evidence; !ev.Watchdog.Software || !strings.Contains(ev.Summary(), "SOFTWARE watchdog") || !strings.Contains(ev.Reason, "SOFTWARE") {
+		t.Errorf("evidence %+v: summary %q", ev.Watchdog, ev.Summary())
+	}
+}
+
+// TestWatchdogLevelNeedsTheOrdersSighting: an order whose sighting has no
+// time is no wait that ends: never a taint on it.
+func TestWatchdogLevelNeedsTheOrdersSighting(t *testing.T) {
+	o := powerLoss(watchdogOnly(), t0.Add(6*time.Second))
+	o.Watchdog.Order = &FenceOrder{BootID: "boot-1"}
+	tgt := &Target{Name: "node-a"}
+	for at := 6 * time.Second; at < 5*time.Minute; at += time.Second {
+		o.Now = t0.Add(at)
+		if d := tgt.Step(o, testPolicy(vocab.ModeConfirmOnly)); has(d.Actions, ActApplyTaint) {
+			t.Fatalf("at %s: tainted on an order seen at no known time", at)
 		}
 	}
 }

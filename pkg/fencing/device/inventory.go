@@ -24,6 +24,8 @@ type Inventory struct {
 	devices map[string]config.FenceDevice
 	// levels gives a node's levels from the configuration; nil: its BMC.
 	levels func(node string) []config.Level
+	// watchdogLevel gives the number of a node's watchdog level, 0: none.
+	watchdogLevel func(node string) int
 }
 
 // NewInventory builds one driver per configured node. Drivers do not
@@ -66,7 +68,7 @@ func (i *Inventory) Rebuild(cfg *config.Config, log *slog.Logger) (next *Invento
 	if inv.agents, err = i.rebuildFenceDevices(cfg.Devices, log); err != nil {
 		return nil, nil, err
 	}
-	inv.levels = cfg.Levels
+	inv.levels, inv.watchdogLevel = cfg.Levels, cfg.WatchdogLevel
 	for node, b := range i.bmcs {
 		if inv.bmcs[node] != b {
 			retired = append(retired, b)

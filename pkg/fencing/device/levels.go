@@ -85,15 +85,19 @@ func newFenceDevices(devices map[string]config.FenceDevice, log *slog.Logger) (m
 	return out, nil
 }
 
-// Levels returns node's fencing levels in order, each plug with its
-// driver; nil when the node has none (it cannot be fenced automatically).
-// Without a topology in the configuration a node's one level is its BMC.
+// Levels returns node's power device levels in order, each plug with its
+// driver; nil when the node has none. Without a topology in the
+// configuration a node's one level is its BMC. A watchdog level is no
+// power device: it is not among them (WatchdogLevel).
 func (i *Inventory) Levels(node string) [][]Plug {
 	var levels []config.Level
 	if i.levels != nil {
 		levels = i.levels(node)
 	} else if _, ok := i.bmcs[node]; ok {
 		levels = []config.Level{{{Device: vocab.DeviceBMC}}}
+	}
+	if n := i.WatchdogLevel(node); n > 0 {
+		levels = levels[:n-1] // the last level (config validates it)
 	}
 	if len(levels) == 0 {
 		return nil
@@ -131,7 +135,16 @@ func BMCPlug(node string, b BMC, endpoint string) Plug {
 		Monitor: func(ctx context.Context) error { _, err := b.PowerState(ctx); return err }}
 }
 
-// Fenceable reports whether node has at least one fencing level.
+// WatchdogLevel is the number (from 1) of node's watchdog level, after its
+// power device levels; 0 when it has none.
+func (i *Inventory) WatchdogLevel(node string) int {
+	if i.watchdogLevel == nil {
+		return 0
+	}
+	return i.watchdogLevel(node)
+}
+
+// Fenceable reports whether node has at least one power device level.
 func (i *Inventory) Fenceable(node string) bool { return len(i.Levels(node)) > 0 }
 
 // PlugOp is one operation on one plug's driver: a status read or a
