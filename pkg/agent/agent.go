@@ -162,6 +162,9 @@ type parts struct {
 	// once published (ownkey.go).
 	signingKey *identity.Key
 	ownKey     *ownKey
+	// dog is this node's watchdog, when its levels end in the watchdog
+	// level (watchdog.go); nil otherwise.
+	dog *nodeWatchdog
 
 	ring *heartbeat.Ring
 	// keys reads the gossip key files again and changes the ring's keys
@@ -250,6 +253,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
 	p.ownKey = newOwnKey(o, p.signingKey, p.ring, keyPublished, p.log)
+	p.dog = newNodeWatchdog(o, p.signingKey, p.ownKey.isPublished, openLinuxDevice, p.reg, componentLog(o.Logger, componentWatchdog))
 	if !o.InsecureGossip {
 		p.keys = newKeyReloader(a.keySource, p.ring, a.keys, componentLog(o.Logger, componentRing))
 		p.reg.MustRegister(gossipKeysCollector{keyring: p.ring.Keyring, filesOK: p.keys.filesOK.Load})
@@ -438,6 +442,11 @@ func (p *parts) run(ctx context.Context) error {
 	p.ownKey.start(ctx)
 	// After the key: the answer is written on the key's Lease.
 	defer background(ctx, p.graceful.run)()
+	if p.dog != nil {
+		// Its statement waits for the key; stopped, the loop leaves the
+		// watchdog armed (the next run must open it within its timeout).
+		defer background(ctx, p.dog.run)()
+	}
 
 	if p.state != nil {
 		// From before the join, so that status shows a fencer that is
@@ -612,6 +621,11 @@ func (p *parts) supervise(ctx context.Context) error {
 			p.joined.Store(false)
 			res := p.watcher.Result()
 			stopFencer()
+			if p.dog != nil && res.Complete {
+				// Announced: the node's own word is the evidence now, and
+				// the rest of its shutdown must not be cut short.
+				p.dog.disarm(ctx)
+			}
 			log.Info("host shutting down: left the gossip ring; waiting to be stopped", "result", res.String())
 			_, _ = systemd.Notify(systemd.Status("host shutting down: " + res.String()))
 		case err := <-watcherDone:

@@ -16,6 +16,7 @@ const (
 	componentStale    component = "stale"    // the stale VolumeAttachment report (pkg/stale)
 	componentShutdown component = "shutdown" // clean-shutdown announcements (pkg/shutdown)
 	componentDevice   component = "device"   // power devices and their drivers (pkg/fencing/device)
+	componentWatchdog component = "watchdog" // this node's watchdog: armed, petted, its statement (pkg/watchdog)
 )
 
 // componentLog is log for component c; nil log: slog's default.

@@ -49,6 +49,9 @@ type ownKey struct {
 
 	stop context.CancelFunc // ends the publishing loop
 	done chan struct{}      // closed when it ended
+	// isPublished is closed once the key is on the Lease: what this run
+	// states on the Lease afterwards (its armed watchdog) is signed with it.
+	isPublished chan struct{}
 }
 
 // keyPublishWait bounds how long the agent waits to publish its key before
@@ -60,7 +63,7 @@ const keyPublishWait = 30 * time.Second
 
 func newOwnKey(o Options, key *identity.Key, ring keyUser, published prometheus.Gauge, log *slog.Logger) *ownKey {
 	return &ownKey{client: o.Client, ns: o.Config.Fencer.LeaseNamespace, node: o.NodeName, boot: o.BootID,
-		key: key, ring: ring, published: published, log: log, wait: keyPublishWait}
+		key: key, ring: ring, published: published, log: log, wait: keyPublishWait, isPublished: make(chan struct{})}
 }
 
 // start publishes the key on this node's Lease, retrying with backoff, and
@@ -79,6 +82,7 @@ func (k *ownKey) start(ctx context.Context) {
 			err := publish.Publish(ctx, k.client, k.ns, k.node, k.boot, k.key.Public(), time.Now())
 			if err == nil {
 				k.published.Set(1)
+				close(k.isPublished)
 				k.log.Info("published this agent's signing key; signing from now on", "lease", lease, "key", k.key.Public().String())
 				if err := k.ring.UseKey(k.key); err != nil {
 					k.log.Warn("cannot sign with the published key", "err", err)

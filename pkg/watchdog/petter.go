@@ -39,7 +39,10 @@ type Petter struct {
 	// PetEvery is how often the device is petted while allowed.
 	PetEvery time.Duration
 	// Open opens the watchdog device.
-	Open   func() (Pettable, error)
+	Open func() (Pettable, error)
+	// Armed, when set, is called once the device is open (armed), with it:
+	// from then on the machine resets unless it is petted.
+	Armed  func(Pettable)
 	Orders Orders
 	Log    *slog.Logger
 	// Now is the clock; time.Now (monotonic) unless a test sets it.
@@ -139,6 +142,9 @@ func (p *Petter) petIfAllowed() {
 			return
 		}
 		p.dev = d
+		if p.Armed != nil {
+			p.Armed(d)
+		}
 	}
 	if err := p.dev.Pet(); err != nil {
 		p.Log.Error("cannot pet the watchdog", "err", err)
