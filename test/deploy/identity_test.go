@@ -581,6 +581,55 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		})
 	}
 
+	// (g) Fence orders (fenced-order-<node>, the watchdog level): written
+	// and withdrawn by a fencer as pkg/fencing does it (publish.WriteOrder,
+	// WithdrawOrder); anyone else can neither order a node's reset nor take
+	// a fencer's order back.
+	t.Run("fence-order-allowed", func(t *testing.T) {
+		for _, cl := range []kubernetes.Interface{fencerB, userClient(t, "fenced:node:node-a", hostGroup)} {
+			if err := publish.WriteOrder(ctx, cl, namespace, "node-a", "boot-x", whoami(t, cl).Username); err != nil {
+				t.Fatalf("a fencer writing a fence order: %v", err)
+			}
+			if withdrawn, err := publish.WithdrawOrder(ctx, cl, namespace, "node-a", "boot-x"); !withdrawn || err != nil {
+				t.Fatalf("a fencer withdrawing its fence order: %v, %v", withdrawn, err)
+			}
+		}
+	})
+	orderLease := publish.OrderLeaseName("node-a")
+	for _, tc := range []struct {
+		name, caller string
+		client       func(t *testing.T) kubernetes.Interface
+	}{
+		// The node's own agent above all: it must not take back its order.
+		{"observer-pod-token-node-a", "system:serviceaccount:fenced-system:fenced-observer",
+			func(t *testing.T) kubernetes.Interface { return podToken(t, observerSA, "node-a") }},
+		{"host-user-fenced:node:node-c-not-in-fencer-group", "fenced:node:node-c",
+			func(t *testing.T) kubernetes.Interface { return userClient(t, "fenced:node:node-c", observerGroup) }},
+		{"tenant-fenced-fencer-token", "system:serviceaccount:tenant:fenced-fencer", tenantFencer},
+		{"cluster-admin", "admin", func(*testing.T) kubernetes.Interface { return admin }},
+	} {
+		t.Run("fence-order-denied/"+tc.name, func(t *testing.T) {
+			cl := tc.client(t)
+			refusal := func(op string) string {
+				return orderLease + " may only be " + op + " by a fencer (ServiceAccount " + namespace + "/" + fencerSA +
+					" or group " + hostGroup + "); caller is " + tc.caller
+			}
+			denied(t, "writing a fence order", publish.WriteOrder(ctx, cl, namespace, "node-a", "boot-x", tc.caller), refusal("written"))
+			if err := publish.WriteOrder(ctx, fencerB, namespace, "node-a", "boot-x", "fencer-node-b"); err != nil {
+				t.Fatalf("the fencer on node-b writing a fence order: %v", err)
+			}
+			_, err := publish.WithdrawOrder(ctx, cl, namespace, "node-a", "boot-x")
+			denied(t, "withdrawing a fencer's fence order", err, refusal("deleted"))
+			denied(t, "replacing a fencer's fence order", publish.WriteOrder(ctx, cl, namespace, "node-a", "boot-y", tc.caller), refusal("written"))
+			if o, found, err := publish.ReadOrder(ctx, fencerB, namespace, "node-a"); !found || err != nil || o.BootID != "boot-x" {
+				t.Fatalf("the fencer's order after the refusals: %+v, %v, %v", o, found, err)
+			}
+			if _, err := publish.WithdrawOrder(ctx, fencerB, namespace, "node-a", "boot-x"); err != nil {
+				t.Fatalf("the fencer on node-b withdrawing its order: %v", err)
+			}
+		})
+	}
+
 	// The policy guards agent key Leases and power Leases in fenced's
 	// namespace only, and deleting a key Lease not at all: any other Lease
 	// there, and Leases of those names elsewhere, are not its business.
