@@ -10,3 +10,11 @@ import _ "embed"
 //
 //go:embed daemonset/base/agent-identity-policy.yaml
 var AgentIdentityPolicy []byte
+
+// FenceOrderPolicy is daemonset/base/fence-order-policy.yaml: the
+// ValidatingAdmissionPolicy and binding that let only fencers write or
+// delete fence orders. publish.OrderPolicyInForce compares what is
+// installed with it.
+//
+//go:embed daemonset/base/fence-order-policy.yaml
+var FenceOrderPolicy []byte

@@ -178,6 +178,10 @@ type Fencer struct {
 	// force (checkPolicy); policyChecked: it was checked once.
 	policyOK      atomic.Bool
 	policyChecked bool
+	// orderPolicyOK: the fence orders' admission policy is in force
+	// (checkPolicy); without it the watchdog level orders and counts
+	// nothing.
+	orderPolicyOK atomic.Bool
 
 	// keys: the Lease keys shown stale (stalekey.go); under mu.
 	keys keyTrust

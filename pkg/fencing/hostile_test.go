@@ -161,7 +161,11 @@ func newHostileBedLogging(t *testing.T, p core.Policy, logf func(*testing.T, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue), policy, binding}
+	orders, orderBinding, err := publish.OrderPolicyFor(hostileNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []runtime.Object{hostileNode("fencer", "boot-fencer", ips[0], corev1.ConditionTrue), policy, binding, orders, orderBinding}
 	for i, name := range victims {
 		v := &victim{name: name, boot: "boot-" + name, ip: ips[i+1], bmc: newCountingBMC(vocab.PowerOn)}
 		b.victims[name] = v

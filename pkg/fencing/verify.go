@@ -233,9 +233,18 @@ func (f *Fencer) checkPolicy(ctx context.Context) {
 		case err == nil && !was:
 			f.log.Info("agent identity policy in force: nodes' signed announcements count", "policy", publish.PolicyName)
 		}
+		orderErr := publish.OrderPolicyInForce(ctx, f.cfg.Client, f.cfg.LeaseNamespace)
+		wasOrders := f.orderPolicyOK.Swap(orderErr == nil)
+		switch {
+		case orderErr != nil && (wasOrders || !f.policyChecked):
+			f.log.Warn("fence orders' admission policy not in force: no node is fenced on its watchdog level", "err", orderErr,
+				"fix", "kubectl apply -f deploy/daemonset/base/fence-order-policy.yaml")
+		case orderErr == nil && !wasOrders:
+			f.log.Info("fence order policy in force: the watchdog level may order resets", "policy", publish.OrderPolicyName)
+		}
 		f.policyChecked = true
 		wait := policyRecheck
-		if err != nil {
+		if err != nil || orderErr != nil {
 			wait = policyRetry
 		}
 		select {

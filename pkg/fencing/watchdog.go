@@ -42,16 +42,21 @@ type seenOrder struct {
 // (number level): its armed statement for the key's boot, checked against
 // that key, and the fence order standing for it, dated from when this
 // fencer first saw that very object (renew: the kubelet renewal known
-// now, the baseline of a first sighting). Both count only while the
-// admission policy is in force: it alone keeps other nodes from writing
-// the statement, and anyone but fencers from writing or deleting orders.
+// now, the baseline of a first sighting). Both count only while their
+// admission policies are in force: they alone keep other nodes from
+// writing the statement, and anyone but fencers from writing or deleting
+// orders.
 func (f *Fencer) watchdogObs(name string, level int, now, renew time.Time) core.WatchdogObs {
 	o := core.WatchdogObs{Level: level}
 	if f.leases == nil {
 		return o
 	}
-	if !f.policyOK.Load() {
+	switch {
+	case !f.policyOK.Load():
 		o.Refused = "the agent identity admission policy is not in force (see the fencer's log)"
+		return o
+	case !f.orderPolicyOK.Load():
+		o.Refused = "the fence orders' admission policy " + publish.OrderPolicyName + " is not in force (see the fencer's log)"
 		return o
 	}
 	if l, err := f.leases.Get(publish.LeaseName(name)); err == nil {

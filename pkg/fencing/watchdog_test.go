@@ -37,6 +37,7 @@ func TestWatchdogLevelOnRealRings(t *testing.T) {
 	p.WatchdogOrderAfter, p.ChallengeInterval, p.MaxConcurrentPowerActions = time.Second, 500*time.Millisecond, 2
 	b := newHostileBed(t, p, "armed", "back", "unarmed", "forged", "up-1", "up-2", "up-3", "up-4")
 	<-b.fencer.Reconfigure(Settings{Inventory: watchdogOnly{inventoryOf(nil, nil)}, Policy: p})
+	b.waitFor(20*time.Second, "the fence orders' policy in force", b.fencer.orderPolicyOK.Load)
 	ctx := t.Context()
 	// W 1 s, T 2 s: a wait of 3 × 1.01/0.99 + 2 = 5.06 s.
 	arm := identity.Armed{Timeout: time.Second, Confirm: 2 * time.Second, Device: "i6300ESB timer"}

@@ -156,6 +156,9 @@ func TestAgentIdentityPolicy(t *testing.T) {
 	if err := publish.PolicyInForce(ctx, admin, namespace); err != nil {
 		t.Fatalf("PolicyInForce after applying the base: %v", err)
 	}
+	if err := publish.OrderPolicyInForce(ctx, admin, namespace); err != nil {
+		t.Fatalf("OrderPolicyInForce after applying the base: %v", err)
+	}
 	// The API server compiles a new policy asynchronously: wait until it
 	// refuses a (dry-run) write it must refuse.
 	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: publish.LeaseName("probe")},
@@ -269,7 +272,7 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		case err == nil:
 			t.Errorf("%s: admitted, want denied by %s", what, publish.PolicyName)
 		case !deniedByPolicy(err):
-			t.Errorf("%s: %v; want a denial by %s", what, err, publish.PolicyName)
+			t.Errorf("%s: %v; want a denial by %s or %s", what, err, publish.PolicyName, publish.OrderPolicyName)
 		case !strings.Contains(err.Error(), want):
 			t.Errorf("%s: %v; want a message containing %q", what, err, want)
 		default:
@@ -321,6 +324,9 @@ func TestAgentIdentityPolicy(t *testing.T) {
 		denied(t, "publishing node-a's key", publishAs(cl, "node-a"),
 			"fenced-agent-node-a may only be written by node node-a's own agent; caller is system:serviceaccount:fenced-system:fenced-fencer, bound to node node-b")
 		// (e) with the fencer's own RBAC.
+		if err := publish.OrderPolicyInForce(ctx, cl, namespace); err != nil {
+			t.Errorf("OrderPolicyInForce as the fencer: %v", err)
+		}
 		if err := publish.PolicyInForce(ctx, cl, namespace); err != nil {
 			t.Errorf("PolicyInForce as the fencer: %v", err)
 		}
@@ -686,5 +692,6 @@ func TestAgentIdentityPolicy(t *testing.T) {
 // deniedByPolicy: err is the agent identity policy's refusal.
 func deniedByPolicy(err error) bool {
 	return err != nil && apierrors.IsForbidden(err) &&
-		strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+publish.PolicyName+"'")
+		(strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+publish.PolicyName+"'") ||
+			strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+publish.OrderPolicyName+"'"))
 }

@@ -80,13 +80,14 @@ func fencerRules() []rbacv1.PolicyRule {
 	return append(rules, policyCheckRules()[0])
 }
 
-// policyCheckRules: publish.PolicyInForce gets the ValidatingAdmissionPolicy
-// and the binding named publish.PolicyName, nothing else (cluster-scoped).
-// TestAgentIdentityPolicy runs it with the fencer's own token.
+// policyCheckRules: publish.PolicyInForce and OrderPolicyInForce get the
+// ValidatingAdmissionPolicies and bindings named publish.PolicyName and
+// publish.OrderPolicyName, nothing else (cluster-scoped).
+// TestAgentIdentityPolicy runs them with the fencer's own token.
 func policyCheckRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
-			ResourceNames: []string{publish.PolicyName}, Verbs: []string{"get"}},
+			ResourceNames: []string{publish.PolicyName, publish.OrderPolicyName}, Verbs: []string{"get"}},
 	}
 }
 

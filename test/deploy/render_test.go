@@ -120,6 +120,9 @@ type rendered struct {
 	// The agent identity policy (agent-identity-policy.yaml).
 	policy  *admissionregistrationv1.ValidatingAdmissionPolicy
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	// The fence orders' policy (fence-order-policy.yaml).
+	orderPolicy  *admissionregistrationv1.ValidatingAdmissionPolicy
+	orderBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // policyNamespace is the namespace a binding of the agent identity policy
@@ -146,12 +149,18 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 		case *corev1.Secret:
 			r.secrets[o.Name] = o
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
-			if o.Name == publish.PolicyName {
+			switch o.Name {
+			case publish.PolicyName:
 				r.policy = o
+			case publish.OrderPolicyName:
+				r.orderPolicy = o
 			}
 		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-			if o.Name == publish.PolicyName {
+			switch o.Name {
+			case publish.PolicyName:
 				r.binding = o
+			case publish.OrderPolicyName:
+				r.orderBinding = o
 			}
 		}
 		// Everything namespaced lives in fenced-system, but for the
@@ -196,6 +205,13 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 		t.Errorf("no ValidatingAdmissionPolicy and binding %s (%s)", publish.PolicyName, policyFile)
 	} else if ns := policyNamespace(r.binding); ns != namespace {
 		t.Errorf("the binding of %s covers namespace %q, want %s", publish.PolicyName, ns, namespace)
+	}
+	// And the fence orders' policy: without it no node is fenced on its
+	// watchdog level (publish.OrderPolicyInForce).
+	if r.orderPolicy == nil || r.orderBinding == nil {
+		t.Errorf("no ValidatingAdmissionPolicy and binding %s (deploy/daemonset/base/fence-order-policy.yaml)", publish.OrderPolicyName)
+	} else if ns := policyNamespace(r.orderBinding); ns != namespace {
+		t.Errorf("the binding of %s covers namespace %q, want %s", publish.OrderPolicyName, ns, namespace)
 	}
 
 	want := map[string]bool{"fenced-observer": k.observer, "fenced-fencer": k.fencer}

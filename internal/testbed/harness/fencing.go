@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,25 +126,32 @@ const (
 func AgentUser(machine string) string { return "fenced:node:" + machine }
 
 // agentIdentityPolicyFile is the ValidatingAdmissionPolicy (and binding) that
-// lets only a node's own agent write its key Lease; the harness installs the
-// very file the deployment ships.
-const agentIdentityPolicyFile = "deploy/daemonset/base/agent-identity-policy.yaml"
+// lets only a node's own agent write its key Lease, and fenceOrderPolicyFile
+// the one that lets only fencers write or delete fence orders; the harness
+// installs the very files the deployment ships.
+const (
+	agentIdentityPolicyFile = "deploy/daemonset/base/agent-identity-policy.yaml"
+	fenceOrderPolicyFile    = "deploy/daemonset/base/fence-order-policy.yaml"
+)
 
 func (h *Harness) setupFencing(ctx context.Context, f *Fencing) error {
 	client := h.Cluster.Client()
 	if _, err := h.Cluster.CreateNamespace(ctx, LeaseNamespace); err != nil {
 		return err
 	}
-	if err := installAgentIdentityPolicy(ctx, h); err != nil {
+	if err := installPolicy(ctx, h, agentIdentityPolicyFile, publish.ShippedFor); err != nil {
+		return err
+	}
+	if err := installPolicy(ctx, h, fenceOrderPolicyFile, publish.OrderPolicyFor); err != nil {
 		return err
 	}
 	fencerRules := append(taint.PolicyRules(),
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
-		// publish.PolicyInForce.
+		// publish.PolicyInForce, OrderPolicyInForce.
 		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
 			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
-			ResourceNames: []string{publish.PolicyName}, Verbs: []string{"get"}})
+			ResourceNames: []string{publish.PolicyName, publish.OrderPolicyName}, Verbs: []string{"get"}})
 	// The stale VolumeAttachment report (pkg/stale), as the base manifests.
 	fencerRules = append(fencerRules, stale.PolicyRules()...)
 	roles := []struct {
@@ -224,21 +232,22 @@ func grantConfigMaps(ctx context.Context, client kubernetes.Interface) error {
 	return err
 }
 
-// installAgentIdentityPolicy creates the objects the deployment ships
-// (agentIdentityPolicyFile, built into the binaries: publish.ShippedFor),
-// its binding covering LeaseNamespace (as kustomize's namespace transformer
+// installPolicy creates the objects the deployment ships in file (built
+// into the binaries: shipped is publish.ShippedFor or OrderPolicyFor), its
+// binding covering LeaseNamespace (as kustomize's namespace transformer
 // does for the deployment).
-func installAgentIdentityPolicy(ctx context.Context, h *Harness) error {
-	p, b, err := publish.ShippedFor(LeaseNamespace)
+func installPolicy(ctx context.Context, h *Harness, file string,
+	shipped func(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error)) error {
+	p, b, err := shipped(LeaseNamespace)
 	if err != nil {
-		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	adm := h.Cluster.Client().AdmissionregistrationV1()
 	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("%s: %w", agentIdentityPolicyFile, err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	return nil
 }

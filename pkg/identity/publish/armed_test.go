@@ -139,3 +139,38 @@ func TestFenceOrder(t *testing.T) {
 		t.Fatalf("after WithdrawOrder: %v, %v", found, err)
 	}
 }
+
+// TestOrderPolicyInForce: the fence orders' policy counts only as shipped:
+// missing, its binding missing, or with its one validation gone, it is not
+// in force; and it is its own, so the key Leases' policy alone does not
+// make it.
+func TestOrderPolicyInForce(t *testing.T) {
+	ctx := context.Background()
+	const ns = "fenced-system"
+	policy, binding, err := ShippedFor(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, orderBinding, err := OrderPolicyFor(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := OrderPolicyInForce(ctx, fake.NewClientset(policy, binding), ns); !errors.Is(err, ErrPolicyNotInForce) {
+		t.Errorf("with the key Leases' policy alone: %v", err)
+	}
+	if err := OrderPolicyInForce(ctx, fake.NewClientset(orders), ns); !errors.Is(err, ErrPolicyNotInForce) {
+		t.Errorf("without its binding: %v", err)
+	}
+	if err := OrderPolicyInForce(ctx, fake.NewClientset(orders, orderBinding), ns); err != nil {
+		t.Errorf("as shipped: %v", err)
+	}
+	weak := orders.DeepCopy()
+	weak.Spec.Validations = nil
+	if err := OrderPolicyInForce(ctx, fake.NewClientset(weak, orderBinding), ns); err == nil || !strings.Contains(err.Error(), "lacks the validation") {
+		t.Errorf("without its validation: %v", err)
+	}
+	elsewhere, otherBinding, _ := OrderPolicyFor("default")
+	if err := OrderPolicyInForce(ctx, fake.NewClientset(elsewhere, otherBinding), ns); !errors.Is(err, ErrPolicyNotInForce) {
+		t.Errorf("bound to another namespace: %v", err)
+	}
+}

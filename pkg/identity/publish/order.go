@@ -18,9 +18,9 @@ import (
 // boot; the node's agent stops petting its watchdog once a read of the API
 // finds one for its boot, and every fencer counts on the order staying
 // until the node is back in another boot. The admission policy
-// (PolicyName) admits a create, update or delete of fenced-order-* only
-// from a fencer, as for the power Leases: no agent, and no other writer,
-// can order a reset or take an order back.
+// OrderPolicyName admits a create, update or delete of fenced-order-* only
+// from a fencer: no agent, and no other writer, can order a reset or take
+// an order back.
 const (
 	// OrderLeasePrefix names each node's fence order: fenced-order-<node>.
 	OrderLeasePrefix = "fenced-order-"

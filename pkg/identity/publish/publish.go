@@ -253,20 +253,39 @@ var ErrPolicyNotInForce = errors.New("the agent identity admission policy is not
 // rules were stripped, or whose binding only audits or covers another
 // namespace, guards nothing. The error names every difference found.
 func PolicyInForce(ctx context.Context, client kubernetes.Interface, ns string) error {
-	shipped, err := ShippedPolicy()
+	return inForce(ctx, client, ns, PolicyName, ShippedPolicy)
+}
+
+// OrderPolicyName is the ValidatingAdmissionPolicy (and its binding) that
+// lets only fencers write or delete fence orders (order.go).
+const OrderPolicyName = "fenced-fence-orders"
+
+// OrderPolicyInForce checks, as PolicyInForce does for the key Leases,
+// that the policy OrderPolicyName and its binding enforce what the shipped
+// file (deploy/daemonset/base/fence-order-policy.yaml) enforces on the
+// fence orders in namespace ns: without it any agent could order a node's
+// reset or take an order back, and no fence order could be counted on.
+func OrderPolicyInForce(ctx context.Context, client kubernetes.Interface, ns string) error {
+	return inForce(ctx, client, ns, OrderPolicyName, ShippedOrderPolicy)
+}
+
+// inForce checks that the installed policy name and its binding enforce
+// what shipped's enforces in namespace ns; errors wrap ErrPolicyNotInForce.
+func inForce(ctx context.Context, client kubernetes.Interface, ns, name string, shippedOf func() (Shipped, error)) error {
+	shipped, err := shippedOf()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrPolicyNotInForce, err)
 	}
 	adm := client.AdmissionregistrationV1()
-	p, err := adm.ValidatingAdmissionPolicies().Get(ctx, PolicyName, metav1.GetOptions{})
+	p, err := adm.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("%w: ValidatingAdmissionPolicy %s: %v", ErrPolicyNotInForce, PolicyName, err)
+		return fmt.Errorf("%w: ValidatingAdmissionPolicy %s: %v", ErrPolicyNotInForce, name, err)
 	}
-	b, err := adm.ValidatingAdmissionPolicyBindings().Get(ctx, PolicyName, metav1.GetOptions{})
+	b, err := adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("%w: ValidatingAdmissionPolicyBinding %s: %v", ErrPolicyNotInForce, PolicyName, err)
+		return fmt.Errorf("%w: ValidatingAdmissionPolicyBinding %s: %v", ErrPolicyNotInForce, name, err)
 	}
-	problems := append(policyProblems(&p.Spec, &shipped.Policy.Spec, ns), bindingProblems(&b.Spec, &shipped.Policy.Spec, ns)...)
+	problems := append(policyProblems(name, &p.Spec, &shipped.Policy.Spec, ns), bindingProblems(name, &b.Spec, &shipped.Policy.Spec, ns)...)
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrPolicyNotInForce, strings.Join(problems, "; "))
 	}
@@ -281,10 +300,19 @@ type Shipped struct {
 
 // ShippedPolicy decodes deploy.AgentIdentityPolicy (built into the binary).
 var ShippedPolicy = sync.OnceValues(func() (Shipped, error) {
+	return shippedFrom("deploy/daemonset/base/agent-identity-policy.yaml", deploy.AgentIdentityPolicy)
+})
+
+// ShippedOrderPolicy decodes deploy.FenceOrderPolicy (built into the binary).
+var ShippedOrderPolicy = sync.OnceValues(func() (Shipped, error) {
+	return shippedFrom("deploy/daemonset/base/fence-order-policy.yaml", deploy.FenceOrderPolicy)
+})
+
+// shippedFrom decodes a file of one policy and its binding.
+func shippedFrom(file string, data []byte) (Shipped, error) {
 	var s Shipped
-	const file = "deploy/daemonset/base/agent-identity-policy.yaml"
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(deploy.AgentIdentityPolicy)))
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -313,13 +341,22 @@ var ShippedPolicy = sync.OnceValues(func() (Shipped, error) {
 		return Shipped{}, fmt.Errorf("%s: want a ValidatingAdmissionPolicy and its binding", file)
 	}
 	return s, nil
-})
+}
 
 // ShippedFor returns copies of the shipped policy and binding with the
 // binding moved to namespace ns, as kustomize's namespace transformer
 // moves it: what an install whose key Leases are in ns applies.
 func ShippedFor(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
-	s, err := ShippedPolicy()
+	return shippedIn(ShippedPolicy, ns)
+}
+
+// OrderPolicyFor is ShippedFor for the fence orders' policy.
+func OrderPolicyFor(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	return shippedIn(ShippedOrderPolicy, ns)
+}
+
+func shippedIn(shippedOf func() (Shipped, error), ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	s, err := shippedOf()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,10 +377,10 @@ func ShippedFor(ns string) (*admissionregistrationv1.ValidatingAdmissionPolicy, 
 // selector, the same matchConditions: an extra condition narrows it), and
 // define the shipped variables and validations word for word (extra
 // validations only deny more, and are allowed).
-func policyProblems(got, want *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
+func policyProblems(name string, got, want *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
 	var problems []string
 	add := func(format string, args ...any) {
-		problems = append(problems, "ValidatingAdmissionPolicy "+PolicyName+" "+fmt.Sprintf(format, args...))
+		problems = append(problems, "ValidatingAdmissionPolicy "+name+" "+fmt.Sprintf(format, args...))
 	}
 	if got.FailurePolicy != nil && *got.FailurePolicy != admissionregistrationv1.Fail {
 		add("has failurePolicy %s, want Fail", *got.FailurePolicy)
@@ -384,13 +421,13 @@ func policyProblems(got, want *admissionregistrationv1.ValidatingAdmissionPolicy
 // bindingProblems checks an installed binding: it binds PolicyName, denies,
 // and selects every Lease write of namespace ns the policy matches (no
 // narrower resource rules, no exclusions, no object selector).
-func bindingProblems(got *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec, policy *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
+func bindingProblems(name string, got *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec, policy *admissionregistrationv1.ValidatingAdmissionPolicySpec, ns string) []string {
 	var problems []string
 	add := func(format string, args ...any) {
-		problems = append(problems, "ValidatingAdmissionPolicyBinding "+PolicyName+" "+fmt.Sprintf(format, args...))
+		problems = append(problems, "ValidatingAdmissionPolicyBinding "+name+" "+fmt.Sprintf(format, args...))
 	}
-	if got.PolicyName != PolicyName {
-		add("binds policy %q, want %q", got.PolicyName, PolicyName)
+	if got.PolicyName != name {
+		add("binds policy %q, want %q", got.PolicyName, name)
 	}
 	if !slices.Contains(got.ValidationActions, admissionregistrationv1.Deny) {
 		add("does not deny (validationActions %v, want [Deny])", got.ValidationActions)
