@@ -1061,7 +1061,7 @@ func TestRandomWalkKeepsTheInvariant(t *testing.T) {
 			checkReturning(t, fmt.Sprintf("walk %d step %d", walk, i), o, d)
 			if has(d.Actions, ActOrderReset) {
 				orders++
-				checkOrder(t, fmt.Sprintf("walk %d step %d", walk, i), o, p, find(d.Actions, ActOrderReset))
+				checkOrder(t, fmt.Sprintf("walk %d step %d", walk, i), o, p, find(d.Actions, ActOrderReset), suspectSince)
 			}
 			switchedOff = has(d.Actions, ActPowerOff)
 			if switchedOff {
@@ -1260,13 +1260,15 @@ func walkWatchdog(rng *rand.Rand, o *Observation) {
 
 // checkOrder checks a fence order the core wrote: the level opted in, the
 // node's statement for its boot, the power Lease held, the agent silent
-// to challenges for watchdogOrderAfter, the cluster's guards and switches.
-func checkOrder(t *testing.T, where string, o Observation, p Policy, a *Action) {
+// to challenges of this suspicion for watchdogOrderAfter, the cluster's
+// guards and switches.
+func checkOrder(t *testing.T, where string, o Observation, p Policy, a *Action, suspectSince time.Time) {
 	t.Helper()
 	d := &decider{o: o, p: p, t: &Target{}}
 	arm, ag := o.Watchdog.Arm, o.Agent
 	if o.Watchdog.Level == 0 || arm == nil || a.BootID == "" || a.BootID != d.bootID() || !o.Cluster.LeaseHeld ||
-		ag.SilentSince.IsZero() || ag.LastProof.After(ag.SilentSince) || o.Now.Sub(ag.SilentSince) < p.WatchdogOrderAfter ||
+		ag.SilentSince.IsZero() || ag.LastProof.After(ag.SilentSince) || ag.LastSilent.Before(suspectSince) ||
+		o.Now.Sub(later(ag.SilentSince, suspectSince)) < p.WatchdogOrderAfter ||
 		d.clusterBlocked() != "" || HeldBy(ActOrderReset, o, p) != HoldNone {
 		t.Fatalf("%s: fence order for boot %q with watchdog %+v, agent %+v, lease %v, cluster %+v (%s)",
 			where, a.BootID, o.Watchdog, ag, o.Cluster.LeaseHeld, o.Cluster, d.clusterBlocked())

@@ -186,14 +186,17 @@ func (d *decider) unarmed(devices string) bool {
 func (d *decider) orderBlocked() (key, why string, retry time.Duration) {
 	o, t, p := d.o, d.t, d.p
 	a, w, after := o.Agent, t.suspicion.watchdog, p.WatchdogOrderAfter
-	if a.SilentSince.IsZero() || a.LastProof.After(a.SilentSince) {
+	// Silent to a challenge of this suspicion, and counted from its start
+	// at the earliest: an unanswered challenge of an earlier episode says
+	// nothing of the agent now.
+	if a.SilentSince.IsZero() || a.LastProof.After(a.SilentSince) || a.LastSilent.Before(t.suspicion.since) {
 		d.challengeIfStale()
 		if a.LastProof.After(t.suspicion.since) {
 			return "answers", "its agent answers liveness challenges", p.ChallengeInterval
 		}
 		return "asking", "asking its agent for a proof of life", p.ChallengeInterval
 	}
-	if silent := o.Now.Sub(a.SilentSince); silent < after {
+	if silent := o.Now.Sub(later(a.SilentSince, t.suspicion.since)); silent < after {
 		d.challengeIfStale()
 		return "silent", fmt.Sprintf("its agent has been silent to liveness challenges for %s, not yet watchdogOrderAfter (%s)",
 			silent.Round(time.Millisecond), after), min(after-silent, p.ChallengeInterval)
@@ -287,4 +290,12 @@ func (d *decider) resetContradicted(ev *Evidence) bool {
 		ev.BootID, ev.Watchdog.OrderSeenAt.UTC().Format(time.RFC3339Nano), ev.Watchdog.ResetBy().UTC().Format(time.RFC3339Nano),
 		o.Agent.LastProof.UTC().Format(time.RFC3339Nano), ev.Watchdog.Device)})
 	return true
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

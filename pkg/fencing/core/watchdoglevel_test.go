@@ -411,3 +411,33 @@ func TestWatchdogLevelNeedsTheOrdersSighting(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchdogLevelCountsSilenceOfThisSuspicion: an agent left a challenge
+// unanswered an hour ago and was not asked since; at a new suspicion that
+// silence counts for nothing: the agent is asked, and the order waits for
+// watchdogOrderAfter of silence from then.
+func TestWatchdogLevelCountsSilenceOfThisSuspicion(t *testing.T) {
+	o := powerLoss(watchdogOnly(), t0.Add(6*time.Second))
+	o.Agent = AgentObs{SilentSince: t0.Add(-time.Hour), LastSilent: t0.Add(-time.Hour), SilentUntil: t0.Add(-time.Hour)}
+	o.Cluster.LeaseHeld = true
+	tgt, p := &Target{Name: "node-a"}, testPolicy(vocab.ModePowerOff)
+	var asked time.Time // the first challenge of this suspicion
+	for at := 6 * time.Second; at < time.Minute; at += 250 * time.Millisecond {
+		o.Now = t0.Add(at)
+		d := tgt.Step(o, p)
+		if has(d.Actions, ActChallenge) {
+			// Unanswered.
+			o.Agent.LastSilent, o.Agent.SilentUntil = o.Now, o.Now.Add(500*time.Millisecond)
+			if asked.IsZero() {
+				asked = o.Now
+			}
+		}
+		if has(d.Actions, ActOrderReset) {
+			if asked.IsZero() || o.Now.Sub(asked) < p.WatchdogOrderAfter {
+				t.Fatalf("ordered at %s on a silence of an earlier episode (asked at %s)", at, asked)
+			}
+			return
+		}
+	}
+	t.Fatal("never ordered")
+}
