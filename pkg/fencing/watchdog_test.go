@@ -34,7 +34,7 @@ func TestWatchdogLevelOnRealRings(t *testing.T) {
 		t.Skip("real gossip rings")
 	}
 	p := testPolicy(vocab.ModeConfirmOnly)
-	p.WatchdogOrderAfter, p.ChallengeInterval, p.MaxConcurrentPowerActions = time.Second, 500*time.Millisecond, 2
+	p.WatchdogOrderAfter, p.ChallengeInterval = time.Second, 500*time.Millisecond // maxConcurrentPowerActions 1: the orders one after the other
 	b := newHostileBed(t, p, "armed", "back", "unarmed", "forged", "up-1", "up-2", "up-3", "up-4")
 	<-b.fencer.Reconfigure(Settings{Inventory: watchdogOnly{inventoryOf(nil, nil)}, Policy: p})
 	b.waitFor(20*time.Second, "the fence orders' policy in force", b.fencer.orderPolicyOK.Load)

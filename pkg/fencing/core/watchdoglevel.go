@@ -23,7 +23,8 @@ import (
 //     forge — its agent to every liveness challenge, its kubelet's Lease
 //     unrenewed — under the cluster's guards (quorum, storm,
 //     maxConcurrentPowerActions, one control-plane node), the pause, dry
-//     run and the exclusion label, and under the node's power Lease;
+//     run and the exclusion label, and under the node's power Lease,
+//     given back once the order is seen (the action is done);
 //   - the evidence is the order seen (by this fencer, at SeenAt), no sign
 //     of life since, and WatchdogWait of the longest armed statement seen
 //     for the boot passed. A sign of life voids it for good for that order
@@ -215,6 +216,12 @@ func (d *decider) orderBlocked() (key, why string, retry time.Duration) {
 // the node showed life since the order was seen.
 func (d *decider) awaitReset(ord *FenceOrder) {
 	o, t, p := d.o, d.t, d.p
+	if o.Cluster.LeaseHeld {
+		// The order is written: the power action is done (as a switch-off
+		// once confirmed), and the Lease goes back, so that a rack of such
+		// nodes is ordered one after the other, not a wait after the other.
+		d.do(Action{Kind: ActReleaseLease})
+	}
 	if !t.voided.orderSeen.IsZero() && t.voided.orderSeen.Equal(ord.SeenAt) {
 		d.becomeConfirming("watchdog level: the node showed life after its fence order; waiting for it to come back in another boot", nil)
 		return

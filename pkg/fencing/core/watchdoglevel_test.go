@@ -34,7 +34,8 @@ func orderSeen(o *Observation) {
 
 // stepsToOrder: the node loses its power at t0+6s (beats, gossip, and its
 // agent silent to a challenge then); 12 s later (watchdogOrderAfter) the
-// fencer takes the power Lease, writes the order, and sees it at 19 s.
+// fencer takes the power Lease, writes the order, sees it at 19 s and
+// gives the Lease back.
 func stepsToOrder() []step {
 	never := []ActionKind{ActOrderReset, ActAcquireLease, ActApplyTaint}
 	return []step{
@@ -47,7 +48,10 @@ func stepsToOrder() []step {
 		{name: "Lease held: the order", at: 18500 * time.Millisecond, change: func(o *Observation) { o.Cluster.LeaseHeld = true },
 			phase: PhaseConfirming, want: []ActionKind{ActOrderReset}, notWant: []ActionKind{ActApplyTaint}, event: vocab.EventFenceOrdered},
 		{name: "not seen yet: not written twice", at: 18800 * time.Millisecond, phase: PhaseConfirming, notWant: never},
-		{name: "order seen", at: 19 * time.Second, change: orderSeen, phase: PhaseConfirming, notWant: never},
+		// The power action is done: the Lease goes back, for the next
+		// node's order (maxConcurrentPowerActions), not the wait.
+		{name: "order seen", at: 19 * time.Second, change: orderSeen, phase: PhaseConfirming, notWant: never,
+			want: []ActionKind{ActReleaseLease}},
 	}
 }
 
