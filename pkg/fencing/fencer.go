@@ -597,7 +597,7 @@ func (f *Fencer) observe(name string, settings *applied) (core.Observation, *cor
 			}
 		}
 		_, isCP := n.Labels["node-role.kubernetes.io/control-plane"]
-		if n.Name != name && isCP && (fenced || powerActions[n.Name] || f.leaseActive(n.Name, now) != "") {
+		if n.Name != name && isCP && (fenced || powerActions[n.Name] || f.leaseActive(n.Name, now) != "" || f.ordered(n)) {
 			o.Cluster.ControlPlaneDown++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"fenced.io/fenced/pkg/fencing/core"
@@ -87,6 +88,21 @@ func (f *Fencer) watchdogObs(name string, level int, now, renew time.Time) core.
 	}
 	o.Order = &core.FenceOrder{BootID: ord.BootID, SeenAt: s.order.at, KubeletRenewAtSeen: s.order.renew}
 	return o
+}
+
+// ordered reports whether a fence order stands for n's current boot: its
+// watchdog is resetting it, so it counts as down (one control-plane node
+// at a time), though the power Lease of the order went back.
+func (f *Fencer) ordered(n *corev1.Node) bool {
+	if f.leases == nil {
+		return false
+	}
+	l, err := f.leases.Get(publish.OrderLeaseName(n.Name))
+	if err != nil {
+		return false
+	}
+	o, ok := publish.OrderOf(l)
+	return ok && o.BootID == n.Status.NodeInfo.BootID
 }
 
 // writeOrder writes the fence order a asks for, in this fencer's name.

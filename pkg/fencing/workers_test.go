@@ -23,6 +23,7 @@ import (
 	"fenced.io/fenced/internal/testbed/poll"
 	"fenced.io/fenced/pkg/fencing/device"
 	"fenced.io/fenced/pkg/heartbeat"
+	"fenced.io/fenced/pkg/identity/publish"
 	"fenced.io/fenced/pkg/taint"
 	"fenced.io/fenced/pkg/vocab"
 )
@@ -98,6 +99,38 @@ func TestObserveCountsWhatOtherDecisionsReserved(t *testing.T) {
 			}
 		})
 	}
+
+	// A fence order standing for a control-plane node's boot: its watchdog
+	// is resetting it, so it is down, though the order's Lease went back;
+	// an order for an earlier boot is not.
+	for _, tc := range []struct {
+		boot string
+		want counts
+	}{
+		{"boot-cp", counts{controlPlaneDown: 1, unhealthy: unhealthy}},
+		{"boot-earlier", counts{unhealthy: unhealthy}},
+	} {
+		t.Run("a control-plane node ordered to reset, boot "+tc.boot, func(t *testing.T) {
+			if err := publish.WriteOrder(t.Context(), client, hostileNS, "cp-2", tc.boot, "fencer"); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, 10*time.Second, "the order in the fencer's informer", func() bool { return f.orderedName("cp-2") })
+			if got := observe(t); got != tc.want {
+				t.Errorf("with the order: %+v, want %+v", got, tc.want)
+			}
+			if err := client.CoordinationV1().Leases(hostileNS).Delete(t.Context(), publish.OrderLeaseName("cp-2"), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, 10*time.Second, "the order gone from the fencer's informer", func() bool { return !f.orderedName("cp-2") })
+		})
+	}
+}
+
+// orderedName reports whether the fencer's informer holds node's fence
+// order, for any boot.
+func (f *Fencer) orderedName(node string) bool {
+	_, err := f.leases.Get(publish.OrderLeaseName(node))
+	return err == nil
 }
 
 // slowWrites is a clientset whose Node updates and Lease creates take
