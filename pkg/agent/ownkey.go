@@ -72,6 +72,9 @@ func newOwnKey(o Options, key *identity.Key, ring keyUser, published prometheus.
 // ends or withdraw stops them.
 func (k *ownKey) start(ctx context.Context) {
 	lease := k.ns + "/" + publish.LeaseName(k.node)
+	if k.isPublished == nil {
+		k.isPublished = make(chan struct{})
+	}
 	earlier := k.earlierKey(ctx, lease)
 	ctx, k.stop = context.WithCancel(ctx)
 	k.done = make(chan struct{})
