@@ -235,16 +235,21 @@ func (f *Fencer) checkPolicy(ctx context.Context) {
 		}
 		orderErr := publish.OrderPolicyInForce(ctx, f.cfg.Client, f.cfg.LeaseNamespace)
 		wasOrders := f.orderPolicyOK.Swap(orderErr == nil)
+		// Said as a warning, and looked at again soon, only where a node
+		// has a watchdog level: elsewhere the policy guards nothing used.
+		needed := f.usesWatchdog()
 		switch {
-		case orderErr != nil && (wasOrders || !f.policyChecked):
+		case orderErr != nil && (wasOrders || !f.policyChecked) && needed:
 			f.log.Warn("fence orders' admission policy not in force: no node is fenced on its watchdog level", "err", orderErr,
 				"fix", "kubectl apply -f deploy/daemonset/base/fence-order-policy.yaml")
+		case orderErr != nil && !f.policyChecked:
+			f.log.Info("fence orders' admission policy not in force; no node has a watchdog level, so nothing needs it", "err", orderErr)
 		case orderErr == nil && !wasOrders:
 			f.log.Info("fence order policy in force: the watchdog level may order resets", "policy", publish.OrderPolicyName)
 		}
 		f.policyChecked = true
 		wait := policyRecheck
-		if err != nil || orderErr != nil {
+		if err != nil || orderErr != nil && needed {
 			wait = policyRetry
 		}
 		select {
@@ -334,7 +339,8 @@ func (f *Fencer) agentAddr(node *corev1.Node) string {
 }
 
 // leaseTarget maps a Lease in the lease namespace to the node it is
-// about: a power Lease or an agent key Lease ("" for others).
+// about: a power Lease, an agent key Lease or a fence order ("" for
+// others).
 func leaseTarget(l *coordinationv1.Lease) string {
 	for _, prefix := range []string{LeasePrefix, publish.LeasePrefix, publish.OrderLeasePrefix} {
 		if len(l.Name) > len(prefix) && l.Name[:len(prefix)] == prefix {

@@ -3,9 +3,11 @@ package fencing
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"fenced.io/fenced/pkg/fencing/core"
@@ -29,6 +31,20 @@ func watchdogLevel(inv Inventory, node string) int {
 		return w.WatchdogLevel(node)
 	}
 	return 0
+}
+
+// usesWatchdog reports whether any Node the fencer knows has a watchdog
+// level.
+func (f *Fencer) usesWatchdog() bool {
+	if f.nodes == nil {
+		return false
+	}
+	nodes, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	inv := f.settings().Inventory
+	return slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return watchdogLevel(inv, n.Name) > 0 })
 }
 
 // seenOrder is a fence order as this fencer first saw it: the object (its
