@@ -58,10 +58,8 @@ type nodeWatchdog struct {
 	armedG    prometheus.Gauge
 
 	mu sync.Mutex
-	// armed is what the opened device said of itself; stated tells that
-	// the statement is on the Lease.
-	armed  *identity.Armed
-	stated bool
+	// armed is what the opened device said of itself.
+	armed *identity.Armed
 	// armedNow is signalled when the device is opened.
 	armedNow chan struct{}
 }
@@ -89,7 +87,13 @@ func newNodeWatchdog(o Options, key *identity.Key, published <-chan struct{}, op
 		Orders:    orders{client: o.Client, ns: d.ns, node: d.node, boot: d.boot},
 		Log:       log,
 		Open:      func() (watchdog.Pettable, error) { return d.open(open, w) },
-		Armed:     func(watchdog.Pettable) { d.armedNow <- struct{}{} },
+		// Called under the Petter's lock: never blocks.
+		Armed: func(watchdog.Pettable) {
+			select {
+			case d.armedNow <- struct{}{}:
+			default:
+			}
+		},
 	}
 	return d
 }
@@ -163,9 +167,6 @@ func (d *nodeWatchdog) state(ctx context.Context) {
 			return
 		}
 	}
-	d.mu.Lock()
-	d.stated = true
-	d.mu.Unlock()
 	d.armedG.Set(1)
 	d.log.Info("stated the armed watchdog on this node's key Lease, signed with this run's key", "timeout", a.Timeout, "confirm", a.Confirm, "device", a.Device)
 }
