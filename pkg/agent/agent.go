@@ -253,7 +253,7 @@ func (a *Agent) build() (_ *parts, err error) {
 		return nil, fmt.Errorf("gossip ring: %w", err)
 	}
 	p.ownKey = newOwnKey(o, p.signingKey, p.ring, keyPublished, p.log)
-	p.dog = newNodeWatchdog(o, p.signingKey, p.ownKey.isPublished, openLinuxDevice, p.reg, componentLog(o.Logger, componentWatchdog))
+	p.dog = newNodeWatchdog(o, p.signingKey, p.ownKey.isPublished, openDevice, p.reg, componentLog(o.Logger, componentWatchdog))
 	if !o.InsecureGossip {
 		p.keys = newKeyReloader(a.keySource, p.ring, a.keys, componentLog(o.Logger, componentRing))
 		p.reg.MustRegister(gossipKeysCollector{keyring: p.ring.Keyring, filesOK: p.keys.filesOK.Load})

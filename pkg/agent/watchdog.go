@@ -36,8 +36,17 @@ type openedDevice struct {
 	Software bool
 }
 
-// openLinuxDevice opens a Linux watchdog device (watchdog.Open).
-func openLinuxDevice(path string, timeout time.Duration) (openedDevice, error) {
+// openDevice opens the watchdog at path: a Linux watchdog device
+// (watchdog.Open), or a watchdog outside the machine behind a unix socket
+// ("unix:/…", watchdog.OpenSocket: the test harness's machines).
+func openDevice(path string, timeout time.Duration) (openedDevice, error) {
+	if watchdog.IsSocket(path) {
+		s, err := watchdog.OpenSocket(path, timeout)
+		if err != nil {
+			return openedDevice{}, err
+		}
+		return openedDevice{Pettable: s, Identity: s.Identity, Timeout: s.Timeout, Software: s.Software}, nil
+	}
 	d, err := watchdog.Open(path, timeout)
 	if err != nil {
 		return openedDevice{}, err
@@ -66,7 +75,7 @@ type nodeWatchdog struct {
 
 // newNodeWatchdog builds the watchdog of node, nil when its levels have no
 // watchdog level (its agent arms nothing). open opens the device
-// (openLinuxDevice).
+// (openDevice).
 func newNodeWatchdog(o Options, key *identity.Key, published <-chan struct{}, open func(string, time.Duration) (openedDevice, error),
 	reg prometheus.Registerer, log *slog.Logger) *nodeWatchdog {
 	w := o.Config.Watchdog

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"fenced.io/fenced/internal/testbed/poll"
+	"fenced.io/fenced/internal/testbed/wdemu"
 	"fenced.io/fenced/pkg/config"
 	"fenced.io/fenced/pkg/identity"
 	"fenced.io/fenced/pkg/identity/publish"
@@ -176,4 +178,49 @@ func TestAgentWatchdogOnlyForItsLevel(t *testing.T) {
 	if d := newNodeWatchdog(o, nil, nil, nil, prometheus.NewRegistry(), slog.Default()); d != nil {
 		t.Fatal("a watchdog for a node without the level")
 	}
+}
+
+// TestAgentWatchdogResetsThroughASocketWatchdog: the agent's watchdog
+// loop, its device opened by openDevice at a "unix:" path, against the
+// test bed's emulated watchdog: armed once a read found no order and kept
+// petted; a fence order for this boot stops the pets, and the watchdog
+// fires — the machine resets — its timeout after the last pet.
+func TestAgentWatchdogResetsThroughASocketWatchdog(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "wd.sock")
+	var fired atomic.Int64
+	emu, err := wdemu.Start(sock, func() { fired.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emu.Close() })
+	cfg, err := config.Parse([]byte("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\ntopology: {defaults: [[watchdog]]}\n"+
+		"watchdog: {device: \"unix:"+sock+"\", timeout: 2s, confirm: 5s}\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	key, _ := identity.NewKey()
+	if err := publish.Publish(t.Context(), client, dogNS, "node-a", "boot-1", key.Public(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan struct{})
+	close(published)
+	logs := &lockedBuffer{}
+	d := newNodeWatchdog(Options{Config: cfg, Client: client, NodeName: "node-a", BootID: "boot-1"}, key, published, openDevice,
+		prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
+	d.petter.ReadEvery = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	poll.Until(t, 10*time.Second, "the emulated watchdog armed", func() bool { armed, _ := emu.Armed(); return armed })
+	time.Sleep(3 * time.Second) // longer than its timeout, petted all along (every 400 ms)
+	if fired.Load() != 0 {
+		t.Fatalf("fired while the agent petted it: %s", logs.String())
+	}
+	if err := publish.WriteOrder(t.Context(), client, dogNS, "node-a", "boot-1", "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the machine reset by its watchdog", func() bool { return fired.Load() == 1 })
 }

@@ -157,8 +157,8 @@ func resolveWatchdog(fe *fieldErrors, w WatchdogSpec, t Topology) (Watchdog, tim
 	switch {
 	case t.hasWatchdogLevel() && r.Device == "":
 		fe.add("watchdog", "device", "required: the topology has a watchdog level, and its nodes' agents need a device to arm (e.g. /dev/watchdog0)")
-	case r.Device != "" && !filepath.IsAbs(r.Device):
-		fe.add("watchdog", "device", "%q is not an absolute path", r.Device)
+	case r.Device != "" && !filepath.IsAbs(strings.TrimPrefix(r.Device, vocab.WatchdogSocketPrefix)):
+		fe.add("watchdog", "device", "%q is not an absolute path (a device such as /dev/watchdog0, or unix: and a socket's path)", r.Device)
 	}
 	if r.Timeout < time.Second || r.Timeout > 10*time.Minute || r.Timeout%time.Second != 0 {
 		fe.add("watchdog", "timeout", "%s is out of range (whole seconds, 1s to 10m)", r.Timeout)

@@ -227,7 +227,7 @@ watchdog:
 	only, err := Parse([]byte(header+`
 topology:
   defaults: [[watchdog]]
-watchdog: {device: /dev/watchdog, timeout: 5s, confirm: 1m, allowSoftware: true, orderAfter: 20s}
+watchdog: {device: "unix:/run/fenced/watchdog.sock", timeout: 5s, confirm: 1m, allowSoftware: true, orderAfter: 20s}
 `), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +248,7 @@ func TestWatchdogLevelRefused(t *testing.T) {
 	}{
 		{"no device", "topology: {defaults: [[watchdog]]}\n", "watchdog.device: required"},
 		{"a relative device", "watchdog: {device: watchdog0}\n", "not an absolute path"},
+		{"a relative socket", "watchdog: {device: \"unix:wd.sock\"}\n", "not an absolute path"},
 		{"a fraction of a second", "watchdog: {timeout: 1500ms}\n", "whole seconds"},
 		{"too short a confirm", "watchdog: {confirm: 1s}\n", "3s to 10m"},
 		{"a negative orderAfter", "watchdog: {orderAfter: -1s}\n", "0 to 10m"},

@@ -78,8 +78,11 @@ type Configuration struct {
 // its own and the last); its agent then arms Device and pets it only while
 // it confirms, within Confirm, that no fence order for its boot exists.
 type WatchdogSpec struct {
-	// Device is the watchdog device agents arm, e.g. /dev/watchdog0.
-	// Required when any node's topology has the watchdog level.
+	// Device is the watchdog device agents arm, e.g. /dev/watchdog0, or
+	// "unix:" and the path of a socket where a watchdog outside the
+	// machine listens (pkg/watchdog's socket protocol; the test harness's
+	// machines have one). Required when any node's topology has the
+	// watchdog level.
 	Device string `json:"device,omitempty"`
 	// Timeout is W: the machine resets this long after the last pet
 	// (whole seconds, as the Linux watchdog API sets it).

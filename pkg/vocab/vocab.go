@@ -141,3 +141,8 @@ const DeviceBMC = "bmc"
 // node is ordered to let its watchdog reset it, and the wait that bounds
 // the reset is the evidence.
 const DeviceWatchdog = "watchdog"
+
+// WatchdogSocketPrefix marks a watchdog device path that names a watchdog
+// outside the machine behind a unix socket: "unix:" and the socket's
+// absolute path (pkg/watchdog's socket protocol).
+const WatchdogSocketPrefix = "unix:"
