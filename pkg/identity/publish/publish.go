@@ -196,27 +196,7 @@ func Read(ctx context.Context, client kubernetes.Interface, ns, node string) (Ke
 // admission policy lets no one else write it), so what it says about the
 // node's kubelet is the node's word. Other annotations are kept.
 func PublishGracefulShutdown(ctx context.Context, client kubernetes.Interface, ns, node string, g vocab.GracefulShutdown) error {
-	leases := client.CoordinationV1().Leases(ns)
-	for attempt := 0; ; attempt++ {
-		l, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
-		if err == nil {
-			if l.Annotations[AnnotationGracefulShutdown] == string(g) {
-				return nil
-			}
-			if l.Annotations == nil {
-				l.Annotations = map[string]string{}
-			}
-			l.Annotations[AnnotationGracefulShutdown] = string(g)
-			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-		}
-		if apierrors.IsConflict(err) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("publishing %s=%s on Lease %s/%s: %w", AnnotationGracefulShutdown, g, ns, LeaseName(node), err)
-		}
-		return nil
-	}
+	return setKeyLeaseAnnotation(ctx, client, ns, node, AnnotationGracefulShutdown, string(g))
 }
 
 // GracefulShutdownOf reads what a node's key Lease says of its kubelet's
