@@ -73,13 +73,13 @@ type nodeWatchdog struct {
 	armedNow chan struct{}
 }
 
-// newNodeWatchdog builds the watchdog of node, nil when its levels have no
-// watchdog level (its agent arms nothing). open opens the device
-// (openDevice).
+// newNodeWatchdog builds the watchdog of node, nil when its configuration
+// does not arm one (config.ArmsWatchdog: its agent arms nothing). open opens
+// the device (openDevice).
 func newNodeWatchdog(o Options, key *identity.Key, published <-chan struct{}, open func(string, time.Duration) (openedDevice, error),
 	reg prometheus.Registerer, log *slog.Logger) *nodeWatchdog {
 	w := o.Config.Watchdog
-	if o.Config.WatchdogLevel(o.NodeName) == 0 || w.Device == "" {
+	if !o.Config.ArmsWatchdog(o.NodeName) {
 		return nil
 	}
 	d := &nodeWatchdog{client: o.Client, ns: o.Config.Fencer.LeaseNamespace, node: o.NodeName, boot: o.BootID, key: key,

@@ -167,8 +167,9 @@ func TestAgentWatchdogRefusesSoftware(t *testing.T) {
 	}
 }
 
-// TestAgentWatchdogOnlyForItsLevel: an agent whose node's levels do not
-// end in the watchdog arms nothing.
+// TestAgentWatchdogOnlyForItsLevel: an agent whose configuration's
+// topology does not give its node the watchdog level arms nothing; an
+// observer's arms the device its configuration names.
 func TestAgentWatchdogOnlyForItsLevel(t *testing.T) {
 	cfg, err := config.Parse([]byte("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\ntopology: {nodes: [{name: other, levels: [[watchdog]]}]}\nwatchdog: {device: /dev/watchdog0}\n"), "test.yaml")
 	if err != nil {
@@ -177,6 +178,16 @@ func TestAgentWatchdogOnlyForItsLevel(t *testing.T) {
 	o := Options{Config: cfg, Client: fake.NewClientset(), NodeName: "node-a", BootID: "boot-1"}
 	if d := newNodeWatchdog(o, nil, nil, nil, prometheus.NewRegistry(), slog.Default()); d != nil {
 		t.Fatal("a watchdog for a node without the level")
+	}
+	// An observer's configuration — no topology, no power device — arms
+	// the device it names.
+	observer, err := config.Parse([]byte("apiVersion: fenced.io/v1alpha1\nkind: FencedConfiguration\nwatchdog: {device: /dev/watchdog0}\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Config = observer
+	if d := newNodeWatchdog(o, nil, nil, nil, prometheus.NewRegistry(), slog.Default()); d == nil {
+		t.Fatal("an observer whose configuration names a watchdog device arms nothing")
 	}
 }
 

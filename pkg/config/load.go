@@ -56,6 +56,16 @@ func (c *Config) WatchdogLevel(node string) int {
 	return 0
 }
 
+// ArmsWatchdog reports whether node's agent arms the watchdog device: the
+// section names one, and either the configuration is an observer's (no
+// power device, no topology: the fencers hold those, and the device alone
+// says this node is to be fenced on its watchdog) or its topology gives
+// node the watchdog level (a fencer's configuration, shared by nodes that
+// are fenced otherwise).
+func (c *Config) ArmsWatchdog(node string) bool {
+	return c.Watchdog.Device != "" && (!c.CanFence() || c.WatchdogLevel(node) > 0)
+}
+
 // Gossip is the resolved gossip section. Zero durations and multipliers
 // mean memberlist's LAN defaults (pkg/heartbeat documents them).
 type Gossip struct {

@@ -238,6 +238,49 @@ watchdog: {device: "unix:/run/fenced/watchdog.sock", timeout: 5s, confirm: 1m, a
 	}
 }
 
+// TestArmsWatchdog: an observer's configuration (no power device, no
+// topology) arms the device it names on every node it runs on; a fencer's
+// only on the nodes its topology gives the watchdog level; none without a
+// device.
+func TestArmsWatchdog(t *testing.T) {
+	pw := writePassword(t, "s3cret\n")
+	fencer := header + `
+bmc:
+  nodes:
+    - {name: cp-1, protocol: ipmi, address: 198.18.0.11, username: fenced, passwordFile: ` + pw + `}
+topology:
+  defaults: [[watchdog]]
+  nodes: [{name: cp-1, levels: [[bmc]]}]
+watchdog: {device: /dev/watchdog0}
+`
+	for _, tc := range []struct {
+		name, text string
+		arms       map[string]bool
+	}{
+		{"observer with a device", header + "watchdog: {device: /dev/watchdog0}\n", map[string]bool{"w-1": true, "cp-1": true}},
+		{"observer without one", header, map[string]bool{"w-1": false}},
+		{"fencer: by its levels", fencer, map[string]bool{"w-1": true, "cp-1": false}},
+		{"fencer without a watchdog level", header + `
+bmc:
+  nodes:
+    - {name: cp-1, protocol: ipmi, address: 198.18.0.11, username: fenced, passwordFile: ` + pw + `}
+watchdog: {device: /dev/watchdog0}
+`, map[string]bool{"w-1": false, "cp-1": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.text), "test.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for node, want := range tc.arms {
+				if got := cfg.ArmsWatchdog(node); got != want {
+					t.Errorf("ArmsWatchdog(%s) = %v, want %v", node, got, want)
+				}
+			}
+		})
+	}
+}
+
 // TestWatchdogLevelRefused: each mistake in the watchdog level or section
 // is named.
 func TestWatchdogLevelRefused(t *testing.T) {
