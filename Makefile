@@ -168,7 +168,7 @@ lint: ## gofmt, go vet, staticcheck (pinned)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery after power loss on the harness, BMC up and BMC dark (~18 min)
+bench: deps kube-binaries ## Go benchmarks (medians by benchstat), then recovery after power loss on the harness: BMC up, BMC dark, watchdog level (~26 min)
 	@mkdir -p bin
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./pkg/... | tee bin/bench.txt
 	$(GO) run $(BENCHSTAT) bin/bench.txt

@@ -118,6 +118,44 @@ func TestRecoveryBenchmarkBMCDark(t *testing.T) {
 	fmt.Printf("\nrecovery after power loss with the BMC dark (every feed cut; levels [bmc], [pdu-a, pdu-b], fence_apc_snmp), %d runs, times from the power loss:\n%s\n", len(runs), table)
 }
 
+// TestRecoveryBenchmarkWatchdog is the power loss of a node with no power
+// device the fencer may use, fenced on its watchdog level with the
+// defaults (timeout 10 s, confirm 30 s, orderAfter 12 s): "off /
+// ordered" is when the fencer saw its fence order; the taint follows the
+// wait (42.8 s) later. Same harness and timings as TestRecoveryBenchmark.
+func TestRecoveryBenchmarkWatchdog(t *testing.T) {
+	requireBench(t)
+	ctx := context.Background()
+	workers := []string{"w-1", "w-2", "w-3", "w-4"}
+	h := harness.Start(ctx, t, harness.Options{
+		Machines: append([]string{"cp-1"}, workers...),
+		Fencing:  &harness.Fencing{Fencers: []string{"cp-1"}, Watchdog: &harness.Watchdog{Machines: workers}},
+	})
+	for _, name := range workers {
+		waitMetric(t, h.Machine(name), "fenced_watchdog_armed 1", podTimeout)
+	}
+	var runs []harness.Recovery
+	for i := range benchRounds(t) {
+		victim, spare := "w-1", "w-2"
+		if i%2 == 1 {
+			victim, spare = spare, victim
+		}
+		bootBefore := h.Machine(victim).BootID()
+		r := measure(ctx, t, h, fmt.Sprintf("bench-watchdog-%d", i), victim, spare, 5*time.Minute)
+		if r.Evidence == nil {
+			t.Fatalf("round %d: not tainted: %+v", i+1, r)
+		}
+		requireWatchdogEvidence(t, *r.Evidence, bootBefore, watchdogTimeout, watchdogConfirm)
+		must(t, h.PowerOnRecovery(ctx, &r, victim, time.Now().Add(-r.PodRunning), podTimeout))
+		runs = append(runs, r)
+		t.Logf("round %d: %+v", i+1, r)
+	}
+	table := header() + row(fmt.Sprintf("watchdog (%d runs)", len(runs)), runs)
+	t.Logf("recovery after power loss on the watchdog level:\n%s", table)
+	fmt.Printf("\nrecovery after power loss, no power device, watchdog level with the defaults (wait %s after the order), %d runs, times from the power loss:\n%s\n",
+		watchdogWait.Round(100*time.Millisecond), len(runs), table)
+}
+
 // TestRecoveryWithoutFencing is the same power loss with no fencer: the
 // StatefulSet pod stays Terminating on the dead node and never moves.
 func TestRecoveryWithoutFencing(t *testing.T) {
@@ -144,7 +182,7 @@ func measure(ctx context.Context, t *testing.T, h *harness.Harness, ns, victim, 
 }
 
 func header() string {
-	return fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", "", "gossip detect", "power off", "tainted", "volume released", "pod Running")
+	return fmt.Sprintf("%-22s %14s %14s %14s %14s %14s\n", "", "gossip detect", "off / ordered", "tainted", "volume released", "pod Running")
 }
 
 func row(name string, runs []harness.Recovery) string {

@@ -90,6 +90,12 @@ type Fencing struct {
 	// gossip.keyFile.
 	GossipKeyDirs bool
 
+	// Watchdog, if set, puts machines on the watchdog level (watchdog.go):
+	// the harness writes the fencers' topology then (not with Topology),
+	// and each machine reads a configuration of its own
+	// (MachineConfigFile). Not with ConfigVolume.
+	Watchdog *Watchdog
+
 	// ConfigVolume makes the fencers read their configuration from a
 	// directory written as the kubelet writes a ConfigMap volume
 	// (internal/testbed/secretvolume: config.yaml a symlink into ..data,
@@ -259,8 +265,11 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
-	if f.ConfigVolume && f.GossipKeyDirs {
-		return "", "", errors.New("harness: Fencing.ConfigVolume with Fencing.GossipKeyDirs: the machines would not read the volume")
+	if f.ConfigVolume && f.perMachineConfigs() {
+		return "", "", errors.New("harness: Fencing.ConfigVolume with Fencing.GossipKeyDirs or Watchdog: the machines would not read the volume")
+	}
+	if f.Watchdog != nil && f.Topology != "" {
+		return "", "", errors.New("harness: Fencing.Watchdog writes the fencers' topology: leave Fencing.Topology empty")
 	}
 	h.fencerConfigVolume = f.ConfigVolume
 	key := make([]byte, 32)
@@ -318,17 +327,27 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	if f.Topology != "" {
 		h.writeTopology(&inv, f, dir)
 	}
+	if f.Watchdog != nil {
+		inv.WriteString(f.Watchdog.fencerConfig())
+	}
 	fencer = h.FencerConfigFile()
-	if err := h.SetFencerConfig(common + inv.String()); err != nil {
+	// Valid on its own: the device of a machine (the first), which no
+	// fencer arms — their own levels are [[bmc]] — and the machines read
+	// their own configurations with Watchdog.
+	if err := h.SetFencerConfig(strings.ReplaceAll(common+inv.String(), machineWatchdogDevice, h.Machines[0].WatchdogDevice())); err != nil {
 		return "", "", err
 	}
-	if f.GossipKeyDirs {
+	if f.perMachineConfigs() {
 		for _, m := range h.Machines {
 			text := common
-			if m.Fencer {
+			switch {
+			case m.Fencer:
 				text += inv.String()
+			case f.Watchdog != nil:
+				text += f.Watchdog.agentConfig(m.Name)
 			}
 			text = strings.ReplaceAll(text, machineKeyDir, h.GossipKeyDir(m))
+			text = strings.ReplaceAll(text, machineWatchdogDevice, m.WatchdogDevice())
 			if err := os.WriteFile(h.MachineConfigFile(m), []byte(text), 0o600); err != nil {
 				return "", "", err
 			}
@@ -336,6 +355,10 @@ func (h *Harness) writeFencingConfigs(f *Fencing) (observer, fencer string, err 
 	}
 	return observer, fencer, nil
 }
+
+// perMachineConfigs reports whether each machine reads a configuration of
+// its own (MachineConfigFile).
+func (f *Fencing) perMachineConfigs() bool { return f.GossipKeyDirs || f.Watchdog != nil }
 
 // machineKeyDir stands for GossipKeyDir(machine) in the configurations
 // that MachineConfigFile's are made from.
@@ -453,11 +476,7 @@ func (h *Harness) GossipKey() ([]byte, error) {
 // agentArgv is the agent a machine runs at boot: binary, started through
 // the machine's agent link (upgrade.go).
 func (h *Harness) agentArgv(m *Machine, config, binary string) ([]string, error) {
-	group := agentGroup
-	if m.Fencer {
-		group = fencerGroup
-	}
-	kubeconfig, err := h.Cluster.UserKubeconfig(AgentUser(m.Name), group)
+	kubeconfig, err := h.Cluster.UserKubeconfig(AgentUser(m.Name), m.agentGroup())
 	if err != nil {
 		return nil, err
 	}
@@ -472,6 +491,20 @@ func (h *Harness) agentArgv(m *Machine, config, binary string) ([]string, error)
 		"--metrics-address=" + m.Host.Addr.String() + ":" + strconv.Itoa(MetricsPort),
 		"-v",
 	}, nil
+}
+
+// agentGroup is the group of m's agent's credentials.
+func (m *Machine) agentGroup() string {
+	if m.Fencer {
+		return fencerGroup
+	}
+	return agentGroup
+}
+
+// AgentClient is a client with the credentials machine m's agent holds:
+// what a compromised node can do with them.
+func (h *Harness) AgentClient(m *Machine) (kubernetes.Interface, error) {
+	return h.Cluster.UserClient(AgentUser(m.Name), m.agentGroup())
 }
 
 // markControlPlane labels and taints a fencer machine's Node the way

@@ -107,6 +107,51 @@ func TestFencingConfigTopology(t *testing.T) {
 	}
 }
 
+// TestFencingConfigWatchdog: with Watchdog the fencers' configuration
+// gives the watchdog machines the level [[watchdog]] and every other one
+// [[bmc]], and arms nothing on the fencer; a watchdog machine's agent
+// reads an observer's configuration naming its own watchdog, which it
+// arms; the shared fencers' file is valid on its own.
+func TestFencingConfigWatchdog(t *testing.T) {
+	h := configHarness(t, 0)
+	h.Machines[0].Fencer = true
+	for _, m := range h.Machines {
+		m.Dir = filepath.Join(h.Dir, m.Name)
+	}
+	f := &Fencing{Watchdog: &Watchdog{Machines: []string{"node-b"}, Section: "timeout: 2s, confirm: 5s",
+		MachineSections: map[string]string{"node-b": "timeout: 3s"}}}
+	if _, _, err := h.writeFencingConfigs(f); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(file string) *config.Config {
+		t.Helper()
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(text, file)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, text)
+		}
+		return cfg
+	}
+	parse(h.FencerConfigFile())
+	fencer, b := parse(h.MachineConfigFile(h.Machines[0])), h.Machines[1]
+	if fencer.WatchdogLevel("node-b") != 1 || fencer.WatchdogLevel("node-a") != 0 || !reflect.DeepEqual(fencer.Levels("node-a"), []config.Level{{{Device: config.DeviceBMC}}}) {
+		t.Errorf("fencer's levels: node-a %v, node-b %v", fencer.Levels("node-a"), fencer.Levels("node-b"))
+	}
+	if fencer.ArmsWatchdog("node-a") || fencer.Watchdog.Timeout != 2*time.Second || fencer.Watchdog.Confirm != 5*time.Second {
+		t.Errorf("fencer's watchdog: arms %v, %+v", fencer.ArmsWatchdog("node-a"), fencer.Watchdog)
+	}
+	agent := parse(h.MachineConfigFile(b))
+	if agent.CanFence() || !agent.ArmsWatchdog(b.Name) || agent.Watchdog.Device != b.WatchdogDevice() || agent.Watchdog.Timeout != 3*time.Second {
+		t.Errorf("%s's agent: fencer %v, arms %v, watchdog %+v, want device %s", b.Name, agent.CanFence(), agent.ArmsWatchdog(b.Name), agent.Watchdog, b.WatchdogDevice())
+	}
+	if _, _, err := h.writeFencingConfigs(&Fencing{Watchdog: &Watchdog{}, Topology: "{defaults: [[bmc]]}"}); err == nil {
+		t.Error("Watchdog with a Topology of its own accepted")
+	}
+}
+
 // TestFencingConfigGossipKeyDirs: with GossipKeyDirs every machine reads a
 // configuration of its own naming its own key directory, which holds the
 // harness's key as the Secret's "key", written as the kubelet does; the

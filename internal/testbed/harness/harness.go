@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"fenced.io/fenced/internal/testbed/ipmisim"
 	"fenced.io/fenced/internal/testbed/machine"
 	"fenced.io/fenced/internal/testbed/netns"
+	"fenced.io/fenced/internal/testbed/wdemu"
 )
 
 // Options configure Start.
@@ -94,6 +96,10 @@ type Harness struct {
 	t    testing.TB
 	// fencerConfigVolume: Fencing.ConfigVolume.
 	fencerConfigVolume bool
+	// watchdogMu serializes the machines' watchdog resets and their end
+	// at cleanup (watchdog.go).
+	watchdogMu      sync.Mutex
+	watchdogsClosed bool
 }
 
 // Machine is one simulated computer and its BMC.
@@ -120,6 +126,12 @@ type Machine struct {
 	// powerErr is what went wrong in the physics since the last
 	// CutFeeds/RestoreFeeds.
 	powerErr error
+
+	// watchdog is the machine's emulated watchdog (Fencing.Watchdog), nil
+	// without one; watchdog.go.
+	watchdog       *wdemu.Watchdog
+	watchdogHold   atomic.Bool
+	watchdogResets atomic.Int32
 }
 
 // TestTimeout bounds the context StartForTest returns: generous, for a
@@ -241,8 +253,10 @@ func Start(ctx context.Context, t testing.TB, o Options) *Harness {
 		if t.Failed() {
 			h.dumpMachineLogs()
 		}
-		// No outlet change may reach a machine being torn down.
+		// No outlet change or watchdog reset may reach a machine being
+		// torn down.
 		h.stopPDUs()
+		h.closeWatchdogs()
 		// Machines go first: their processes keep the namespaces busy.
 		for _, m := range h.Machines {
 			m.BMC.Stop()
@@ -344,6 +358,11 @@ func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Ma
 	if err != nil {
 		return nil, err
 	}
+	if f.Watchdog != nil {
+		if err := h.startWatchdogs(f.Watchdog); err != nil {
+			return nil, err
+		}
+	}
 	return func(m *Machine) [][]string {
 		var procs [][]string
 		if extra != nil {
@@ -353,7 +372,7 @@ func (h *Harness) prepareFencing(ctx context.Context, f *Fencing, extra func(*Ma
 		if m.Fencer {
 			config = fencer
 		}
-		if f.GossipKeyDirs {
+		if f.perMachineConfigs() {
 			config = h.MachineConfigFile(m)
 		}
 		argv, err := h.agentArgv(m, config, binary)

@@ -42,7 +42,7 @@ func (h *Harness) WaitWriter(ctx context.Context, pv, node string, n int, timeou
 // moment the plug was pulled. A zero duration means "did not happen".
 type Recovery struct {
 	Detected       time.Duration // fenced's NodeSuspected Event
-	PowerOff       time.Duration // the BMC reading that became evidence
+	PowerOff       time.Duration // the power reading that became evidence; with watchdog evidence, the fence order seen
 	Tainted        time.Duration // out-of-service taint on the Node
 	VolumeReleased time.Duration // the victim's VolumeAttachment deleted
 	PodRunning     time.Duration // the replacement pod Running on spare
@@ -91,8 +91,11 @@ func (h *Harness) recoveryAfter(ctx context.Context, sts StatefulSet, oldPodUID,
 				r.Tainted = since()
 				if ev, ok, _ := taint.EvidenceOf(n); ok {
 					r.Evidence = &ev
-					if ev.BMC != nil {
+					switch {
+					case ev.BMC != nil:
 						r.PowerOff = ev.BMC.At.Sub(t0).Round(10 * time.Millisecond)
+					case ev.Watchdog != nil:
+						r.PowerOff = ev.Watchdog.OrderSeenAt.Sub(t0).Round(10 * time.Millisecond)
 					}
 				}
 			}
