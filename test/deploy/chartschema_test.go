@@ -30,6 +30,7 @@ var schemaSections = map[string]reflect.Type{
 	"BMCInventory":    reflect.TypeFor[config.BMCInventory](),
 	"FenceDeviceSpec": reflect.TypeFor[config.FenceDeviceSpec](),
 	"TopologySpec":    reflect.TypeFor[config.TopologySpec](),
+	"WatchdogSpec":    reflect.TypeFor[config.WatchdogSpec](),
 }
 
 // chartManaged are the fields the chart writes itself, so the values may

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -86,6 +87,7 @@ func allOptions(t *testing.T) string {
 			"policy": fencerConfig["policy"], "fencer": fencerConfig["fencer"], "bmc": fencerConfig["bmc"]},
 		"deleteStaleVolumeAttachments": true,
 		"prometheusRule":               map[string]any{"enabled": true},
+		"watchdog":                     map[string]any{"enabled": true, "config": map[string]any{"device": "/dev/watchdog1", "confirm": "45s"}},
 	}
 	b, err := yaml.Marshal(values)
 	if err != nil {
@@ -169,13 +171,15 @@ func TestHelmChart(t *testing.T) {
 		objs := comparable(t, out)
 		for _, key := range []string{"DaemonSet/fenced-system/fenced-fencer",
 			"ConfigMap/fenced-system/fenced-fencer-config", "ClusterRole//fenced-fencer-delete-stale-volumeattachments",
+			"DaemonSet/fenced-system/" + watchdogDaemonSet, "ConfigMap/fenced-system/fenced-watchdog-config",
 			"Service/fenced-system/fenced-metrics", "ServiceMonitor/fenced-system/fenced", "PrometheusRule/fenced-system/fenced"} {
 			if objs[key] == nil {
 				t.Errorf("no %s", key)
 			}
 		}
-		// The configurations load as the agent loads them.
-		for _, cm := range []string{"fenced-observer-config", "fenced-fencer-config"} {
+		// The configurations load as the agent loads them; only the
+		// watchdog agents arm, the device their pods mount.
+		for _, cm := range []string{"fenced-observer-config", "fenced-fencer-config", "fenced-watchdog-config"} {
 			data, err := yaml.Marshal(get(objs["ConfigMap/fenced-system/"+cm], "data", "config.yaml"))
 			if err != nil {
 				t.Fatal(err)
@@ -185,6 +189,20 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("%s does not load: %v", cm, err)
 			} else if cm == "fenced-fencer-config" && cfg.Fencer.LeaseNamespace != namespace {
 				t.Errorf("fencer lease namespace %q, want the release namespace %s", cfg.Fencer.LeaseNamespace, namespace)
+			} else if arms := cfg.ArmsWatchdog("w-1"); arms != (cm == "fenced-watchdog-config") || cfg.Watchdog.Confirm != 45*time.Second && cm != "fenced-observer-config" {
+				t.Errorf("%s: arms a watchdog %v, watchdog section %+v", cm, arms, cfg.Watchdog)
+			}
+		}
+		wd := fmt.Sprint(objs["DaemonSet/fenced-system/"+watchdogDaemonSet])
+		for _, want := range []string{"privileged:true", "path:/dev/watchdog1 type:CharDevice", "mountPath:/dev/watchdog1", "serviceAccountName:fenced-observer",
+			watchdogLabel + ":true", "key:" + fencerLabel + " operator:NotIn", "name:fenced-watchdog-config"} {
+			if !strings.Contains(wd, want) {
+				t.Errorf("the watchdog DaemonSet lacks %s", want)
+			}
+		}
+		for _, other := range []string{"fenced-observer", "fenced-fencer"} {
+			if ds := fmt.Sprint(objs["DaemonSet/fenced-system/"+other]); !strings.Contains(ds, "key:"+watchdogLabel+" operator:NotIn") || strings.Contains(ds, "privileged") {
+				t.Errorf("%s does not keep off watchdog nodes, or is privileged", other)
 			}
 		}
 		ds := fmt.Sprint(objs["DaemonSet/fenced-system/fenced-fencer"])
@@ -555,6 +573,9 @@ func TestHelmChartRefuses(t *testing.T) {
 		{"the kubelet's port", "metrics:\n  port: 10250\n", []string{"metrics.port: 10250", "kubelet"}},
 		{"one port twice", "metrics:\n  port: 8946\n", []string{"cluster.gossip.port and metrics.port are both 8946"}},
 		{"a key made at render time", "gossipKey:\n  create: true\n", []string{"'gossipKey' not allowed"}},
+		{"a watchdog without a device", "watchdog:\n  enabled: true\n  config: {device: \"\"}\n", []string{"watchdog.enabled needs watchdog.config.device"}},
+		{"a misspelt watchdog field", "watchdog:\n  enabled: true\n  config: {timout: 5s}\n", []string{"/watchdog/config", "'timout' not allowed"}},
+		{"fencers with a topology but no inventory and no watchdog", "fencers:\n  enabled: true\n  topology: {defaults: [[watchdog]]}\n", []string{"fencers.enabled needs an inventory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, helm, tc.values)
@@ -567,6 +588,29 @@ func TestHelmChartRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHelmChartWatchdogOnly: a cluster with no power device at all — its
+// fencers hold only a topology of watchdog levels — renders, and its
+// fencers' configuration loads with every node on the level.
+func TestHelmChartWatchdogOnly(t *testing.T) {
+	helm := helmPath(t)
+	out, err := helmTemplate(t, helm, "fencers:\n  enabled: true\n  topology: {defaults: [[watchdog]]}\nwatchdog:\n  enabled: true\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := comparable(t, out)
+	data, err := yaml.Marshal(get(objs["ConfigMap/fenced-system/fenced-fencer-config"], "data", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(t, data, "fenced-fencer-config", "/etc/fenced/bmc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.CanFence() || cfg.WatchdogLevel("any-node") != 1 || cfg.Watchdog.Device != "/dev/watchdog0" {
+		t.Errorf("fencers: can fence %v, watchdog level %d, section %+v", cfg.CanFence(), cfg.WatchdogLevel("any-node"), cfg.Watchdog)
 	}
 }
 

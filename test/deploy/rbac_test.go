@@ -55,6 +55,10 @@ const (
 	// key Lease (publish.PolicyName).
 	policyFile  = "deploy/daemonset/base/agent-identity-policy.yaml"
 	fencerLabel = "node-restriction.kubernetes.io/fenced-fencer"
+	// watchdogLabel picks the nodes of the watchdog DaemonSet
+	// (components/watchdog), watchdogDaemonSet.
+	watchdogLabel     = "node-restriction.kubernetes.io/fenced-watchdog"
+	watchdogDaemonSet = "fenced-watchdog"
 	// Where the fencer DaemonSet mounts the BMC Secret.
 	bmcDir = "/etc/fenced/bmc"
 )

@@ -28,7 +28,7 @@ import (
 type kustomization struct {
 	dir string
 	// daemonSets the render holds, by role.
-	observer, fencer bool
+	observer, fencer, watchdog bool
 	// external are the Secrets and ConfigMaps the DaemonSets mount that
 	// the render does not contain ("Secret/name"): created by hand or by
 	// run-power-loss.sh.
@@ -40,6 +40,7 @@ var kustomizations = []kustomization{
 	{dir: "deploy/daemonset/base", observer: true, external: []string{"Secret/fenced-gossip-key"}},
 	{dir: "deploy/daemonset/overlays/example", observer: true},
 	{dir: "deploy/daemonset/overlays/in-cluster-fencers", observer: true, fencer: true},
+	{dir: "deploy/daemonset/overlays/watchdog", observer: true, watchdog: true},
 	{dir: "test/kind/overlay", observer: true, fencer: true,
 		external: []string{"Secret/fenced-gossip-key", "Secret/fenced-bmc", "ConfigMap/fenced-fencer-config"}},
 }
@@ -214,7 +215,7 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 		t.Errorf("the binding of %s covers namespace %q, want %s", publish.OrderPolicyName, ns, namespace)
 	}
 
-	want := map[string]bool{"fenced-observer": k.observer, "fenced-fencer": k.fencer}
+	want := map[string]bool{"fenced-observer": k.observer, "fenced-fencer": k.fencer, watchdogDaemonSet: k.watchdog}
 	for n, w := range want {
 		if _, ok := r.daemonSets[n]; ok != w {
 			t.Errorf("DaemonSet %s present: %v, want %v", n, ok, w)
@@ -224,6 +225,9 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 	for _, ds := range r.daemonSets {
 		fencer := ds.Name == "fenced-fencer"
 		cfg := checkDaemonSet(t, k, r, ds, fencer)
+		if cfg != nil && cfg.ArmsWatchdog("any") != (ds.Name == watchdogDaemonSet) {
+			t.Errorf("DaemonSet %s arms a watchdog: %v (only %s's agents do)", ds.Name, cfg.ArmsWatchdog("any"), watchdogDaemonSet)
+		}
 		if cfg != nil {
 			clusterNames = append(clusterNames, cfg.ClusterName)
 			// Every agent publishes its key Lease in fencer.leaseNamespace.
@@ -235,9 +239,13 @@ func checkRender(t *testing.T, k kustomization, objs []k8sruntime.Object, base r
 			}
 		}
 		images = append(images, ds.Spec.Template.Spec.Containers[0].Image)
-		// Fencer nodes are off limits for observers.
-		if !fencer && k.fencer && !hasNodeExclusion(ds, fencerLabel, "true") {
-			t.Errorf("observer DaemonSet does not avoid nodes labelled %s=true: two agents would share a node", fencerLabel)
+		// Fencer nodes are off limits for observers, watchdog nodes for
+		// the others.
+		if !fencer && (k.fencer || ds.Name == watchdogDaemonSet) && !hasNodeExclusion(ds, fencerLabel, "true") {
+			t.Errorf("DaemonSet %s does not avoid nodes labelled %s=true: two agents would share a node", ds.Name, fencerLabel)
+		}
+		if ds.Name != watchdogDaemonSet && k.watchdog && !hasNodeExclusion(ds, watchdogLabel, "true") {
+			t.Errorf("DaemonSet %s does not avoid nodes labelled %s=true: two agents would share a node", ds.Name, watchdogLabel)
 		}
 	}
 	slices.Sort(images)
@@ -352,6 +360,10 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 	if fencer && spec.NodeSelector[fencerLabel] != "true" {
 		errorf("nodeSelector %v, want %s=true (a label kubelets cannot set themselves)", spec.NodeSelector, fencerLabel)
 	}
+	watchdog := ds.Name == watchdogDaemonSet
+	if watchdog && spec.NodeSelector[watchdogLabel] != "true" {
+		errorf("nodeSelector %v, want %s=true (a label kubelets cannot set themselves: the pod is privileged)", spec.NodeSelector, watchdogLabel)
+	}
 
 	// Unprivileged: uid 0, a user every host's system bus accepts, with no
 	// capability (checked below on the container) — daemonset.yaml says why.
@@ -365,12 +377,21 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 	}
 	c := spec.Containers[0]
 	sc := c.SecurityContext
-	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+	switch {
+	case watchdog:
+		// Privileged for its device (daemonset-watchdog.yaml says why), and
+		// nothing else added.
+		if sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities != nil && len(sc.Capabilities.Add) > 0 {
+			errorf("container securityContext %+v: want privileged (its watchdog device), readOnlyRootFilesystem, no capability added", sc)
+		}
+	case sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.Privileged != nil && *sc.Privileged ||
-		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
 		errorf("container securityContext %+v: want readOnlyRootFilesystem, no privilege escalation, drop ALL, add none", sc)
 	}
+	var watchdogDevice string
 	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		if _, ok := c.Resources.Requests[res]; !ok {
 			errorf("no %s request", res)
@@ -415,6 +436,14 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 		return corev1.VolumeMount{}, corev1.Volume{}, false
 	}
 	for _, m := range c.VolumeMounts {
+		if v := volumes[m.Name]; watchdog && v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathCharDev {
+			// The watchdog device, opened for writing, at its host path.
+			if v.HostPath.Path != m.MountPath || m.SubPath != "" || watchdogDevice != "" {
+				errorf("watchdog device %s mounted at %s (subPath %q): want one device, at its host path", v.HostPath.Path, m.MountPath, m.SubPath)
+			}
+			watchdogDevice = m.MountPath
+			continue
+		}
 		if !m.ReadOnly || m.SubPath != "" {
 			errorf("volume mount %s: readOnly %v subPath %q; want read-only, no subPath (a subPath never sees a rotated Secret)", m.MountPath, m.ReadOnly, m.SubPath)
 		}
@@ -523,6 +552,9 @@ func checkDaemonSet(t *testing.T, k kustomization, r rendered, ds *appsv1.Daemon
 	}
 	if fencer != (len(cfg.BMCs) > 0) {
 		errorf("%d BMCs in its config: a fencer needs the inventory, an observer must not have it", len(cfg.BMCs))
+	}
+	if watchdog && (watchdogDevice == "" || cfg.Watchdog.Device != watchdogDevice) {
+		errorf("watchdog.device %q, but the device mounted is %q", cfg.Watchdog.Device, watchdogDevice)
 	}
 	if cfg.Gossip.Port != int(ports["gossip-tcp"].ContainerPort) || cfg.Gossip.Port != int(ports["gossip-udp"].ContainerPort) ||
 		ports["gossip-tcp"].Protocol != corev1.ProtocolTCP || ports["gossip-udp"].Protocol != corev1.ProtocolUDP {

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"fenced.io/fenced/pkg/fencing/core"
 )
 
 const unitFile = "deploy/systemd/fenced.service"
@@ -200,7 +203,6 @@ func TestMain(m *testing.M) {
 // reports most mistakes (an unknown key, a bad time span) as warnings while
 // exiting 0, so any output fails the test.
 func TestSystemdUnitVerifies(t *testing.T) {
-	analyze := systemdAnalyze(t)
 	bin := fencedBinary(t)
 	data := readFile(t, unitFile)
 
@@ -225,20 +227,40 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		}
 	}
 
-	dir := t.TempDir()
-	copyPath := filepath.Join(dir, "fenced.service")
-	patched := bytes.Replace(data, []byte("ExecStart=/usr/local/bin/fenced "), []byte("ExecStart="+bin+" "), 1)
-	if err := os.WriteFile(copyPath, patched, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stdout, stderr, err := run(t, nil, analyze, "verify", copyPath)
-	if err != nil || strings.TrimSpace(stdout+stderr) != "" {
-		t.Fatalf("systemd-analyze verify %s: %v\n%s%s", unitFile, err, stdout, stderr)
-	}
-
 	// The exposure score as systemd rates it, offline: 1.7 today ("OK").
 	// A ceiling of 2.0 leaves room for other systemd versions' weights and
 	// catches a sandbox option lost wholesale.
+	if score, report := verifyUnit(t, data, nil); score > 2.0 {
+		t.Errorf("systemd-analyze security rates the unit %.1f; it was 1.7:\n%s", score, report)
+	}
+}
+
+// verifyUnit runs `systemd-analyze verify` on a temp copy of the unit (its
+// ExecStart running a freshly built fenced) with dropIns in its .d
+// directory (file name → content), fails on any output, and returns the
+// exposure score `systemd-analyze security` gives it offline, with the
+// report.
+func verifyUnit(t *testing.T, unit []byte, dropIns map[string][]byte) (float64, string) {
+	t.Helper()
+	analyze, bin := systemdAnalyze(t), fencedBinary(t)
+	dir := t.TempDir()
+	copyPath := filepath.Join(dir, "fenced.service")
+	patched := bytes.Replace(unit, []byte("ExecStart=/usr/local/bin/fenced "), []byte("ExecStart="+bin+" "), 1)
+	if err := os.WriteFile(copyPath, patched, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range dropIns {
+		if err := os.MkdirAll(copyPath+".d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copyPath+".d", name), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, err := run(t, nil, analyze, "verify", copyPath)
+	if err != nil || strings.TrimSpace(stdout+stderr) != "" {
+		t.Fatalf("systemd-analyze verify %s with drop-ins %v: %v\n%s%s", unitFile, dropIns, err, stdout, stderr)
+	}
 	stdout, stderr, err = run(t, nil, analyze, "security", "--offline=yes", copyPath)
 	if err != nil {
 		t.Fatalf("systemd-analyze security: %v\n%s", err, stderr)
@@ -247,7 +269,42 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no exposure level in systemd-analyze security output:\n%s", stdout)
 	}
-	if score, _ := strconv.ParseFloat(m[1], 64); score > 2.0 {
-		t.Errorf("systemd-analyze security rates the unit %s; it was 1.7:\n%s", m[1], stdout)
+	score, _ := strconv.ParseFloat(m[1], 64)
+	return score, stdout
+}
+
+// TestSystemdWatchdogDropIn: the drop-in for hosts fenced on their
+// watchdog verifies with the unit, opens the host's devices to the
+// watchdog alone (the exposure barely moves), restarts a crashed agent well
+// within the default watchdog timeout, and its udev rule gives the unit's
+// group the devices it names.
+func TestSystemdWatchdogDropIn(t *testing.T) {
+	unitData := readFile(t, unitFile)
+	dropIn := readFile(t, "deploy/systemd/watchdog.conf")
+	score, report := verifyUnit(t, unitData, map[string][]byte{"watchdog.conf": dropIn})
+	if score > 2.2 {
+		t.Errorf("with the watchdog drop-in systemd-analyze security rates the unit %.1f:\n%s", score, report)
 	}
+	t.Logf("exposure with the drop-in: %.1f", score)
+	d := parseUnit(t, dropIn)
+	for key, want := range map[string]string{"PrivateDevices": "false", "DevicePolicy": "closed", "DeviceAllow": "/dev/watchdog0 rw"} {
+		if got, _ := d.last("Service", key); got != want {
+			t.Errorf("watchdog.conf: %s=%s, want %s", key, got, want)
+		}
+	}
+	restart, _ := d.last("Service", "RestartSec")
+	if r, err := time.ParseDuration(restart); err != nil || r*5 > core.DefaultWatchdogTimeout {
+		t.Errorf("watchdog.conf: RestartSec=%s (%v): a crashed agent must be back well within the watchdog's %s", restart, err, core.DefaultWatchdogTimeout)
+	}
+	group, _ := parseUnit(t, unitData).last("Service", "Group")
+	rule := strings.TrimSpace(lastLine(string(readFile(t, "deploy/systemd/60-fenced-watchdog.rules"))))
+	if rule != `KERNEL=="watchdog*", GROUP="`+group+`", MODE="0660"` {
+		t.Errorf("60-fenced-watchdog.rules: %q, want group %s read-write on watchdog*", rule, group)
+	}
+}
+
+// lastLine is the last non-empty line of text.
+func lastLine(text string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	return lines[len(lines)-1]
 }

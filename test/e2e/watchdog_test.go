@@ -31,7 +31,7 @@ import (
 // watchdogMachines: w-1 loses power (w-2 takes its workload), w-3's agent
 // hangs, w-4 is cut off from the API server, w-5 never armed (its
 // watchdog is missing), w-6 is cut off and comes back, w-7 is the
-// compromised node.
+// compromised node, then has its agent restarted.
 var watchdogMachines = []string{"cp-1", "w-1", "w-2", "w-3", "w-4", "w-5", "w-6", "w-7"}
 
 // The defaults the scenarios run with, and the wait they give: the order
@@ -90,6 +90,13 @@ func TestWatchdogLevel(t *testing.T) {
 		t.Run("back in the same boot before the wait ends: never tainted", func(t *testing.T) {
 			t.Parallel()
 			backBeforeTheWait(ctx, t, h, h.Machine("w-6"))
+		})
+		t.Run("agent restarted, killed then stopped: the next run pets in time, no reset", func(t *testing.T) {
+			t.Parallel()
+			m := h.Machine("w-7")
+			for _, restart := range []func() error{m.RestartAgent, m.StopAndRestartAgent} {
+				agentRestartedInTime(t, m, restart)
+			}
 		})
 	})
 	if v := metricValue(t, h.Machine("cp-1"), `fenced_safety_alarms_total{reason="WatchdogResetContradicted"}`); v != 0 {
@@ -244,6 +251,26 @@ func backBeforeTheWait(ctx context.Context, t *testing.T, h *harness.Harness, m 
 	if m.WatchdogResets() == resets {
 		t.Errorf("%s back in another boot without its watchdog resetting it", m.Name)
 	}
+}
+
+// agentRestartedInTime restarts m's agent with restart — a crash
+// (SIGKILL) or a stop that is no clean shutdown (SIGTERM): the watchdog
+// stays armed, and the next run of the same boot opens and pets it before
+// it fires, and states it armed again.
+func agentRestartedInTime(t *testing.T, m *harness.Machine, restart func() error) {
+	t.Helper()
+	resets, boot := m.WatchdogResets(), m.BootID()
+	log := len(m.AgentLog())
+	must(t, restart())
+	tRestart := time.Now()
+	waitLine(t, m.Name+"'s next agent", m.AgentLog, log, podTimeout, "watchdog armed")
+	waitMetric(t, m, "fenced_watchdog_armed 1", podTimeout)
+	if !m.WatchdogArmed() || m.WatchdogResets() != resets || m.BootID() != boot {
+		t.Fatalf("%s after its agent's restart: armed %v, resets %d (was %d), boot %s (was %s)",
+			m.Name, m.WatchdogArmed(), m.WatchdogResets(), resets, m.BootID(), boot)
+	}
+	t.Logf("%s: the next run armed and stated its watchdog %.1fs after the restart, same boot, no reset",
+		m.Name, time.Since(tRestart).Seconds())
 }
 
 // requireWatchdogEvidence fails unless ev is watchdog evidence for boot,

@@ -146,8 +146,8 @@ The fencers' configuration: the cluster's, plus the inventory and policy.
 */}}
 {{- define "fenced.fencerConfig" -}}
 {{- $f := .Values.fencers -}}
-{{- if not (or ($f.bmc).nodes $f.fenceDevices) -}}
-{{- fail "fencers.enabled needs an inventory: fencers.bmc.nodes (and bmc.defaults) or fencers.fenceDevices with fencers.topology; see README.md, \"Install\"" -}}
+{{- if not (or ($f.bmc).nodes $f.fenceDevices (and .Values.watchdog.enabled $f.topology)) -}}
+{{- fail "fencers.enabled needs an inventory: fencers.bmc.nodes (and bmc.defaults), fencers.fenceDevices with fencers.topology, or watchdog.enabled with fencers.topology; see README.md, \"Install\"" -}}
 {{- end -}}
 {{- $c := include "fenced.clusterConfig" . | fromYaml -}}
 {{- with $f.policy }}{{ $_ := set $c "policy" (deepCopy .) }}{{ end -}}
@@ -155,5 +155,21 @@ The fencers' configuration: the cluster's, plus the inventory and policy.
 {{- with $f.bmc }}{{ $_ := set $c "bmc" (deepCopy .) }}{{ end -}}
 {{- with $f.fenceDevices }}{{ $_ := set $c "fenceDevices" (deepCopy .) }}{{ end -}}
 {{- with $f.topology }}{{ $_ := set $c "topology" (deepCopy .) }}{{ end -}}
+{{- /* The fencers read orderAfter and allowSoftware here, and a topology
+with the watchdog level needs the section. */ -}}
+{{- if .Values.watchdog.enabled }}{{ $_ := set $c "watchdog" (deepCopy .Values.watchdog.config) }}{{ end -}}
+{{- toYaml $c -}}
+{{- end }}
+
+{{/*
+The configuration of the agents of nodes fenced on their watchdog: the
+cluster's, plus the watchdog section, whose device they arm.
+*/}}
+{{- define "fenced.watchdogConfig" -}}
+{{- if not (.Values.watchdog.config).device -}}
+{{- fail "watchdog.enabled needs watchdog.config.device, the watchdog its agents arm (e.g. /dev/watchdog0)" -}}
+{{- end -}}
+{{- $c := include "fenced.clusterConfig" . | fromYaml -}}
+{{- $_ := set $c "watchdog" (deepCopy .Values.watchdog.config) -}}
 {{- toYaml $c -}}
 {{- end }}
