@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,10 +61,11 @@ type FencerView struct {
 // armed: this fencer, as published, would fence a failed node now.
 func (f FencerView) armed() bool { return f.Ready && !f.DryRun && f.InventoryNodes > 0 }
 
-// fencingView reads the FencingView of the cluster whose Nodes are nodes.
-// It only reads; a read that fails (RBAC, an old deployment) is noted in
-// Unknown, never an error of Status.
-func (o *Operator) fencingView(ctx context.Context, nodes []corev1.Node) *FencingView {
+// fencingView reads the FencingView of the cluster whose Nodes are nodes,
+// its fencers from leases (the Leases of fenced's namespace, or why they
+// could not be listed). It only reads; a read that fails (RBAC, an old
+// deployment) is noted in Unknown, never an error of Status.
+func (o *Operator) fencingView(ctx context.Context, nodes []corev1.Node, leases []coordinationv1.Lease, leasesErr error) *FencingView {
 	v := &FencingView{Fencers: []FencerView{}}
 	for i := range nodes {
 		if taint.ExcludedBy(&nodes[i]) != "" {
@@ -77,14 +79,13 @@ func (o *Operator) fencingView(ctx context.Context, nodes []corev1.Node) *Fencin
 	case !apierrors.IsNotFound(err):
 		v.Unknown = append(v.Unknown, fmt.Sprintf("pause: %v", err))
 	}
-	leases, err := o.Client.CoordinationV1().Leases(o.LeaseNamespace).List(ctx, metav1.ListOptions{})
-	fencersKnown := err == nil
-	if err != nil {
-		v.Unknown = append(v.Unknown, fmt.Sprintf("fencers: %v", err))
+	fencersKnown := leasesErr == nil
+	if leasesErr != nil {
+		v.Unknown = append(v.Unknown, fmt.Sprintf("fencers: %v", leasesErr))
 	} else {
 		now := o.now()
-		for i := range leases.Items {
-			node, st, renewed, ok := publish.FencerStateOf(&leases.Items[i])
+		for i := range leases {
+			node, st, renewed, ok := publish.FencerStateOf(&leases[i])
 			if !ok {
 				continue
 			}

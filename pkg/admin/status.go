@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -75,6 +76,9 @@ type NodeStatus struct {
 	// NewerEvidenceFormat is, instead of Evidence, the format of evidence
 	// a newer fenced recorded, which this one does not read.
 	NewerEvidenceFormat int `json:"newerEvidenceFormat,omitempty"`
+	// Watchdog is the node's watchdog level as the API shows it; nil when
+	// it shows nothing (watchdog.go).
+	Watchdog *WatchdogStatus `json:"watchdog,omitempty"`
 	// Excluded is the label that excludes the node from fencing
 	// (taint.ExcludeLabel or taint.Medik8sExcludeLabel, value "true"): no
 	// fencer reads its power, taints it or switches it. Empty otherwise.
@@ -105,10 +109,22 @@ func (o *Operator) Status(ctx context.Context, opts StatusOptions) (*Status, err
 		}
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	// fenced's Leases: the fencers' states, the agents' key Leases (armed
+	// statements) and the fence orders.
+	var leases []coordinationv1.Lease
+	ll, leasesErr := o.Client.CoordinationV1().Leases(o.LeaseNamespace).List(ctx, metav1.ListOptions{})
+	if leasesErr == nil {
+		leases = ll.Items
+	}
+	byName := make(map[string]*coordinationv1.Lease, len(leases))
+	for i := range leases {
+		byName[leases[i].Name] = &leases[i]
+	}
 	for i := range list.Items {
 		s.Nodes[i] = nodeStatus(&list.Items[i], s.Agent)
+		s.Nodes[i].Watchdog = watchdogOf(byName, s.Nodes[i])
 	}
-	s.Fencing = o.fencingView(ctx, list.Items)
+	s.Fencing = o.fencingView(ctx, list.Items, leases, leasesErr)
 	o.readPower(ctx, s.Nodes, opts.BMCTimeout)
 	return s, nil
 }
@@ -269,6 +285,12 @@ var statusColumns = []statusColumn{
 	{name: "FENCING", help: "excluded when an exclusion label keeps fenced away from the node\n" +
 		"(fenced exclude; -o json names the label), else -",
 		cell: func(n NodeStatus, _ time.Time) string { return fencingCell(n) }},
+	{name: "WATCHDOG", wide: true, help: "the watchdog level: armed TIMEOUT/CONFIRM when the node's agent\n" +
+		"stated its watchdog armed for the boot it runs, signed with its key (SOFTWARE:\n" +
+		"a software watchdog), refused when a statement is not believed (-o json: why),\n" +
+		"ordered when a fence order stands for that boot (its watchdog resets it); -\n" +
+		"when none of these",
+		cell: func(n NodeStatus, _ time.Time) string { return watchdogCell(n) }},
 	{name: "BOOT-ID", wide: true, help: "the boot ID the node reports",
 		cell: func(n NodeStatus, _ time.Time) string { return dash(n.BootID) }},
 	{name: "BMC", wide: true, help: "the node's BMC endpoint in the inventory",
