@@ -42,6 +42,21 @@ func configHarness(t *testing.T, feeds int) *Harness {
 	return h
 }
 
+// parseConfigFile reads and parses a configuration the harness wrote, as
+// the agent does; it returns the text too, for messages.
+func parseConfigFile(t *testing.T, file string) (*config.Config, []byte) {
+	t.Helper()
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(text, file)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	return cfg, text
+}
+
 // TestFencingConfigTopology checks that the fencers' configuration the
 // harness writes is one fenced accepts: without Topology exactly the
 // BMC-only configuration; with it the PDUs through fence_apc_snmp and the
@@ -82,14 +97,7 @@ func TestFencingConfigTopology(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			text, err := os.ReadFile(fencerFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Parse(text, fencerFile)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, text)
-			}
+			cfg, text := parseConfigFile(t, fencerFile)
 			for node, want := range c.levels {
 				if got := cfg.Levels(node); !reflect.DeepEqual(got, want) {
 					t.Errorf("Levels(%s) = %v, want %v\n%s", node, got, want, text)
@@ -123,27 +131,16 @@ func TestFencingConfigWatchdog(t *testing.T) {
 	if _, _, err := h.writeFencingConfigs(f); err != nil {
 		t.Fatal(err)
 	}
-	parse := func(file string) *config.Config {
-		t.Helper()
-		text, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Parse(text, file)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, text)
-		}
-		return cfg
-	}
-	parse(h.FencerConfigFile())
-	fencer, b := parse(h.MachineConfigFile(h.Machines[0])), h.Machines[1]
+	parseConfigFile(t, h.FencerConfigFile())
+	fencer, _ := parseConfigFile(t, h.MachineConfigFile(h.Machines[0]))
+	b := h.Machines[1]
 	if fencer.WatchdogLevel("node-b") != 1 || fencer.WatchdogLevel("node-a") != 0 || !reflect.DeepEqual(fencer.Levels("node-a"), []config.Level{{{Device: config.DeviceBMC}}}) {
 		t.Errorf("fencer's levels: node-a %v, node-b %v", fencer.Levels("node-a"), fencer.Levels("node-b"))
 	}
 	if fencer.ArmsWatchdog("node-a") || fencer.Watchdog.Timeout != 2*time.Second || fencer.Watchdog.Confirm != 5*time.Second {
 		t.Errorf("fencer's watchdog: arms %v, %+v", fencer.ArmsWatchdog("node-a"), fencer.Watchdog)
 	}
-	agent := parse(h.MachineConfigFile(b))
+	agent, _ := parseConfigFile(t, h.MachineConfigFile(b))
 	if agent.CanFence() || !agent.ArmsWatchdog(b.Name) || agent.Watchdog.Device != b.WatchdogDevice() || agent.Watchdog.Timeout != 3*time.Second {
 		t.Errorf("%s's agent: fencer %v, arms %v, watchdog %+v, want device %s", b.Name, agent.CanFence(), agent.ArmsWatchdog(b.Name), agent.Watchdog, b.WatchdogDevice())
 	}
@@ -167,15 +164,7 @@ func TestFencingConfigGossipKeyDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range h.Machines {
-		file := h.MachineConfigFile(m)
-		text, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Parse(text, file)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, text)
-		}
+		cfg, _ := parseConfigFile(t, h.MachineConfigFile(m))
 		if cfg.Gossip.KeyDir != h.GossipKeyDir(m) || cfg.Gossip.KeyFile != "" {
 			t.Errorf("%s: gossip %+v, want keyDir %s", m.Name, cfg.Gossip, h.GossipKeyDir(m))
 		}
