@@ -166,11 +166,20 @@ func resolveWatchdog(fe *fieldErrors, w WatchdogSpec, t Topology) (Watchdog, tim
 	if r.Confirm < 3*time.Second || r.Confirm > 10*time.Minute {
 		fe.add("watchdog", "confirm", "%s is out of range (3s to 10m)", r.Confirm)
 	}
-	if orderAfter < 0 || orderAfter > 10*time.Minute {
-		fe.add("watchdog", "orderAfter", "%s is out of range (0 to 10m)", orderAfter)
+	if orderAfter < MinWatchdogOrderAfter || orderAfter > 10*time.Minute {
+		fe.add("watchdog", "orderAfter", "%s is out of range (%s to 10m: a kubelet renews its node Lease every 10 s, so a shorter silence also falls between two renewals of a live node, whose stalled agent would then be ordered to reset it)",
+			orderAfter, MinWatchdogOrderAfter)
 	}
 	return r, orderAfter
 }
+
+// MinWatchdogOrderAfter is the shortest watchdog.orderAfter: longer than
+// the kubelet's node Lease renew interval (10 s, a quarter of its default
+// 40 s duration), so that the kubelet's silence it counts on is one no
+// live kubelet keeps. The e2e scenarios found what a shorter one does: an
+// agent that stalls for a few seconds is ordered between two renewals of
+// its kubelet, and its node resets.
+const MinWatchdogOrderAfter = 10 * time.Second
 
 // isWatchdogLevel reports whether l is the watchdog level.
 func isWatchdogLevel(l Level) bool { return len(l) == 1 && l[0].Device == DeviceWatchdog }

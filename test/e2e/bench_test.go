@@ -17,6 +17,7 @@ import (
 	"fenced.io/fenced/internal/testbed/harness"
 	"fenced.io/fenced/internal/testbed/procstat"
 	"fenced.io/fenced/internal/testbed/soak"
+	"fenced.io/fenced/pkg/fencing/core"
 )
 
 // The recovery benchmark is what `make bench` runs (FENCED_BENCH=1); it is
@@ -145,7 +146,7 @@ func TestRecoveryBenchmarkWatchdog(t *testing.T) {
 		if r.Evidence == nil {
 			t.Fatalf("round %d: not tainted: %+v", i+1, r)
 		}
-		requireWatchdogEvidence(t, *r.Evidence, bootBefore, watchdogTimeout, watchdogConfirm)
+		requireWatchdogEvidence(t, *r.Evidence, bootBefore, core.DefaultWatchdogTimeout, core.DefaultWatchdogConfirm)
 		must(t, h.PowerOnRecovery(ctx, &r, victim, time.Now().Add(-r.PodRunning), podTimeout))
 		runs = append(runs, r)
 		t.Logf("round %d: %+v", i+1, r)
@@ -153,7 +154,7 @@ func TestRecoveryBenchmarkWatchdog(t *testing.T) {
 	table := header() + row(fmt.Sprintf("watchdog (%d runs)", len(runs)), runs)
 	t.Logf("recovery after power loss on the watchdog level:\n%s", table)
 	fmt.Printf("\nrecovery after power loss, no power device, watchdog level with the defaults (wait %s after the order), %d runs, times from the power loss:\n%s\n",
-		watchdogWait.Round(100*time.Millisecond), len(runs), table)
+		core.WatchdogWait(core.WatchdogArm{Timeout: core.DefaultWatchdogTimeout, Confirm: core.DefaultWatchdogConfirm}).Round(100*time.Millisecond), len(runs), table)
 }
 
 // TestRecoveryWithoutFencing is the same power loss with no fencer: the

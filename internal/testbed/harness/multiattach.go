@@ -246,11 +246,35 @@ func (h *Harness) DeadNode(ctx context.Context, ns, victim, spare string) (Stuck
 	if err := h.WaitNodeNotReady(ctx, victim, scenarioTimeout); err != nil {
 		return s, err
 	}
+	// The node lifecycle controller taints a NotReady node NoSchedule a
+	// moment after its condition turns, not at once: a replacement created
+	// before that can be scheduled back onto the dead node (a loaded CI
+	// machine did), where it stays Pending instead of meeting the
+	// Multi-Attach error on spare.
+	if err := h.waitNoSchedule(ctx, victim, scenarioTimeout); err != nil {
+		return s, err
+	}
 	pods := h.Cluster.Client().CoreV1().Pods(ns)
 	if err := pods.Delete(ctx, sts.PodName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return s, err
 	}
 	return h.stuckOn(ctx, s, spare, "app=db", multiAttachMessage, diagnose.IsMultiAttach)
+}
+
+// waitNoSchedule waits until node carries the node lifecycle controller's
+// NoSchedule taint for a node that stopped reporting (unreachable) or is
+// not ready.
+func (h *Harness) waitNoSchedule(ctx context.Context, node string, timeout time.Duration) error {
+	err := poll.UntilContext(ctx, 250*time.Millisecond, timeout, func(ctx context.Context) bool {
+		n, err := h.Cluster.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule && (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("node %s NotReady but not tainted NoSchedule (unreachable or not-ready) after %s", node, timeout)
+	}
+	return nil
 }
 
 // DeletedNode is a VolumeAttachment of a Node that no longer exists: a
