@@ -69,6 +69,12 @@ type nodeWatchdog struct {
 	mu sync.Mutex
 	// armed is what the opened device said of itself.
 	armed *identity.Armed
+
+	// stateMu orders the statement's publication and its withdrawal: a
+	// statement written after the disarm would tell fencers of a watchdog
+	// that no longer counts down. disarmed is set, under it, by disarm.
+	stateMu  sync.Mutex
+	disarmed bool
 	// armedNow is signalled when the device is opened.
 	armedNow chan struct{}
 }
@@ -165,9 +171,9 @@ func (d *nodeWatchdog) state(ctx context.Context) {
 	a := *d.armed
 	d.mu.Unlock()
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
-		err := publish.PublishArmed(ctx, d.client, d.ns, d.node, d.boot, d.key, a)
-		if err == nil {
-			break
+		stated, err := d.publishArmed(ctx, a)
+		if stated || err == nil {
+			return
 		}
 		d.log.Warn("cannot state the armed watchdog on this node's key Lease yet: fencers cannot fence this node on its watchdog until then", "err", err, "retryIn", delay)
 		select {
@@ -176,13 +182,30 @@ func (d *nodeWatchdog) state(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// publishArmed writes the statement a unless the watchdog was disarmed;
+// stated reports whether it did.
+func (d *nodeWatchdog) publishArmed(ctx context.Context, a identity.Armed) (stated bool, err error) {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	if d.disarmed {
+		return false, nil
+	}
+	if err := publish.PublishArmed(ctx, d.client, d.ns, d.node, d.boot, d.key, a); err != nil {
+		return false, err
+	}
 	d.armedG.Set(1)
 	d.log.Info("stated the armed watchdog on this node's key Lease, signed with this run's key", "timeout", a.Timeout, "confirm", a.Confirm, "device", a.Device)
+	return true, nil
 }
 
 // disarm stops the watchdog (the magic close) and withdraws the statement:
 // for a clean shutdown, once it has been announced.
 func (d *nodeWatchdog) disarm(ctx context.Context) {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	d.disarmed = true
 	d.armedG.Set(0)
 	if err := d.petter.Disarm(); err != nil {
 		d.log.Warn("disarming the watchdog after the clean-shutdown announcement", "err", err)

@@ -131,7 +131,7 @@ func TestAgentWatchdogArmsStatesAndStops(t *testing.T) {
 
 // TestAgentWatchdogDisarmsOnlyForACleanShutdown: disarm (after the
 // clean-shutdown announcement) does the magic close and withdraws the
-// statement.
+// statement, and no statement is written after it.
 func TestAgentWatchdogDisarmsOnlyForACleanShutdown(t *testing.T) {
 	b := newWatchdogBed(t, "watchdog: {device: /dev/watchdog0}\n", false)
 	poll.Until(t, 10*time.Second, "the armed statement", func() bool { _, err := b.armed(); return err == nil })
@@ -144,6 +144,13 @@ func TestAgentWatchdogDisarmsOnlyForACleanShutdown(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(b.dog.armedG); got != 0 {
 		t.Errorf("fenced_watchdog_armed = %v", got)
+	}
+	// A statement still on its way (a retry) is not written after it.
+	if stated, err := b.dog.publishArmed(t.Context(), identity.Armed{Timeout: 10 * time.Second, Confirm: 30 * time.Second}); stated || err != nil {
+		t.Fatalf("stated %v (%v) after the disarm", stated, err)
+	}
+	if _, err := b.armed(); !errors.Is(err, publish.ErrNotArmed) || testutil.ToFloat64(b.dog.armedG) != 0 {
+		t.Fatalf("statement after a late publication: %v, gauge %v", err, testutil.ToFloat64(b.dog.armedG))
 	}
 }
 
