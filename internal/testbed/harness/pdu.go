@@ -267,15 +267,23 @@ func (m *Machine) loseAC() error {
 		return nil
 	}
 	// The launcher leads the machine's group.
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := killBoot(pid); err != nil {
 		return fmt.Errorf("power loss: %w", err)
 	}
-	// SIGKILL is not instant for a process with many threads: wait until
-	// every process of the machine is dead, so that callers can rely on it.
+	return nil
+}
+
+// killBoot kills every process of the boot whose process group is pgid
+// (SIGKILL) and waits until they are dead: SIGKILL is not instant for a
+// process with many threads, and callers rely on the boot being over.
+func killBoot(pgid int) error {
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
 	deadline := time.Now().Add(killTimeout)
-	for groupAlive(pid) {
+	for groupAlive(pgid) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("power loss: processes of group %d still alive %s after SIGKILL", pid, killTimeout)
+			return fmt.Errorf("processes of group %d still alive %s after SIGKILL", pgid, killTimeout)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -2,13 +2,11 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"fenced.io/fenced/internal/testbed/machine"
@@ -136,13 +134,9 @@ func (h *Harness) watchdogFired(m *Machine) {
 	if st, err := os.Stat(filepath.Join(m.Dir, machine.BootFile)); err != nil || st.ModTime().After(lastPet) {
 		return
 	}
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := killBoot(pid); err != nil {
 		h.t.Logf("harness: %s's watchdog fired, but killing boot %s failed: %v", m.Name, boot, err)
 		return
-	}
-	deadline := time.Now().Add(killTimeout)
-	for groupAlive(pid) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
 	}
 	m.watchdogResets.Add(1)
 	hold := m.watchdogHold.Load()

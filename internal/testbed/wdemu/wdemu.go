@@ -29,7 +29,6 @@ type Watchdog struct {
 	timeout time.Duration
 	timer   *time.Timer // nil while disarmed
 	lastPet time.Time
-	fired   int
 	conns   map[net.Conn]bool
 	closed  bool
 	wg      sync.WaitGroup
@@ -50,27 +49,12 @@ func Start(path string, fire func()) (*Watchdog, error) {
 	return w, nil
 }
 
-// Fired is how many times the watchdog fired.
-func (w *Watchdog) Fired() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fired
-}
-
 // Armed reports whether the watchdog counts down now, and since when (the
 // last pet).
 func (w *Watchdog) Armed() (bool, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.timer != nil, w.lastPet
-}
-
-// Disarm stops the countdown from outside, as a machine's power-off or
-// reboot does: a watchdog starts disarmed at boot.
-func (w *Watchdog) Disarm() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stop()
 }
 
 // Close stops listening, drops every connection and disarms.
@@ -136,7 +120,9 @@ func (w *Watchdog) serve(c net.Conn) {
 		case len(f) == 1 && f[0] == "pet":
 			w.pet()
 		case len(f) == 1 && f[0] == "V":
-			w.Disarm()
+			w.mu.Lock()
+			w.stop()
+			w.mu.Unlock()
 			return
 		default:
 			fmt.Fprintf(c, "error unknown request %q\n", strings.TrimSpace(line))
@@ -170,7 +156,6 @@ func (w *Watchdog) pet() {
 			return // petted or disarmed meanwhile
 		}
 		w.timer = nil
-		w.fired++
 		w.mu.Unlock()
 		w.fire()
 	})
